@@ -1,0 +1,165 @@
+"""Every exception agentloop raises, drawn in one place.
+
+Two channels leave a run. What the *model* sees: a tool raises `ToolError` and the model
+gets an `is_error` tool_result with exactly that message. What the *caller* sees: every
+other class below, all subclasses of `AgentloopError`.
+
+```
+ToolError                      raised by a tool; becomes an is_error result, never escapes a run
+AgentloopError
+├── ConfigurationError         a mistake in how agentloop was set up
+│   └── DuplicateToolError     two tools share one name
+├── HistoryError               a history the API would reject (the linter's verdict)
+├── ProviderError              the model API failed; the SDK exception is the __cause__
+│   ├── MissingAPIKeyError     no credentials at all, raised before any request
+│   ├── AuthenticationError    the API refused the credentials
+│   ├── CreditBalanceError     the account has no credit left
+│   ├── RateLimitError         429 after the client's retries
+│   ├── OverloadedError        529 after the client's retries
+│   ├── APIConnectionError     no HTTP answer (connection refused, dropped, timed out)
+│   ├── BadRequestError        400: the request itself was refused
+│   └── ServerError            5xx after the client's retries
+└── RunError                   a run ended early; carries the partial RunResult
+    └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+```
+
+Errors raised while a run is under way carry the partial `RunResult` as `.result` (its
+history is valid to send again and its usage counts every request made).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agent import RunResult
+
+__all__ = (
+    "APIConnectionError",
+    "AgentloopError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigurationError",
+    "CreditBalanceError",
+    "DuplicateToolError",
+    "HistoryError",
+    "MissingAPIKeyError",
+    "OverloadedError",
+    "ProviderError",
+    "RateLimitError",
+    "RunError",
+    "ServerError",
+    "ToolCallFailed",
+    "ToolError",
+)
+
+
+class ToolError(Exception):
+    """Raise inside a tool to send the model an error it can act on.
+
+    The model receives a tool_result with `is_error: true` whose content is exactly
+    `message`. Use it for expected failures ("city not found, try a country code"); any
+    other exception is reported to the model by type and message only.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AgentloopError(Exception):
+    """Base class of every error agentloop raises to its caller."""
+
+    result: RunResult | None = None
+    """The partial result of the run this error ended, when it ended one."""
+
+
+class ConfigurationError(AgentloopError):
+    """agentloop was set up in a way that cannot work (a bad tool, a bad option)."""
+
+
+class DuplicateToolError(ConfigurationError):
+    """Two tools were registered under one name; the model addresses tools by name."""
+
+
+class HistoryError(AgentloopError, ValueError):
+    """A history breaks a rule the Messages API enforces.
+
+    The message uses the API's own wording and paths (`messages.3.content.1: ...`), with
+    consecutive messages of one role counted as one, as the API counts them.
+    """
+
+    def __init__(self, message: str, *, path: str = "", index: int | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        """Where the problem is, as the API would write it (`messages.2.content.0`)."""
+        self.index = index
+        """Index of the offending message in the list that was checked (not merged)."""
+
+
+class ProviderError(AgentloopError):
+    """The model API failed. The SDK's own exception is kept as `__cause__`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        request_id: str | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        """HTTP status, when the API answered at all."""
+        self.request_id = request_id
+        """The API's request id, for support tickets."""
+        self.body = body
+        """The decoded error body, when there was one."""
+
+
+class MissingAPIKeyError(ProviderError):
+    """No API key or other credentials were configured; no request was sent."""
+
+
+class AuthenticationError(ProviderError):
+    """The API refused the credentials (401) or their permissions (403)."""
+
+
+class CreditBalanceError(ProviderError):
+    """The account's credit balance is exhausted; add credits before retrying."""
+
+
+class RateLimitError(ProviderError):
+    """429: too many requests or tokens, still so after the client's retries."""
+
+
+class OverloadedError(ProviderError):
+    """529: the API is overloaded, still so after the client's retries."""
+
+
+class APIConnectionError(ProviderError):
+    """The API could not be reached or did not answer in time."""
+
+
+class BadRequestError(ProviderError):
+    """400: the API refused the request as invalid (its message says why)."""
+
+
+class ServerError(ProviderError):
+    """5xx: the API failed, still so after the client's retries."""
+
+
+class RunError(AgentloopError):
+    """A run ended before the model finished; `result` holds what was done."""
+
+    def __init__(self, message: str, *, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ToolCallFailed(RunError):
+    """A tool call failed under `on_tool_error="stop"`.
+
+    The history in `result.messages` is complete: every tool_use of the last turn has its
+    tool_result, so it can be sent again as is.
+    """

@@ -1,0 +1,165 @@
+"""The provider boundary: a `ModelRequest` goes in, a `ModelResponse` comes out.
+
+These values are what the agent hands a provider and gets back; `ToolDefinition` and
+`ToolCall` (in `agentloop.tools`) keep the tool side provider-neutral, so other providers
+can sit behind the same `Provider` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import TypeAdapter
+
+from ..messages import ContentBlock, Message, TextBlock, ToolUseBlock
+from ..tools import ToolDefinition
+
+__all__ = ("ModelRequest", "ModelResponse", "Provider", "Usage")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one response, or summed over a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    requests: int = 0
+    """How many model requests these counts cover."""
+
+    @classmethod
+    def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
+        """Counts from an API `usage` object (missing or null fields count as 0)."""
+        usage = usage or {}
+        return cls(
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            cache_creation_input_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+            cache_read_input_tokens=int(usage.get("cache_read_input_tokens") or 0),
+            requests=1,
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.requests + other.requests,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input (including cache reads and writes) plus output tokens."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything one model request needs, before it is put on the wire."""
+
+    model: str
+    messages: Sequence[Message]
+    max_tokens: int
+    system: str | Sequence[Mapping[str, Any]] | None = None
+    tools: Sequence[ToolDefinition] = ()
+    tool_choice: Mapping[str, Any] | None = None
+    thinking: Mapping[str, Any] | None = None
+    metadata: Mapping[str, Any] | None = None
+    stop_sequences: Sequence[str] | None = None
+    container: str | None = None
+    """Container id carried over from an earlier response (code execution)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Further request parameters, sent as they are (`temperature`, `service_tier`, ...)."""
+
+    @property
+    def thinking_enabled(self) -> bool:
+        """Whether the request turns extended thinking on."""
+        return bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Messages API request body."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": [m.wire for m in self.messages],
+        }
+        optional = {
+            "system": self.system,
+            "tools": [t.to_wire() for t in self.tools] or None,
+            "tool_choice": self.tool_choice,
+            "thinking": self.thinking,
+            "metadata": self.metadata,
+            "stop_sequences": self.stop_sequences,
+            "container": self.container,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        body.update(self.params)
+        return body
+
+
+_CONTENT = TypeAdapter(list[ContentBlock])
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """One model response: its content blocks verbatim, why it stopped, what it cost."""
+
+    content: list[ContentBlock]
+    stop_reason: str | None
+    usage: Usage = Usage()
+    id: str = ""
+    model: str = ""
+    stop_sequence: str | None = None
+    container: Mapping[str, Any] | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The decoded response body, for fields agentloop does not model."""
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any]) -> ModelResponse:
+        """Parse an API `message` object (as decoded from JSON)."""
+        return cls(
+            content=_CONTENT.validate_python(body.get("content") or []),
+            stop_reason=body.get("stop_reason"),
+            usage=Usage.from_wire(body.get("usage")),
+            id=str(body.get("id") or ""),
+            model=str(body.get("model") or ""),
+            stop_sequence=body.get("stop_sequence"),
+            container=body.get("container"),
+            raw=body,
+        )
+
+    @property
+    def message(self) -> Message:
+        """The assistant message for the history, content kept verbatim."""
+        return Message(role="assistant", content=self.content)
+
+    @property
+    def text(self) -> str:
+        """The text blocks, joined."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        """The client tool calls asked for, in order."""
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Anything that turns a `ModelRequest` into a `ModelResponse`.
+
+    Implementations raise `agentloop.ProviderError` subclasses for API failures.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send one request and return the whole response."""
+        ...

@@ -1,0 +1,448 @@
+"""Tools: what the model may call, and the values that describe a call and its result.
+
+`@tool` turns a plain function (sync or async) into a `Tool` whose JSON schema comes from
+the signature and docstring. `ToolCall` and `ToolResult` are the provider-neutral values
+that pass between the response, the registry and the history.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import typing
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, TypeVar, cast, overload
+
+import anyio
+import anyio.to_thread
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from ._docstrings import parse_docstring
+from .errors import ConfigurationError
+from .messages import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = (
+    "RunContext",
+    "Tool",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolResult",
+    "raw_tools",
+    "tool",
+)
+
+DepsT = TypeVar("DepsT")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class RunContext(Generic[DepsT]):
+    """Facts about the current call, injected into a tool parameter typed `RunContext`.
+
+    The parameter is hidden from the schema the model sees.
+    """
+
+    run_id: str
+    """Id of the run (also bound in every log event of the run)."""
+    round: int
+    """Which model request of the run asked for this call, from 1."""
+    tool_use_id: str
+    """Id of the `tool_use` block being answered."""
+    tool_name: str
+    """Name of the tool being called."""
+    deps: DepsT
+    """The object passed as `agent.run(..., deps=...)`: connections, config, the user."""
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A tool as a model request announces it: provider-neutral."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further wire fields sent with the definition (e.g. `cache_control`)."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Anthropic `tools[]` entry."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for: provider-neutral."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+    @classmethod
+    def from_block(cls, block: ToolUseBlock) -> ToolCall:
+        """The call a `tool_use` block asks for."""
+        return cls(id=block.id, name=block.name, input=block.input)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one call, ready to become a `tool_result` block."""
+
+    tool_use_id: str
+    name: str
+    content: str | list[ContentBlock] | None
+    """What the model sees; `None` for a tool that returned nothing."""
+    is_error: bool = False
+    duration: float = 0.0
+    """Seconds the tool ran (not counting the wait for a concurrency slot)."""
+
+    @classmethod
+    def error(cls, call: ToolCall, message: str, duration: float = 0.0) -> ToolResult:
+        """An `is_error` result carrying `message`."""
+        return cls(call.id, call.name, message, is_error=True, duration=duration)
+
+    def to_block(self) -> ToolResultBlock:
+        """The `tool_result` block for the history."""
+        block = ToolResultBlock(tool_use_id=self.tool_use_id)
+        if self.content is not None and self.content != "":
+            block.content = self.content
+        if self.is_error:
+            block.is_error = True
+        return block
+
+    @property
+    def text(self) -> str:
+        """The content as text (block content joined), for logs and the tool-call log."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(b.text if isinstance(b, TextBlock) else f"[{b.type}]" for b in self.content)
+
+
+def _is_context(annotation: Any) -> bool:
+    return annotation is RunContext or typing.get_origin(annotation) is RunContext
+
+
+def _strip_titles(schema: Any) -> Any:
+    # pydantic titles ("Location" for `location`) repeat the name and cost tokens.
+    if isinstance(schema, dict):
+        out = {}
+        for key, value in schema.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+            else:
+                out[key] = _strip_titles(value)
+        return out
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    return schema
+
+
+Executor = Callable[[str, dict[str, Any]], "tuple[bool, str] | Awaitable[tuple[bool, str]]"]
+
+
+class Tool:
+    """A callable the model may use: a name, a description, a JSON schema and a function.
+
+    Build one with `@tool` (or `Tool(function)`); the registry validates input against the
+    signature, injects the `RunContext`, and runs sync functions in worker threads.
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        eager: bool = True,
+    ) -> None:
+        """Describe `function` as a tool.
+
+        Args:
+            function: The function to call; sync or async.
+            name: Name the model sees; defaults to the function's name.
+            description: Defaults to the docstring (without its parameter sections).
+            timeout: Seconds a call may take; defaults to the agent's `tool_timeout`.
+            eager: Whether a streamed call may start before the whole message arrived.
+        """
+        if not callable(function):
+            raise ConfigurationError(f"@tool needs a function, got {function!r}")
+        self.function = function
+        self.name: str = name or getattr(function, "__name__", "")
+        if not self.name or not _valid_name(self.name):
+            raise ConfigurationError(
+                f"invalid tool name {self.name!r}: use 1-128 letters, digits, '_' or '-'"
+            )
+        self.timeout = timeout
+        self.eager = eager
+        self.is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+            getattr(function, "__call__", None)  # noqa: B004
+        )
+        docs = parse_docstring(inspect.getdoc(function))
+        self.description: str = description if description is not None else docs.description
+        self._context_param: str | None = None
+        self._positional: list[str] = []
+        self._model = self._build_model(docs.params)
+        self.input_schema: dict[str, Any] = _strip_titles(self._model.model_json_schema())
+        self.input_schema.setdefault("properties", {})
+        self.definition = ToolDefinition(self.name, self.description, self.input_schema)
+        self.__doc__ = function.__doc__
+        self.__name__ = self.name
+
+    def _build_model(self, param_docs: Mapping[str, str]) -> type[BaseModel]:
+        try:
+            signature = inspect.signature(self.function)
+            hints = typing.get_type_hints(self.function, include_extras=True)
+        except (TypeError, ValueError, NameError) as exc:
+            raise ConfigurationError(
+                f"tool {self.name!r}: cannot read its signature: {exc}"
+            ) from exc
+        fields: dict[str, Any] = {}
+        for param in signature.parameters.values():
+            annotation = hints.get(param.name, Any)
+            if _is_context(annotation):
+                self._context_param = param.name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: *{param.name} cannot be described to the model; "
+                    "name each parameter"
+                )
+            if param.kind is param.POSITIONAL_ONLY:
+                self._positional.append(param.name)
+            default = ... if param.default is param.empty else param.default
+            extra = {"description": param_docs[param.name]} if param.name in param_docs else {}
+            fields[param.name] = (annotation, Field(default, **extra))
+        try:
+            return create_model(  # type: ignore[no-any-return,call-overload]
+                f"{self.name}_input",
+                __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+                **fields,
+            )
+        except Exception as exc:
+            raise ConfigurationError(f"tool {self.name!r}: cannot build its schema: {exc}") from exc
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly, as if undecorated."""
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check the model's input against the signature; return the call's arguments.
+
+        Raises:
+            pydantic.ValidationError: the input does not fit the schema.
+        """
+        model = self._model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: RunContext[Any],
+        *,
+        thread_limiter: anyio.CapacityLimiter | None = None,
+    ) -> Any:
+        """Run the function with validated `arguments` and return what it returned."""
+        if self._context_param is not None:
+            arguments = {**arguments, self._context_param: context}
+        args = [arguments.pop(name) for name in self._positional]
+        if self.is_async:
+            return await self.function(*args, **arguments)
+        return await anyio.to_thread.run_sync(
+            partial(self.function, *args, **arguments),
+            abandon_on_cancel=True,
+            limiter=thread_limiter,
+        )
+
+
+class _RawTool(Tool):
+    """A tool from a raw definition plus an executor `(name, input) -> (ok, text)`."""
+
+    def __init__(self, definition: Mapping[str, Any], executor: Executor) -> None:
+        try:
+            self.name = str(definition["name"])
+            schema = dict(definition.get("input_schema") or {"type": "object", "properties": {}})
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigurationError(f"a raw tool definition needs a name: {definition!r}") from exc
+        if not _valid_name(self.name):
+            raise ConfigurationError(f"invalid tool name {self.name!r}")
+        self.function = executor
+        self.description = str(definition.get("description") or "")
+        self.input_schema = schema
+        self.timeout = None
+        self.eager = True
+        self.is_async = inspect.iscoroutinefunction(executor)
+        self._context_param = None
+        self._positional = []
+        extra = {
+            k: v for k, v in definition.items() if k not in ("name", "description", "input_schema")
+        }
+        self.definition = ToolDefinition(self.name, self.description, schema, extra)
+        self.__doc__ = self.description
+        self.__name__ = self.name
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        # The executor owns validation for raw definitions; it reports problems as not-ok.
+        return dict(arguments)
+
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: RunContext[Any],
+        *,
+        thread_limiter: anyio.CapacityLimiter | None = None,
+    ) -> Any:
+        if self.is_async:
+            outcome = await cast(Callable[..., Awaitable[Any]], self.function)(self.name, arguments)
+        else:
+            outcome = await anyio.to_thread.run_sync(
+                partial(self.function, self.name, arguments),
+                abandon_on_cancel=True,
+                limiter=thread_limiter,
+            )
+        try:
+            ok, text = outcome
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"executor for {self.name!r} must return (ok, text), got {outcome!r}"
+            ) from None
+        if not ok:
+            from .errors import ToolError
+
+            raise ToolError(str(text))
+        return str(text)
+
+
+def raw_tools(definitions: Sequence[Mapping[str, Any]], executor: Executor) -> list[Tool]:
+    """Tools from raw definitions and one executor, for code in the `tool_request` style.
+
+    Args:
+        definitions: Dicts with `name`, `description` and `input_schema`, as the API takes
+            them; further keys (e.g. `cache_control`) are sent along.
+        executor: `executor(name, input) -> (ok, text)`, sync or async. `ok=False` sends
+            `text` back as an `is_error` result.
+    """
+    return [_RawTool(d, executor) for d in definitions]
+
+
+def _valid_name(name: str) -> bool:
+    return 0 < len(name) <= 128 and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
+
+
+@overload
+def tool(function: F, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    eager: bool = True,
+) -> Callable[[F], Tool]: ...
+
+
+def tool(
+    function: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    eager: bool = True,
+) -> Tool | Callable[[F], Tool]:
+    """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
+
+    The docstring becomes the description (parameter sections in Google, NumPy or Sphinx
+    style become parameter descriptions), the signature becomes the JSON schema
+    (`Literal` -> `enum`, defaults, pydantic models, TypedDicts,
+    `Annotated[..., Field(description=...)]`), and a parameter typed `RunContext` is
+    injected rather than shown to the model.
+
+    Args:
+        function: The function, when used bare.
+        name: Name the model sees; defaults to the function's name.
+        description: Overrides the docstring.
+        timeout: Seconds a call may run before it fails with "timed out".
+        eager: Whether a streamed call may start before the whole message arrived.
+    """
+    if function is not None:
+        return Tool(function)
+
+    def decorate(fn: F) -> Tool:
+        return Tool(fn, name=name, description=description, timeout=timeout, eager=eager)
+
+    return decorate
+
+
+# --------------------------------------------------------------------------- outputs
+
+_BLOCK_OUTPUTS = (TextBlock, ImageBlock, DocumentBlock)
+
+
+def to_content(value: Any) -> str | list[ContentBlock] | None:
+    """What the model sees for a tool's return value.
+
+    str as is; None as an empty success; a content block, or a list of them, as block
+    content; a pydantic model as its JSON; anything else JSON-encodable as JSON.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _BLOCK_OUTPUTS):
+        return [value]
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, _BLOCK_OUTPUTS) for v in value)
+    ):
+        return list(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return pydantic_core.to_json(value).decode()
+
+
+def describe_validation_error(tool_name: str, error: ValidationError) -> str:
+    """An is_error message naming each bad field and what is wrong, for the model to fix."""
+    lines = [f"Invalid input for tool '{tool_name}'. Fix these and call it again:"]
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(p) for p in problem["loc"]) or "(input)"
+        got = ""
+        if problem["type"] not in ("missing", "extra_forbidden") and "input" in problem:
+            got = f" (got {json.dumps(problem['input'], default=repr)[:200]})"
+        message = problem["msg"]
+        if problem["type"] == "extra_forbidden":
+            message = "unexpected argument; this tool does not take it"
+        elif problem["type"] == "missing":
+            message = "required argument is missing"
+        lines.append(f"- {where}: {message}{got}")
+    return "\n".join(lines)
+
+
+def elapsed(start: float) -> float:
+    """Seconds since `start` (a `time.perf_counter()` reading)."""
+    return time.perf_counter() - start
