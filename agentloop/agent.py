@@ -110,7 +110,7 @@ class _Run:
 
     def add_results(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
         self.messages.append(Message.user([r.to_block() for r in results]))
-        for call, r in zip(calls, results):
+        for call, r in zip(calls, results, strict=False):
             self.calls.append(
                 ToolCallRecord(
                     self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration

@@ -169,7 +169,7 @@ def _block_tag(value: Any) -> str:
 
 
 ContentBlock = Annotated[
-    Union[
+    Union[  # noqa: UP007
         Annotated[TextBlock, Tag("text")],
         Annotated[ImageBlock, Tag("image")],
         Annotated[DocumentBlock, Tag("document")],
@@ -372,7 +372,9 @@ def lint_history(
             if isinstance(block, ToolResultBlock):
                 if turn.role != "user":
                     raise HistoryError(
-                        "`tool_result` blocks can only appear in user messages", path, index=index
+                        "`tool_result` blocks can only appear in user messages",
+                        path=path,
+                        index=index,
                     )
                 if block.tool_use_id not in previous_uses:
                     raise HistoryError(
@@ -402,7 +404,9 @@ def lint_history(
             if isinstance(block, ToolUseBlock):
                 if turn.role != "assistant":
                     raise HistoryError(
-                        "`tool_use` blocks can only appear in assistant messages", path, index=index
+                        "`tool_use` blocks can only appear in assistant messages",
+                        path=path,
+                        index=index,
                     )
                 if block.id in seen_tool_use:
                     raise HistoryError(

@@ -187,7 +187,7 @@ class Tool:
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
         self.function = function
-        self.name: str = name or getattr(function, "__name__", "")
+        self.name: str = name or str(getattr(function, "__name__", ""))
         if not self.name or not _valid_name(self.name):
             raise ConfigurationError(
                 f"invalid tool name {self.name!r}: use 1-128 letters, digits, '_' or '-'"
@@ -198,7 +198,7 @@ class Tool:
             getattr(function, "__call__", None)  # noqa: B004
         )
         docs = parse_docstring(inspect.getdoc(function))
-        self.description: str = description if description is not None else docs.description
+        self.description: str = docs.description if description is None else description
         self._context_param: str | None = None
         self._positional: list[str] = []
         self._model = self._build_model(docs.params)
@@ -230,10 +230,10 @@ class Tool:
             if param.kind is param.POSITIONAL_ONLY:
                 self._positional.append(param.name)
             default = ... if param.default is param.empty else param.default
-            extra = {"description": param_docs[param.name]} if param.name in param_docs else {}
-            fields[param.name] = (annotation, Field(default, **extra))
+            info = Field(default, description=param_docs.get(param.name))
+            fields[param.name] = (annotation, info)
         try:
-            return create_model(  # type: ignore[no-any-return,call-overload]
+            return create_model(
                 f"{self.name}_input",
                 __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
                 **fields,

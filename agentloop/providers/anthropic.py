@@ -13,7 +13,8 @@ from typing import Any
 
 import anthropic
 
-from .. import errors
+from agentloop import errors
+
 from .base import ModelRequest, ModelResponse
 
 __all__ = ("AnthropicProvider",)
@@ -76,7 +77,7 @@ class AnthropicProvider:
                 body: Mapping[str, Any] = message.to_dict(mode="json")
             else:
                 raw = await self.client.messages.with_raw_response.create(**params)
-                body = await raw.json()  # type: ignore[misc]
+                body = await raw.json()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
         if not isinstance(body, Mapping):

@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter
 
-from ..messages import ContentBlock, Message, TextBlock, ToolUseBlock
-from ..tools import ToolDefinition
+from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
+from agentloop.tools import ToolDefinition
 
 __all__ = ("ModelRequest", "ModelResponse", "Provider", "Usage")
 

@@ -13,10 +13,11 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeAlias
 
-from ..errors import AgentloopError, ProviderError
-from ..messages import Message, _Block, lint_history, parse_history
+from agentloop.errors import AgentloopError, ProviderError
+from agentloop.messages import Message, _Block, lint_history, parse_history
+
 from .base import ModelRequest, ModelResponse
 
 __all__ = (
@@ -46,9 +47,9 @@ class RawResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-ScriptItem = Union[Mapping[str, Any], ModelResponse, RawResponse, str]
+ScriptItem: TypeAlias = "Mapping[str, Any] | ModelResponse | RawResponse | str"
 """One scripted answer: a wire `message` dict, a `ModelResponse`, a `RawResponse`, or text."""
-Script = Union[Iterable[ScriptItem], Callable[[dict[str, Any]], ScriptItem]]
+Script: TypeAlias = "Iterable[ScriptItem] | Callable[[dict[str, Any]], ScriptItem]"
 
 
 class ScriptExhausted(AgentloopError):
@@ -145,7 +146,7 @@ class ScriptedModel:
         """Lint a request body's history as the API would; return the parsed messages."""
         messages = parse_history(body.get("messages") or [])
         if self.lint:
-            thinking = body.get("thinking")
+            thinking = body.get("thinking") or {}
             lint_history(
                 messages,
                 thinking=bool(thinking) and thinking.get("type") != "disabled",

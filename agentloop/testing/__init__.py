@@ -5,13 +5,14 @@ on 127.0.0.1 (JSON and SSE) so the real `AsyncAnthropic` client and `AnthropicPr
 are exercised end to end. Both check every request's history with the linter.
 """
 
-from ..providers.scripted import RawResponse as RawResponse
-from ..providers.scripted import ScriptedModel as ScriptedModel
-from ..providers.scripted import ScriptedProvider as ScriptedProvider
-from ..providers.scripted import ScriptExhausted as ScriptExhausted
-from ..providers.scripted import reply as reply
-from ..providers.scripted import text as text
-from ..providers.scripted import tool_call as tool_call
+from agentloop.providers.scripted import RawResponse as RawResponse
+from agentloop.providers.scripted import ScriptedModel as ScriptedModel
+from agentloop.providers.scripted import ScriptedProvider as ScriptedProvider
+from agentloop.providers.scripted import ScriptExhausted as ScriptExhausted
+from agentloop.providers.scripted import reply as reply
+from agentloop.providers.scripted import text as text
+from agentloop.providers.scripted import tool_call as tool_call
+
 from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
 

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from ..errors import AgentloopError
-from ..providers.scripted import RawResponse, Script, ScriptedModel
+from agentloop.errors import AgentloopError
+from agentloop.providers.scripted import RawResponse, Script, ScriptedModel
 
 __all__ = ("MessagesServer", "sse_events")
 
@@ -101,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(
         self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] = {}
-    ) -> None:  # noqa: B006
+    ) -> None:
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
@@ -111,7 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, status: int, data: Any, headers: Mapping[str, str] = {}) -> None:  # noqa: B006
+    def _json(self, status: int, data: Any, headers: Mapping[str, str] = {}) -> None:
         self._send(status, json.dumps(data).encode(), "application/json", headers)
 
     def do_POST(self) -> None:
