@@ -23,6 +23,7 @@ from .errors import RunError as RunError
 from .errors import ServerError as ServerError
 from .errors import ToolCallFailed as ToolCallFailed
 from .errors import ToolError as ToolError
+from .hookspecs import hookimpl as hookimpl
 from .messages import Message as Message
 from .messages import RepairReport as RepairReport
 from .messages import lint_history as lint_history
@@ -76,6 +77,7 @@ __all__ = (
     "ToolRegistry",
     "ToolResult",
     "Usage",
+    "hookimpl",
     "lint_history",
     "raw_tools",
     "repair",

@@ -73,6 +73,7 @@ class ToolRegistry:
             DuplicateToolError: a tool of that name is registered already.
         """
         new = item if isinstance(item, Tool) else Tool(item)
+        source = source or new.source
         if new.name in self._tools:
             where = self._sources.get(new.name)
             raise DuplicateToolError(

@@ -194,6 +194,8 @@ class Tool:
             )
         self.timeout = timeout
         self.eager = eager
+        self.source: str | None = None
+        """The plugin that registered this tool, if any."""
         self.is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
             getattr(function, "__call__", None)  # noqa: B004
         )
@@ -293,6 +295,7 @@ class _RawTool(Tool):
         self.input_schema = schema
         self.timeout = None
         self.eager = True
+        self.source = None
         self.is_async = inspect.iscoroutinefunction(executor)
         self._context_param = None
         self._positional = []
