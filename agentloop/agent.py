@@ -139,7 +139,7 @@ class Agent:
 
     def __init__(
         self,
-        model: str = "claude-sonnet-4-5",
+        model: str = "claude-sonnet-5-5",
         *,
         provider: Provider | None = None,
         client: Any = None,

@@ -74,7 +74,7 @@ class AnthropicProvider:
             if self.stream:
                 async with self.client.messages.stream(**params) as stream:
                     message = await stream.get_final_message()
-                body: Mapping[str, Any] = message.to_dict(mode="json")
+                body: Mapping[str, Any] = message.to_dict(mode="json", warnings=False)
             else:
                 raw = await self.client.messages.with_raw_response.create(**params)
                 body = await raw.json()

@@ -155,7 +155,7 @@ class MessagesServer:
     """A scripted Messages API on 127.0.0.1, for the real `AsyncAnthropic` to talk to.
 
     ```python
-    with MessagesServer([reply(tool_call("add", {"a": 1, "b": 2})), reply("3")]) as server:
+    async with MessagesServer([reply(tool_call("add", {"a": 1, "b": 2})), reply("3")]) as server:
         agent = Agent(client=server.client(), tools=[add])
         result = await agent.run("1 + 2?")
     ```
@@ -170,6 +170,7 @@ class MessagesServer:
         self._httpd.model = self.model
         self._httpd.received = []
         self._thread: threading.Thread | None = None
+        self._clients: list[Any] = []
 
     @property
     def base_url(self) -> str:
@@ -188,7 +189,9 @@ class MessagesServer:
 
         options.setdefault("api_key", "sk-ant-local-test")
         options.setdefault("max_retries", 0)
-        return anthropic.AsyncAnthropic(base_url=self.base_url, **options)
+        client = anthropic.AsyncAnthropic(base_url=self.base_url, **options)
+        self._clients.append(client)
+        return client
 
     def start(self) -> MessagesServer:
         """Start serving in a background thread."""
@@ -206,6 +209,24 @@ class MessagesServer:
             self._thread.join()
             self._thread = None
         self._httpd.server_close()
+
+    async def aclose(self) -> None:
+        """Close the clients made by `client()`, then stop serving."""
+        clients, self._clients = self._clients, []
+        for client in clients:
+            await client.close()
+        self.stop()
+
+    async def __aenter__(self) -> MessagesServer:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def __enter__(self) -> MessagesServer:
         return self.start()

@@ -1,0 +1,336 @@
+"""Plugin discovery: from installed entry points to a catalogue of tools, before any run.
+
+Plugins are found in the `agentloop` entry-point group, asked through the hook in
+`agentloop.hookspecs` for their tools, and kept as a catalogue each agent picks from
+explicitly with `select()`; the tools then run in the registry like any others.
+
+An installed plugin never adds a tool to an agent by itself: `select()` with no plugin
+or tool names returns no tools, so installing a package cannot change what a model may do.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import pluggy
+import structlog
+
+from . import hookspecs
+from .errors import ConfigurationError, DuplicateToolError
+from .hookspecs import PROJECT_NAME
+from .tools import Tool
+
+__all__ = (
+    "ENV_VAR",
+    "PluginInfo",
+    "PluginLoadError",
+    "PluginManager",
+    "default_manager",
+    "plugin_tools",
+)
+
+ENV_VAR = "AGENTLOOP_PLUGINS"
+"""Comma-separated entry-point names to load; unset loads all, empty loads none."""
+
+_log = structlog.get_logger(PROJECT_NAME)
+
+
+@dataclass(frozen=True)
+class PluginLoadError:
+    """A plugin that could not be loaded; kept in `PluginManager.failures`."""
+
+    name: str
+    """The entry-point (plugin) name."""
+    value: str
+    """The entry point's target (`package.module`), or "" when there is none."""
+    error: str
+    """What went wrong: the exception's type and message."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One loaded plugin, as `PluginManager.plugins()` describes it."""
+
+    name: str
+    """The plugin name (the entry-point name, or the name given to `register`)."""
+    module: str
+    """The plugin's module (or object type) name."""
+    dist: str | None
+    """The distribution that installed it; None for plugins registered in code."""
+    version: str | None
+    """That distribution's version, when there is one."""
+    tools: tuple[str, ...]
+    """The names of the tools it registers, in registration order."""
+
+
+@dataclass(frozen=True)
+class _Dist:
+    name: str
+    version: str
+
+
+class PluginManager:
+    """Loads plugins and builds the catalogue of the tools they register.
+
+    ```python
+    manager = PluginManager()
+    manager.load_entry_points()
+    agent = Agent(tools=[*my_tools, *manager.select(plugins=["cortex"])])
+    ```
+    """
+
+    def __init__(self) -> None:
+        """Create a manager with no plugins loaded."""
+        self._pm = pluggy.PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._dists: dict[str, _Dist] = {}
+        self._values: dict[str, str] = {}
+        self._catalogue: dict[str, Tool] | None = None
+        self.failures: list[PluginLoadError] = []
+        """Plugins that failed to load or to register their tools."""
+
+    # ------------------------------------------------------------------ loading
+
+    def load_entry_points(self) -> list[str]:
+        """Load the plugins installed in the `agentloop` entry-point group.
+
+        `AGENTLOOP_PLUGINS` pins the list: unset loads every installed plugin, an empty
+        value loads none, and names without an installed entry point become failures.
+        A plugin that fails to import is recorded in `failures` and logged
+        (`plugin.load_failed`); it never stops the others from loading.
+
+        Returns:
+            The names of the plugins loaded by this call.
+        """
+        available = _entry_points()
+        wanted = _pinned_names()
+        if wanted is None:
+            wanted = sorted(available)
+        loaded: list[str] = []
+        for name in wanted:
+            entry_point = available.get(name)
+            if entry_point is None:
+                self._fail(name, "", f"no installed plugin is called {name!r} (set by {ENV_VAR})")
+            elif self._load(entry_point):
+                loaded.append(name)
+        return loaded
+
+    def _load(self, entry_point: metadata.EntryPoint) -> bool:
+        try:
+            plugin = entry_point.load()
+            self._pm.register(plugin, name=entry_point.name)
+        except Exception as exc:
+            self._fail(entry_point.name, entry_point.value, _describe(exc))
+            return False
+        self._values[entry_point.name] = entry_point.value
+        dist = entry_point.dist
+        if dist is not None:
+            self._dists[entry_point.name] = _Dist(dist.metadata["Name"], dist.version)
+        self._catalogue = None
+        return True
+
+    def _fail(self, name: str, value: str, error: str) -> None:
+        self.failures.append(PluginLoadError(name, value, error))
+        _log.warning("plugin.load_failed", plugin=name, entry_point=value, error=error)
+
+    def register(self, plugin: object, name: str) -> None:
+        """Add a plugin given in code: a module or object with hook implementations.
+
+        Raises:
+            ConfigurationError: `name` is taken, or the plugin's hooks are invalid.
+        """
+        try:
+            self._pm.register(plugin, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            raise ConfigurationError(f"cannot register plugin {name!r}: {exc}") from exc
+        self._catalogue = None
+
+    # ------------------------------------------------------------------ catalogue
+
+    def tools(self) -> list[Tool]:
+        """Every tool of every loaded plugin, in plugin then registration order.
+
+        Each plugin's hook is called on its own, so each tool's `source` is its plugin's
+        name. A plugin whose hook fails is recorded in `failures` and contributes nothing.
+
+        Raises:
+            DuplicateToolError: two plugins register one tool name (both are named).
+        """
+        return list(self._build().values())
+
+    def _build(self) -> dict[str, Tool]:
+        if self._catalogue is None:
+            catalogue: dict[str, Tool] = {}
+            for name, plugin in self._pm.list_name_plugin():
+                if plugin is not None:
+                    self._collect(name, plugin, catalogue)
+            self._catalogue = catalogue
+        return self._catalogue
+
+    def _collect(self, name: str, plugin: object, catalogue: dict[str, Tool]) -> None:
+        others = [p for _, p in self._pm.list_name_plugin() if p is not plugin]
+        caller = self._pm.subset_hook_caller("agentloop_register_tools", remove_plugins=others)
+        found: list[Tool] = []
+        try:
+            caller(register=_Registrar(name, found))
+        except Exception as exc:
+            self._fail(name, self._values.get(name, ""), _describe(exc))
+            return
+        for item in found:
+            if item.name in catalogue:
+                first = catalogue[item.name].source
+                raise DuplicateToolError(
+                    f"tool name {item.name!r} is registered by plugin {first!r} and by plugin "
+                    f"{name!r}; the model addresses tools by name, so uninstall one or pin "
+                    f"the plugins with {ENV_VAR}"
+                )
+            catalogue[item.name] = item
+
+    def plugins(self) -> list[PluginInfo]:
+        """The loaded plugins with their distribution, version and tool names."""
+        by_plugin: dict[str, list[str]] = {}
+        for item in self._build().values():
+            by_plugin.setdefault(item.source or "", []).append(item.name)
+        infos = []
+        for name, plugin in self._pm.list_name_plugin():
+            dist = self._dists.get(name)
+            infos.append(
+                PluginInfo(
+                    name=name,
+                    module=_module_name(plugin),
+                    dist=dist.name if dist else None,
+                    version=dist.version if dist else None,
+                    tools=tuple(by_plugin.get(name, ())),
+                )
+            )
+        return infos
+
+    def select(
+        self, *, plugins: Sequence[str] | None = None, tools: Sequence[str] | None = None
+    ) -> list[Tool]:
+        """The tools an agent should expose, chosen explicitly.
+
+        With neither argument this returns `[]`: an agent never gains a tool just
+        because a package was installed. `plugins` picks every tool of those plugins;
+        `tools` picks tools by name; given both, `tools` narrows the plugins' tools.
+        Tools come back in catalogue order, so requests stay byte-stable.
+
+        Args:
+            plugins: Plugin names whose tools to expose.
+            tools: Tool names to expose (within `plugins`, when both are given).
+
+        Raises:
+            ConfigurationError: a name is unknown; the message lists what is available.
+            DuplicateToolError: two plugins register one tool name.
+        """
+        if plugins is None and tools is None:
+            return []
+        chosen = self.tools()
+        if plugins is not None:
+            known = [name for name, _ in self._pm.list_name_plugin()]
+            _check_names("plugin", plugins, known)
+            chosen = [t for t in chosen if t.source in plugins]
+        if tools is not None:
+            _check_names("tool", tools, [t.name for t in chosen])
+            chosen = [t for t in chosen if t.name in tools]
+        return chosen
+
+
+class _Registrar:
+    """The `register` callable one plugin's hook receives."""
+
+    def __init__(self, plugin: str, found: list[Tool]) -> None:
+        self.plugin = plugin
+        self.found = found
+
+    def __call__(
+        self,
+        item: Tool | Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        eager: bool | None = None,
+    ) -> Tool:
+        """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`."""
+        if not isinstance(item, Tool):
+            new = Tool(
+                item,
+                name=name,
+                description=description,
+                timeout=timeout,
+                eager=True if eager is None else eager,
+            )
+        elif name is None and description is None and timeout is None and eager is None:
+            new = copy.copy(item)  # a module-level Tool may be shared: give ours the source
+        else:
+            new = Tool(
+                item.function,
+                name=name or item.name,
+                description=item.description if description is None else description,
+                timeout=item.timeout if timeout is None else timeout,
+                eager=item.eager if eager is None else eager,
+            )
+        new.source = self.plugin
+        self.found.append(new)
+        return new
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    """Installed entry points of the group by name; the first of a repeated name wins."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for entry_point in metadata.entry_points(group=PROJECT_NAME):
+        found.setdefault(entry_point.name, entry_point)
+    return found
+
+
+def _pinned_names() -> list[str] | None:
+    value = os.environ.get(ENV_VAR)
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def _check_names(kind: str, asked: Iterable[str], known: Sequence[str]) -> None:
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise ConfigurationError(
+            f"unknown {kind} name(s): {', '.join(unknown)}; available: {listed}"
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _module_name(plugin: object) -> str:
+    name = getattr(plugin, "__name__", None)
+    return name if isinstance(name, str) else type(plugin).__qualname__
+
+
+def default_manager() -> PluginManager:
+    """A new manager with the installed plugins loaded (honouring `AGENTLOOP_PLUGINS`)."""
+    manager = PluginManager()
+    manager.load_entry_points()
+    return manager
+
+
+def plugin_tools(
+    plugins: Sequence[str] | None = None, tools: Sequence[str] | None = None
+) -> list[Tool]:
+    """Tools from installed plugins, chosen by plugin and/or tool name.
+
+    `Agent(tools=[*my_tools, *plugin_tools(plugins=["cortex"])])`. With no names it
+    returns `[]` (see `PluginManager.select`).
+
+    Raises:
+        ConfigurationError: a name is unknown; the message lists what is available.
+        DuplicateToolError: two plugins register one tool name.
+    """
+    return default_manager().select(plugins=plugins, tools=tools)
