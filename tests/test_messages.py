@@ -1,0 +1,175 @@
+"""Wire-exact blocks, the history linter and repair."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentloop import HistoryError, Message, lint_history, repair
+from agentloop.messages import (
+    ServerToolResultBlock,
+    ServerToolUseBlock,
+    ToolResultBlock,
+    UnknownBlock,
+    dump_history,
+    parse_history,
+)
+
+
+def user(*content: Any) -> dict[str, Any]:
+    return {"role": "user", "content": list(content)}
+
+
+def assistant(*content: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": list(content)}
+
+
+def use(id: str, name: str = "t") -> dict[str, Any]:
+    return {"type": "tool_use", "id": id, "name": name, "input": {}}
+
+
+def result(id: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": id, "content": "r", **extra}
+
+
+TEXT = {"type": "text", "text": "hi"}
+THINK = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+
+
+def test_dump_is_exactly_what_was_parsed() -> None:
+    history = [
+        {"role": "user", "content": "plain string"},
+        assistant(
+            {"type": "text", "text": "a", "citations": None},
+            {"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"z": 1, "a": None}, "caller": {"type": "direct"}},
+            {"type": "brand_new", "anything": {"nested": [1, None]}, "flag": None},
+        ),
+        user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "x"}], "is_error": False, "cache_control": None}),
+    ]
+    messages = parse_history(history)
+    assert isinstance(messages[1].content[2], UnknownBlock)  # type: ignore[index]
+    assert dump_history(messages) == history
+    assert json.dumps(dump_history(messages)) == json.dumps(history)
+
+
+def test_built_blocks_have_no_invented_fields() -> None:
+    block = ToolResultBlock(tool_use_id="toolu_1")
+    assert block.to_wire() == {"type": "tool_result", "tool_use_id": "toolu_1"}
+    assert Message.user("hi").wire == {"role": "user", "content": "hi"}
+    server = ServerToolResultBlock(type="web_fetch_tool_result", tool_use_id="srvtoolu_1", content={"a": 1})
+    assert server.to_wire() == {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {"a": 1}}
+    assert ServerToolUseBlock(id="s", name="web_search").to_wire() == {"type": "server_tool_use", "id": "s", "name": "web_search"}
+
+
+def test_malformed_history_is_a_history_error() -> None:
+    with pytest.raises(HistoryError, match=r"messages\.0\.content"):
+        parse_history([{"role": "user", "content": [{"type": "tool_use", "id": 1}]}])
+    with pytest.raises(HistoryError):
+        parse_history([{"role": "system", "content": "x"}])
+
+
+VALID = [
+    pytest.param([user(TEXT)], id="one-user"),
+    pytest.param([user(TEXT), assistant(use("a"), use("b")), user(result("a"), result("b"), TEXT)], id="results-then-text"),
+    pytest.param([user(TEXT), user(TEXT), assistant(TEXT)], id="consecutive-users-merge"),
+    pytest.param([user(TEXT), assistant(TEXT, {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}})], id="paused-server-use-last"),
+    pytest.param(
+        [user(TEXT), assistant({"type": "server_tool_use", "id": "s1", "name": "code_execution", "input": {}}, {**use("c"), "caller": {"type": "code_execution_20260120", "tool_id": "s1"}}), user(result("c"))],
+        id="programmatic-call",
+    ),
+    pytest.param([user(TEXT), assistant(THINK, use("a")), user(result("a"))], id="thinking-loop"),
+    pytest.param([user(TEXT), assistant(TEXT), user({"type": "text", "text": " "})], id="whitespace-text"),
+    pytest.param([user(TEXT), assistant()], id="empty-final-assistant"),
+]
+
+
+@pytest.mark.parametrize("history", VALID)
+def test_valid_histories_pass(history: list[dict[str, Any]]) -> None:
+    messages = parse_history(history)
+    lint_history(messages)
+    thinking_loop = any(b.get("type") == "thinking" for m in history for b in m["content"])
+    if thinking_loop or not any(b.get("type") == "tool_result" for b in history[-1]["content"]):
+        lint_history(messages, thinking=True)
+
+
+INVALID = [
+    pytest.param([], {}, "messages: at least one message is required", id="empty"),
+    pytest.param([user(TEXT), assistant(use("a"))], {}, "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: a.", id="dangling-last"),
+    pytest.param(
+        [user(TEXT), assistant(use("a"), use("b")), user(result("a"))],
+        {},
+        "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: b. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        id="unanswered",
+    ),
+    pytest.param([user(TEXT), assistant(use("a")), assistant(TEXT)], {}, "messages.1: `tool_use` ids were found without", id="no-user-after"),
+    pytest.param(
+        [{"role": "user", "content": "q"}, user(result("toolu_x"))],
+        {},
+        "messages.0.content.1: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+        id="orphan-after-merge",
+    ),
+    pytest.param([user(TEXT), assistant(use("a")), user(TEXT, result("a"))], {}, "messages.2.content.1: `tool_result` blocks must come first", id="result-not-first"),
+    pytest.param([user(TEXT), assistant(use("a")), user(result("a"), result("a"))], {}, "messages.2.content.1: each `tool_use` must have a single result", id="duplicate-result"),
+    pytest.param([user(TEXT), assistant(use("a")), user(result("a")), assistant(use("a")), user(result("a"))], {}, "messages.3.content.0: `tool_use` ids must be unique", id="duplicate-use-id"),
+    pytest.param([user({"type": "text", "text": ""})], {}, "messages.0.content.0: text content blocks must be non-empty", id="empty-text"),
+    pytest.param([user(TEXT), assistant(), user(TEXT)], {}, "messages.1: all messages must have non-empty content", id="empty-message"),
+    pytest.param([user(TEXT), assistant(use("a")), user(result("a"))], {"thinking": True}, "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`", id="thinking-missing"),
+    pytest.param([user(TEXT)], {"thinking": True, "tool_choice": {"type": "any"}}, "Thinking may not be enabled when tool_choice forces tool use.", id="forced-choice-thinking"),
+    pytest.param([user(TEXT), assistant({**THINK, "signature": ""}, TEXT)], {}, "messages.1.content.0.signature", id="thinking-unsigned"),
+    pytest.param(
+        [user(TEXT), assistant({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}), user(TEXT), assistant(TEXT)],
+        {},
+        "server tool use s1 has no result block",
+        id="server-use-unpaired",
+    ),
+    pytest.param([user(TEXT), assistant({"type": "web_search_tool_result", "tool_use_id": "s9", "content": []})], {}, "messages.1.content.0: `web_search_tool_result` block refers to an unknown server tool use id: s9", id="server-result-orphan"),
+    pytest.param([user(TEXT, {"type": "image", "source": {"type": "file", "file_id": "f"}})], {}, "messages.0.content.1.source: Input tag 'file' found using 'type' does not match any of the expected tags: 'base64', 'url'", id="file-source"),
+]
+
+
+@pytest.mark.parametrize(("history", "options", "message"), INVALID)
+def test_invalid_histories_are_refused_in_the_api_wording(history: list[dict[str, Any]], options: dict[str, Any], message: str) -> None:
+    with pytest.raises(HistoryError) as info:
+        lint_history(parse_history(history), **options)
+    assert str(info.value).startswith(message)
+
+
+def test_file_sources_allowed_with_the_files_beta() -> None:
+    lint_history(parse_history([user({"type": "document", "source": {"type": "file", "file_id": "f"}})]), allow_file_sources=True)
+
+
+def test_error_records_the_original_message_index() -> None:
+    history = [{"role": "user", "content": "q"}, user(result("toolu_x"))]
+    with pytest.raises(HistoryError) as info:
+        lint_history(parse_history(history))
+    assert (info.value.path, info.value.index) == ("messages.0.content.1", 1)
+
+
+def test_repair_makes_a_broken_history_valid_and_says_how() -> None:
+    history = [
+        user(TEXT, {"type": "text", "text": ""}),
+        assistant(THINK, use("a"), use("b")),
+        user(TEXT, result("b"), result("zzz")),
+        assistant(use("c")),
+    ]
+    report = repair(history)
+    lint_history(report.messages)
+    wire = dump_history(report.messages)
+    assert wire[0]["content"] == [TEXT]
+    assert wire[1] == assistant(THINK, use("a"), use("b"))
+    assert [b["type"] for b in wire[2]["content"]] == ["tool_result", "tool_result", "text"]
+    assert wire[2]["content"][0]["tool_use_id"] == "a" and wire[2]["content"][0]["is_error"] is True
+    assert wire[2]["content"][1] == result("b")
+    assert wire[4]["content"][0]["tool_use_id"] == "c"
+    joined = "\n".join(report.changes)
+    for fragment in ("empty text", "orphan tool_result zzz", "is_error tool_result for a", "unanswered tool_use ids: c"):
+        assert fragment in joined
+    assert report.changed
+
+
+def test_repair_leaves_a_valid_history_alone() -> None:
+    history = [user(TEXT), assistant(THINK, use("a")), user(result("a"))]
+    report = repair(history)
+    assert not report.changed and dump_history(report.messages) == history
