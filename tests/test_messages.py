@@ -121,7 +121,7 @@ INVALID = [
     pytest.param(
         [user(TEXT), assistant({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}), user(TEXT), assistant(TEXT)],
         {},
-        "server tool use s1 has no result block",
+        "messages.1: server tool use s1 has no result block",
         id="server-use-unpaired",
     ),
     pytest.param([user(TEXT), assistant({"type": "web_search_tool_result", "tool_use_id": "s9", "content": []})], {}, "messages.1.content.0: `web_search_tool_result` block refers to an unknown server tool use id: s9", id="server-result-orphan"),
