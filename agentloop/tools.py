@@ -232,7 +232,10 @@ class Tool:
             if param.kind is param.POSITIONAL_ONLY:
                 self._positional.append(param.name)
             default = ... if param.default is param.empty else param.default
-            info = Field(default, description=param_docs.get(param.name))
+            described = param.name in param_docs
+            info = (
+                Field(default, description=param_docs[param.name]) if described else Field(default)
+            )
             fields[param.name] = (annotation, info)
         try:
             return create_model(

@@ -25,7 +25,9 @@ async def serve() -> AsyncIterator[Callable[..., MessagesServer]]:
 
 
 @pytest.fixture(params=[False, True], ids=["json", "sse"])
-def http_agent(request: pytest.FixtureRequest, serve: Callable[..., MessagesServer]) -> Callable[..., tuple[Agent, MessagesServer]]:
+def http_agent(
+    request: pytest.FixtureRequest, serve: Callable[..., MessagesServer]
+) -> Callable[..., tuple[Agent, MessagesServer]]:
     """An Agent over the real SDK client talking to a local server, JSON or streamed."""
 
     def make(script: Any, **options: Any) -> tuple[Agent, MessagesServer]:

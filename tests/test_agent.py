@@ -80,7 +80,10 @@ THINKING = {
     "thinking": "Let me think \u201cexactly\u201d \u2014 with unicode \U0001f600 and  spaces.",
     "signature": "EqQBCkYIBxgCKkA0c2lnbmF0dXJl+/==",
 }
-REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}
+REDACTED = {
+    "type": "redacted_thinking",
+    "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP",
+}
 
 
 async def test_thinking_text_and_tool_use_go_back_byte_exact(http_agent: Any) -> None:
@@ -88,10 +91,12 @@ async def test_thinking_text_and_tool_use_go_back_byte_exact(http_agent: Any) ->
         THINKING,
         REDACTED,
         text("Calling."),
-        {**tool_call("echo", {"value": "é \n\"q\""}), "caller": {"type": "direct"}},
+        {**tool_call("echo", {"value": 'é \n"q"'}), "caller": {"type": "direct"}},
         {"type": "future_block", "payload": {"k": [1, None]}, "extra": None},
     )
-    agent, server = http_agent([first, reply("done")], tools=[echo], thinking={"type": "enabled", "budget_tokens": 1024})
+    agent, server = http_agent(
+        [first, reply("done")], tools=[echo], thinking={"type": "enabled", "budget_tokens": 1024}
+    )
     result = await agent.run("think")
     assert server.requests[1]["messages"][1] == {"role": "assistant", "content": first["content"]}
     assert result.messages[1]["content"] == first["content"]
@@ -102,10 +107,15 @@ async def test_thinking_loop_without_its_thinking_block_is_refused() -> None:
     history = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": [tool_call("echo", {"value": "a"}, id="toolu_1")]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"}]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"}],
+        },
     ]
     provider = ScriptedProvider([reply("never")])
-    agent = Agent(provider=provider, tools=[echo], thinking={"type": "enabled", "budget_tokens": 1024})
+    agent = Agent(
+        provider=provider, tools=[echo], thinking={"type": "enabled", "budget_tokens": 1024}
+    )
     with pytest.raises(HistoryError, match=r"messages\.1\.content\.0\.type: Expected `thinking`"):
         await agent.run(history=history)
     assert provider.requests == []
@@ -144,13 +154,20 @@ async def test_max_tokens_cut_off_tool_use_is_never_executed(http_agent: Any) ->
         return "ok"
 
     script = [
-        reply(tool_call("record", {"value": "complete"}), tool_call("record", {"value": "trunc"}), stop_reason="max_tokens"),
+        reply(
+            tool_call("record", {"value": "complete"}),
+            tool_call("record", {"value": "trunc"}),
+            stop_reason="max_tokens",
+        ),
         reply("recovered"),
     ]
     agent, server = http_agent(script, tools=[record])
     result = await agent.run("go")
     assert ran == ["complete"]
-    assert [(c.is_error, c.output) for c in result.tool_calls] == [(False, "ok"), (True, TRUNCATED_MESSAGE)]
+    assert [(c.is_error, c.output) for c in result.tool_calls] == [
+        (False, "ok"),
+        (True, TRUNCATED_MESSAGE),
+    ]
     assert result.text == "recovered" and result.stop_reason == "end_turn"
     lint_all(server.requests)
 
@@ -162,8 +179,19 @@ async def test_max_tokens_on_text_ends_the_run() -> None:
 
 
 async def test_pause_turn_is_continued_and_merged(http_agent: Any) -> None:
-    search = {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "x"}}
-    found = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [{"type": "web_search_result", "url": "u", "title": "t", "encrypted_content": "e"}]}
+    search = {
+        "type": "server_tool_use",
+        "id": "srvtoolu_01",
+        "name": "web_search",
+        "input": {"query": "x"},
+    }
+    found = {
+        "type": "web_search_tool_result",
+        "tool_use_id": "srvtoolu_01",
+        "content": [
+            {"type": "web_search_result", "url": "u", "title": "t", "encrypted_content": "e"}
+        ],
+    }
     script = [
         reply(text("Searching."), search, stop_reason="pause_turn"),
         reply(found, text("Found it."), stop_reason="end_turn"),
@@ -171,14 +199,20 @@ async def test_pause_turn_is_continued_and_merged(http_agent: Any) -> None:
     agent, server = http_agent(script)
     result = await agent.run("search")
     assert result.stop_reason == "end_turn" and result.rounds == 2
-    assert server.requests[1]["messages"][-1] == {"role": "assistant", "content": script[0]["content"]}
+    assert server.requests[1]["messages"][-1] == {
+        "role": "assistant",
+        "content": script[0]["content"],
+    }
     assert len(result.messages) == 2
     assert result.messages[1]["content"] == script[0]["content"] + script[1]["content"]
     assert result.text == "Searching.Found it."
 
 
 async def test_container_is_carried_to_the_next_request(http_agent: Any) -> None:
-    first = {**reply(tool_call("echo", {"value": "a"})), "container": {"id": "container_1", "expires_at": "2026-01-01T00:00:00Z"}}
+    first = {
+        **reply(tool_call("echo", {"value": "a"})),
+        "container": {"id": "container_1", "expires_at": "2026-01-01T00:00:00Z"},
+    }
     agent, server = http_agent([first, reply("done")], tools=[echo])
     await agent.run("go")
     assert "container" not in server.requests[0]
@@ -222,7 +256,9 @@ async def test_on_tool_error_stop_raises_with_a_complete_history() -> None:
     def fails() -> str:
         raise RuntimeError("disk on fire")
 
-    provider = ScriptedProvider([reply(tool_call("fails"), tool_call("echo", {"value": "ok"})), reply("never")])
+    provider = ScriptedProvider(
+        [reply(tool_call("fails"), tool_call("echo", {"value": "ok"})), reply("never")]
+    )
     agent = Agent(provider=provider, tools=[fails, echo], on_tool_error="stop")
     with pytest.raises(ToolCallFailed, match="disk on fire") as info:
         await agent.run("go")
@@ -234,7 +270,9 @@ async def test_on_tool_error_stop_raises_with_a_complete_history() -> None:
 
 
 async def test_provider_error_carries_the_partial_result(http_agent: Any) -> None:
-    overloaded = RawResponse(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    overloaded = RawResponse(
+        529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    )
     agent, _ = http_agent([reply(tool_call("echo", {"value": "a"})), overloaded], tools=[echo])
     with pytest.raises(OverloadedError) as info:
         await agent.run("go")
@@ -247,18 +285,33 @@ async def test_provider_error_carries_the_partial_result(http_agent: Any) -> Non
 async def test_invalid_history_is_refused_before_any_request(serve: Any) -> None:
     server = serve([reply("never")])
     agent = Agent(client=server.client())
-    bad = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}]
+    bad = [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}],
+        }
+    ]
     with pytest.raises(HistoryError, match="unexpected `tool_use_id`"):
         await agent.run(history=bad)
     assert server.requests == []
 
 
 async def test_usage_is_summed_over_rounds() -> None:
-    usage = {"input_tokens": 100, "output_tokens": 7, "cache_read_input_tokens": 40, "cache_creation_input_tokens": 3}
-    provider = ScriptedProvider([reply(tool_call("echo", {"value": "a"}), usage=usage), reply("done", usage=usage)])
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 7,
+        "cache_read_input_tokens": 40,
+        "cache_creation_input_tokens": 3,
+    }
+    provider = ScriptedProvider(
+        [reply(tool_call("echo", {"value": "a"}), usage=usage), reply("done", usage=usage)]
+    )
     result = await Agent(provider=provider, tools=[echo]).run("go")
     assert (result.usage.input_tokens, result.usage.output_tokens) == (200, 14)
-    assert (result.usage.cache_read_input_tokens, result.usage.cache_creation_input_tokens) == (80, 6)
+    assert (result.usage.cache_read_input_tokens, result.usage.cache_creation_input_tokens) == (
+        80,
+        6,
+    )
     assert result.usage.requests == 2
 
 
@@ -275,7 +328,12 @@ def outputs(kind: str) -> Any:
         "list": [1, "two"],
         "model": Forecast(city="Paris", high=21),
         "none": None,
-        "blocks": [TextBlock(text="see"), ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="})],
+        "blocks": [
+            TextBlock(text="see"),
+            ImageBlock(
+                source={"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+            ),
+        ],
     }[kind]
 
 
@@ -288,13 +346,23 @@ def outputs(kind: str) -> Any:
         pytest.param("none", None, id="none"),
         pytest.param(
             "blocks",
-            [{"type": "text", "text": "see"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}],
+            [
+                {"type": "text", "text": "see"},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+                },
+            ],
             id="blocks",
         ),
     ],
 )
-async def test_tool_outputs_reach_the_model_in_wire_form(http_agent: Any, kind: str, content: Any) -> None:
-    agent, server = http_agent([reply(tool_call("outputs", {"kind": kind})), reply("ok")], tools=[outputs])
+async def test_tool_outputs_reach_the_model_in_wire_form(
+    http_agent: Any, kind: str, content: Any
+) -> None:
+    agent, server = http_agent(
+        [reply(tool_call("outputs", {"kind": kind})), reply("ok")], tools=[outputs]
+    )
     await agent.run("go")
     block = server.requests[1]["messages"][-1]["content"][0]
     assert block.get("content") == content
@@ -303,8 +371,21 @@ async def test_tool_outputs_reach_the_model_in_wire_form(http_agent: Any, kind: 
 
 async def test_raw_definitions_with_an_executor() -> None:
     definitions = [
-        {"name": "lookup", "description": "Look a key up.", "input_schema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}},
-        {"name": "alookup", "description": "Async lookup.", "input_schema": {"type": "object", "properties": {}}, "cache_control": {"type": "ephemeral"}},
+        {
+            "name": "lookup",
+            "description": "Look a key up.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"key": {"type": "string"}},
+                "required": ["key"],
+            },
+        },
+        {
+            "name": "alookup",
+            "description": "Async lookup.",
+            "input_schema": {"type": "object", "properties": {}},
+            "cache_control": {"type": "ephemeral"},
+        },
     ]
 
     def executor(name: str, args: dict[str, Any]) -> tuple[bool, str]:
@@ -316,9 +397,22 @@ async def test_raw_definitions_with_an_executor() -> None:
         return True, "async " + name
 
     tools = [raw_tools(definitions[:1], executor)[0], raw_tools(definitions[1:], aexecutor)[0]]
-    provider = ScriptedProvider([reply(tool_call("lookup", {"key": "k"}), tool_call("lookup", {"key": "missing"}), tool_call("alookup")), reply("ok")])
+    provider = ScriptedProvider(
+        [
+            reply(
+                tool_call("lookup", {"key": "k"}),
+                tool_call("lookup", {"key": "missing"}),
+                tool_call("alookup"),
+            ),
+            reply("ok"),
+        ]
+    )
     result = await Agent(provider=provider, tools=tools).run("go")
-    assert [(c.output, c.is_error) for c in result.tool_calls] == [("lookup=k", False), ("no such key", True), ("async alookup", False)]
+    assert [(c.output, c.is_error) for c in result.tool_calls] == [
+        ("lookup=k", False),
+        ("no such key", True),
+        ("async alookup", False),
+    ]
     assert provider.requests[0]["tools"] == definitions
 
 

@@ -30,7 +30,10 @@ def noop() -> None:
 
 
 def error(status: int, kind: str, message: str) -> RawResponse:
-    return RawResponse(status, {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"})
+    return RawResponse(
+        status,
+        {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"},
+    )
 
 
 CREDIT = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."
@@ -39,16 +42,50 @@ CREDIT = "Your credit balance is too low to access the Anthropic API. Please go 
 @pytest.mark.parametrize(
     ("answer", "expected", "sdk_error"),
     [
-        pytest.param(error(400, "invalid_request_error", CREDIT), CreditBalanceError, anthropic.BadRequestError, id="credit-400"),
-        pytest.param(error(402, "billing_error", "Payment required"), CreditBalanceError, anthropic.APIStatusError, id="billing-402"),
-        pytest.param(error(401, "authentication_error", "invalid x-api-key"), AuthenticationError, anthropic.AuthenticationError, id="401"),
-        pytest.param(error(403, "permission_error", "no access"), AuthenticationError, anthropic.PermissionDeniedError, id="403"),
-        pytest.param(error(429, "rate_limit_error", "slow down"), RateLimitError, anthropic.RateLimitError, id="429"),
-        pytest.param(error(500, "api_error", "oops"), ServerError, anthropic.InternalServerError, id="500"),
-        pytest.param(error(400, "invalid_request_error", "max_tokens: too big"), BadRequestError, anthropic.BadRequestError, id="400"),
+        pytest.param(
+            error(400, "invalid_request_error", CREDIT),
+            CreditBalanceError,
+            anthropic.BadRequestError,
+            id="credit-400",
+        ),
+        pytest.param(
+            error(402, "billing_error", "Payment required"),
+            CreditBalanceError,
+            anthropic.APIStatusError,
+            id="billing-402",
+        ),
+        pytest.param(
+            error(401, "authentication_error", "invalid x-api-key"),
+            AuthenticationError,
+            anthropic.AuthenticationError,
+            id="401",
+        ),
+        pytest.param(
+            error(403, "permission_error", "no access"),
+            AuthenticationError,
+            anthropic.PermissionDeniedError,
+            id="403",
+        ),
+        pytest.param(
+            error(429, "rate_limit_error", "slow down"),
+            RateLimitError,
+            anthropic.RateLimitError,
+            id="429",
+        ),
+        pytest.param(
+            error(500, "api_error", "oops"), ServerError, anthropic.InternalServerError, id="500"
+        ),
+        pytest.param(
+            error(400, "invalid_request_error", "max_tokens: too big"),
+            BadRequestError,
+            anthropic.BadRequestError,
+            id="400",
+        ),
     ],
 )
-async def test_api_failures_are_typed_and_keep_the_sdk_cause(serve: Any, answer: RawResponse, expected: type[ProviderError], sdk_error: type[Exception]) -> None:
+async def test_api_failures_are_typed_and_keep_the_sdk_cause(
+    serve: Any, answer: RawResponse, expected: type[ProviderError], sdk_error: type[Exception]
+) -> None:
     server = serve([answer])
     agent = Agent(client=server.client())
     with pytest.raises(expected) as info:
@@ -63,7 +100,9 @@ async def test_unreachable_api_is_a_connection_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{port}", api_key="k", max_retries=0)
+    client = anthropic.AsyncAnthropic(
+        base_url=f"http://127.0.0.1:{port}", api_key="k", max_retries=0
+    )
     try:
         with pytest.raises(APIConnectionError) as info:
             await Agent(client=client).run("hi")
@@ -72,7 +111,9 @@ async def test_unreachable_api_is_a_connection_error() -> None:
     assert isinstance(info.value.__cause__, anthropic.APIConnectionError)
 
 
-async def test_missing_api_key_is_raised_before_any_request(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_missing_api_key_is_raised_before_any_request(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", "/nonexistent")
@@ -97,7 +138,12 @@ async def test_request_fields_pass_through(serve: Any) -> None:
         tool_choice={"type": "auto", "disable_parallel_tool_use": True},
         metadata={"user_id": "u-1"},
         stop_sequences=["STOP"],
-        params={"temperature": 0.2, "top_k": 5, "service_tier": "auto", "extra_headers": {"x-trace": "t1"}},
+        params={
+            "temperature": 0.2,
+            "top_k": 5,
+            "service_tier": "auto",
+            "extra_headers": {"x-trace": "t1"},
+        },
     )
     await agent.run("hi")
     (body,) = server.requests
@@ -106,13 +152,21 @@ async def test_request_fields_pass_through(serve: Any) -> None:
     assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert body["metadata"] == {"user_id": "u-1"} and body["stop_sequences"] == ["STOP"]
     assert (body["temperature"], body["top_k"], body["service_tier"]) == (0.2, 5, "auto")
-    assert body["tools"] == [{"name": "noop", "description": "Do nothing.", "input_schema": {"additionalProperties": False, "properties": {}, "type": "object"}}]
+    assert body["tools"] == [
+        {
+            "name": "noop",
+            "description": "Do nothing.",
+            "input_schema": {"additionalProperties": False, "properties": {}, "type": "object"},
+        }
+    ]
 
 
 async def test_tool_choice_none_and_thinking_are_sent(serve: Any) -> None:
     server = serve([reply("ok")])
     thinking = {"type": "enabled", "budget_tokens": 1024}
-    await Agent(client=server.client(), tools=[noop], tool_choice={"type": "none"}, thinking=thinking).run("hi")
+    await Agent(
+        client=server.client(), tools=[noop], tool_choice={"type": "none"}, thinking=thinking
+    ).run("hi")
     assert server.requests[0]["tool_choice"] == {"type": "none"}
     assert server.requests[0]["thinking"] == thinking
 
@@ -121,7 +175,12 @@ async def test_forced_tool_choice_with_thinking_is_refused_before_sending(serve:
     from agentloop import HistoryError
 
     server = serve([reply("never")])
-    agent = Agent(client=server.client(), tools=[noop], tool_choice={"type": "any"}, thinking={"type": "enabled", "budget_tokens": 1024})
+    agent = Agent(
+        client=server.client(),
+        tools=[noop],
+        tool_choice={"type": "any"},
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
     with pytest.raises(HistoryError, match="tool_choice forces tool use"):
         await agent.run("hi")
     assert server.requests == []

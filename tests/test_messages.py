@@ -43,10 +43,24 @@ def test_dump_is_exactly_what_was_parsed() -> None:
         {"role": "user", "content": "plain string"},
         assistant(
             {"type": "text", "text": "a", "citations": None},
-            {"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"z": 1, "a": None}, "caller": {"type": "direct"}},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "t",
+                "input": {"z": 1, "a": None},
+                "caller": {"type": "direct"},
+            },
             {"type": "brand_new", "anything": {"nested": [1, None]}, "flag": None},
         ),
-        user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "x"}], "is_error": False, "cache_control": None}),
+        user(
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [{"type": "text", "text": "x"}],
+                "is_error": False,
+                "cache_control": None,
+            }
+        ),
     ]
     messages = parse_history(history)
     assert isinstance(messages[1].content[2], UnknownBlock)  # type: ignore[index]
@@ -58,9 +72,19 @@ def test_built_blocks_have_no_invented_fields() -> None:
     block = ToolResultBlock(tool_use_id="toolu_1")
     assert block.to_wire() == {"type": "tool_result", "tool_use_id": "toolu_1"}
     assert Message.user("hi").wire == {"role": "user", "content": "hi"}
-    server = ServerToolResultBlock(type="web_fetch_tool_result", tool_use_id="srvtoolu_1", content={"a": 1})
-    assert server.to_wire() == {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {"a": 1}}
-    assert ServerToolUseBlock(id="s", name="web_search").to_wire() == {"type": "server_tool_use", "id": "s", "name": "web_search"}
+    server = ServerToolResultBlock(
+        type="web_fetch_tool_result", tool_use_id="srvtoolu_1", content={"a": 1}
+    )
+    assert server.to_wire() == {
+        "type": "web_fetch_tool_result",
+        "tool_use_id": "srvtoolu_1",
+        "content": {"a": 1},
+    }
+    assert ServerToolUseBlock(id="s", name="web_search").to_wire() == {
+        "type": "server_tool_use",
+        "id": "s",
+        "name": "web_search",
+    }
 
 
 def test_malformed_history_is_a_history_error() -> None:
@@ -72,15 +96,35 @@ def test_malformed_history_is_a_history_error() -> None:
 
 VALID = [
     pytest.param([user(TEXT)], id="one-user"),
-    pytest.param([user(TEXT), assistant(use("a"), use("b")), user(result("a"), result("b"), TEXT)], id="results-then-text"),
-    pytest.param([user(TEXT), user(TEXT), assistant(TEXT)], id="consecutive-users-merge"),
-    pytest.param([user(TEXT), assistant(TEXT, {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}})], id="paused-server-use-last"),
     pytest.param(
-        [user(TEXT), assistant({"type": "server_tool_use", "id": "s1", "name": "code_execution", "input": {}}, {**use("c"), "caller": {"type": "code_execution_20260120", "tool_id": "s1"}}), user(result("c"))],
+        [user(TEXT), assistant(use("a"), use("b")), user(result("a"), result("b"), TEXT)],
+        id="results-then-text",
+    ),
+    pytest.param([user(TEXT), user(TEXT), assistant(TEXT)], id="consecutive-users-merge"),
+    pytest.param(
+        [
+            user(TEXT),
+            assistant(
+                TEXT, {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}
+            ),
+        ],
+        id="paused-server-use-last",
+    ),
+    pytest.param(
+        [
+            user(TEXT),
+            assistant(
+                {"type": "server_tool_use", "id": "s1", "name": "code_execution", "input": {}},
+                {**use("c"), "caller": {"type": "code_execution_20260120", "tool_id": "s1"}},
+            ),
+            user(result("c")),
+        ],
         id="programmatic-call",
     ),
     pytest.param([user(TEXT), assistant(THINK, use("a")), user(result("a"))], id="thinking-loop"),
-    pytest.param([user(TEXT), assistant(TEXT), user({"type": "text", "text": " "})], id="whitespace-text"),
+    pytest.param(
+        [user(TEXT), assistant(TEXT), user({"type": "text", "text": " "})], id="whitespace-text"
+    ),
     pytest.param([user(TEXT), assistant()], id="empty-final-assistant"),
 ]
 
@@ -96,48 +140,127 @@ def test_valid_histories_pass(history: list[dict[str, Any]]) -> None:
 
 INVALID = [
     pytest.param([], {}, "messages: at least one message is required", id="empty"),
-    pytest.param([user(TEXT), assistant(use("a"))], {}, "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: a.", id="dangling-last"),
+    pytest.param(
+        [user(TEXT), assistant(use("a"))],
+        {},
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: a.",
+        id="dangling-last",
+    ),
     pytest.param(
         [user(TEXT), assistant(use("a"), use("b")), user(result("a"))],
         {},
         "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: b. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
         id="unanswered",
     ),
-    pytest.param([user(TEXT), assistant(use("a")), assistant(TEXT)], {}, "messages.1: `tool_use` ids were found without", id="no-user-after"),
+    pytest.param(
+        [user(TEXT), assistant(use("a")), assistant(TEXT)],
+        {},
+        "messages.1: `tool_use` ids were found without",
+        id="no-user-after",
+    ),
     pytest.param(
         [{"role": "user", "content": "q"}, user(result("toolu_x"))],
         {},
         "messages.0.content.1: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
         id="orphan-after-merge",
     ),
-    pytest.param([user(TEXT), assistant(use("a")), user(TEXT, result("a"))], {}, "messages.2.content.1: `tool_result` blocks must come first", id="result-not-first"),
-    pytest.param([user(TEXT), assistant(use("a")), user(result("a"), result("a"))], {}, "messages.2.content.1: each `tool_use` must have a single result", id="duplicate-result"),
-    pytest.param([user(TEXT), assistant(use("a")), user(result("a")), assistant(use("a")), user(result("a"))], {}, "messages.3.content.0: `tool_use` ids must be unique", id="duplicate-use-id"),
-    pytest.param([user({"type": "text", "text": ""})], {}, "messages.0.content.0: text content blocks must be non-empty", id="empty-text"),
-    pytest.param([user(TEXT), assistant(), user(TEXT)], {}, "messages.1: all messages must have non-empty content", id="empty-message"),
-    pytest.param([user(TEXT), assistant(use("a")), user(result("a"))], {"thinking": True}, "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`", id="thinking-missing"),
-    pytest.param([user(TEXT)], {"thinking": True, "tool_choice": {"type": "any"}}, "Thinking may not be enabled when tool_choice forces tool use.", id="forced-choice-thinking"),
-    pytest.param([user(TEXT), assistant({**THINK, "signature": ""}, TEXT)], {}, "messages.1.content.0.signature", id="thinking-unsigned"),
     pytest.param(
-        [user(TEXT), assistant({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}), user(TEXT), assistant(TEXT)],
+        [user(TEXT), assistant(use("a")), user(TEXT, result("a"))],
+        {},
+        "messages.2.content.1: `tool_result` blocks must come first",
+        id="result-not-first",
+    ),
+    pytest.param(
+        [user(TEXT), assistant(use("a")), user(result("a"), result("a"))],
+        {},
+        "messages.2.content.1: each `tool_use` must have a single result",
+        id="duplicate-result",
+    ),
+    pytest.param(
+        [
+            user(TEXT),
+            assistant(use("a")),
+            user(result("a")),
+            assistant(use("a")),
+            user(result("a")),
+        ],
+        {},
+        "messages.3.content.0: `tool_use` ids must be unique",
+        id="duplicate-use-id",
+    ),
+    pytest.param(
+        [user({"type": "text", "text": ""})],
+        {},
+        "messages.0.content.0: text content blocks must be non-empty",
+        id="empty-text",
+    ),
+    pytest.param(
+        [user(TEXT), assistant(), user(TEXT)],
+        {},
+        "messages.1: all messages must have non-empty content",
+        id="empty-message",
+    ),
+    pytest.param(
+        [user(TEXT), assistant(use("a")), user(result("a"))],
+        {"thinking": True},
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`",
+        id="thinking-missing",
+    ),
+    pytest.param(
+        [user(TEXT)],
+        {"thinking": True, "tool_choice": {"type": "any"}},
+        "Thinking may not be enabled when tool_choice forces tool use.",
+        id="forced-choice-thinking",
+    ),
+    pytest.param(
+        [user(TEXT), assistant({**THINK, "signature": ""}, TEXT)],
+        {},
+        "messages.1.content.0.signature",
+        id="thinking-unsigned",
+    ),
+    pytest.param(
+        [
+            user(TEXT),
+            assistant({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}),
+            user(TEXT),
+            assistant(TEXT),
+        ],
         {},
         "messages.1: server tool use s1 has no result block",
         id="server-use-unpaired",
     ),
-    pytest.param([user(TEXT), assistant({"type": "web_search_tool_result", "tool_use_id": "s9", "content": []})], {}, "messages.1.content.0: `web_search_tool_result` block refers to an unknown server tool use id: s9", id="server-result-orphan"),
-    pytest.param([user(TEXT, {"type": "image", "source": {"type": "file", "file_id": "f"}})], {}, "messages.0.content.1.source: Input tag 'file' found using 'type' does not match any of the expected tags: 'base64', 'url'", id="file-source"),
+    pytest.param(
+        [
+            user(TEXT),
+            assistant({"type": "web_search_tool_result", "tool_use_id": "s9", "content": []}),
+        ],
+        {},
+        "messages.1.content.0: `web_search_tool_result` block refers to an unknown server tool use id: s9",
+        id="server-result-orphan",
+    ),
+    pytest.param(
+        [user(TEXT, {"type": "image", "source": {"type": "file", "file_id": "f"}})],
+        {},
+        "messages.0.content.1.source: Input tag 'file' found using 'type' does not match any of the expected tags: 'base64', 'url'",
+        id="file-source",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("history", "options", "message"), INVALID)
-def test_invalid_histories_are_refused_in_the_api_wording(history: list[dict[str, Any]], options: dict[str, Any], message: str) -> None:
+def test_invalid_histories_are_refused_in_the_api_wording(
+    history: list[dict[str, Any]], options: dict[str, Any], message: str
+) -> None:
     with pytest.raises(HistoryError) as info:
         lint_history(parse_history(history), **options)
     assert str(info.value).startswith(message)
 
 
 def test_file_sources_allowed_with_the_files_beta() -> None:
-    lint_history(parse_history([user({"type": "document", "source": {"type": "file", "file_id": "f"}})]), allow_file_sources=True)
+    lint_history(
+        parse_history([user({"type": "document", "source": {"type": "file", "file_id": "f"}})]),
+        allow_file_sources=True,
+    )
 
 
 def test_error_records_the_original_message_index() -> None:
@@ -164,7 +287,12 @@ def test_repair_makes_a_broken_history_valid_and_says_how() -> None:
     assert wire[2]["content"][1] == result("b")
     assert wire[4]["content"][0]["tool_use_id"] == "c"
     joined = "\n".join(report.changes)
-    for fragment in ("empty text", "orphan tool_result zzz", "is_error tool_result for a", "unanswered tool_use ids: c"):
+    for fragment in (
+        "empty text",
+        "orphan tool_result zzz",
+        "is_error tool_result for a",
+        "unanswered tool_use ids: c",
+    ):
         assert fragment in joined
     assert report.changed
 

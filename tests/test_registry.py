@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agentloop import Agent, ToolError, lint_history, tool
@@ -37,7 +38,11 @@ async def test_fifty_calls_run_in_one_turn_in_parallel(http_agent: Any) -> None:
         windows.append((start, time.perf_counter()))
         return f"ok {n}"
 
-    agent, server = http_agent(fanout("wait_for_all", [{"n": i} for i in range(50)]), tools=[wait_for_all], tool_concurrency=50)
+    agent, server = http_agent(
+        fanout("wait_for_all", [{"n": i} for i in range(50)]),
+        tools=[wait_for_all],
+        tool_concurrency=50,
+    )
     result = await agent.run("go")
     assert result.stop_reason == "end_turn" and result.rounds == 2
     assert [c.output for c in result.tool_calls] == [f"ok {i}" for i in range(50)]
@@ -63,11 +68,13 @@ async def test_concurrency_cap_is_never_exceeded(http_agent: Any) -> None:
             full.set()
         with anyio.fail_after(5):
             await full.wait()
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         in_flight -= 1
         return n
 
-    agent, _ = http_agent(fanout("counted", [{"n": i} for i in range(64)]), tools=[counted], tool_concurrency=8)
+    agent, _ = http_agent(
+        fanout("counted", [{"n": i} for i in range(64)]), tools=[counted], tool_concurrency=8
+    )
     result = await agent.run("go")
     assert most == 8
     assert [c.output for c in result.tool_calls] == [str(i) for i in range(64)]
@@ -84,12 +91,14 @@ async def test_shared_limiter_caps_across_runs(serve: Any) -> None:
         in_flight += 1
         most = max(most, in_flight)
         for _ in range(5):
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         in_flight -= 1
         return "ok"
 
     def script(body: dict[str, Any]) -> dict[str, Any]:
-        if body["messages"][-1]["role"] == "user" and isinstance(body["messages"][-1]["content"], str):
+        if body["messages"][-1]["role"] == "user" and isinstance(
+            body["messages"][-1]["content"], str
+        ):
             return reply(*[tool_call("counted") for _ in range(6)])
         return reply("done")
 
@@ -101,7 +110,9 @@ async def test_shared_limiter_caps_across_runs(serve: Any) -> None:
     assert most <= 3
 
 
-async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(http_agent: Any) -> None:
+async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(
+    http_agent: Any,
+) -> None:
     release = threading.Event()
 
     @tool
@@ -123,8 +134,18 @@ async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(http
         await anyio.sleep(0.7)
         return "slow but allowed"
 
-    script = [reply(tool_call("hangs"), tool_call("quick"), tool_call("hangs_in_a_thread"), tool_call("own_timeout")), reply("done")]
-    agent, _ = http_agent(script, tools=[hangs, hangs_in_a_thread, quick, own_timeout], tool_timeout=0.5)
+    script = [
+        reply(
+            tool_call("hangs"),
+            tool_call("quick"),
+            tool_call("hangs_in_a_thread"),
+            tool_call("own_timeout"),
+        ),
+        reply("done"),
+    ]
+    agent, _ = http_agent(
+        script, tools=[hangs, hangs_in_a_thread, quick, own_timeout], tool_timeout=0.5
+    )
     started = time.perf_counter()
     try:
         result = await agent.run("go")
@@ -133,7 +154,9 @@ async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(http
     elapsed = time.perf_counter() - started
     by_name = {c.name: c for c in result.tool_calls}
     assert by_name["hangs"].is_error and "timed out after 0.5 s" in by_name["hangs"].output
-    assert by_name["hangs_in_a_thread"].is_error and "timed out" in by_name["hangs_in_a_thread"].output
+    assert (
+        by_name["hangs_in_a_thread"].is_error and "timed out" in by_name["hangs_in_a_thread"].output
+    )
     assert not by_name["quick"].is_error and by_name["quick"].output == "quick"
     assert by_name["own_timeout"].output == "slow but allowed"
     assert 0.45 < by_name["hangs"].duration < 2
@@ -152,7 +175,9 @@ async def test_blocking_sync_tools_run_in_parallel_threads(http_agent: Any) -> N
         time.sleep(0.05)
         return str(n)
 
-    agent, _ = http_agent(fanout("blocking", [{"n": i} for i in range(6)]), tools=[blocking], tool_concurrency=6)
+    agent, _ = http_agent(
+        fanout("blocking", [{"n": i} for i in range(6)]), tools=[blocking], tool_concurrency=6
+    )
     result = await agent.run("go")
     assert [c.output for c in result.tool_calls] == [str(i) for i in range(6)]
     assert not any(c.is_error for c in result.tool_calls)
@@ -189,27 +214,48 @@ async def crash() -> str:
     ("call", "expected"),
     [
         pytest.param(tool_call("add", {"a": 1, "b": 2}), ("3", False), id="ok"),
-        pytest.param(tool_call("refuse", {"city": "X"}), ("unknown city 'X'; use a country code", True), id="tool-error"),
-        pytest.param(tool_call("crash"), ("Tool 'crash' failed: Boom: internal detail", True), id="exception"),
-        pytest.param(tool_call("nope"), ("Unknown tool 'nope'. Available tools: add, refuse, crash.", True), id="unknown"),
+        pytest.param(
+            tool_call("refuse", {"city": "X"}),
+            ("unknown city 'X'; use a country code", True),
+            id="tool-error",
+        ),
+        pytest.param(
+            tool_call("crash"), ("Tool 'crash' failed: Boom: internal detail", True), id="exception"
+        ),
+        pytest.param(
+            tool_call("nope"),
+            ("Unknown tool 'nope'. Available tools: add, refuse, crash.", True),
+            id="unknown",
+        ),
         pytest.param(
             tool_call("add", {"a": "one", "b": 2}),
-            ("Invalid input for tool 'add'. Fix these and call it again:\n- a: Input should be a valid integer, unable to parse string as an integer (got \"one\")", True),
+            (
+                "Invalid input for tool 'add'. Fix these and call it again:\n- a: Input should be a valid integer, unable to parse string as an integer (got \"one\")",
+                True,
+            ),
             id="wrong-type",
         ),
         pytest.param(
             tool_call("add", {"a": 1}),
-            ("Invalid input for tool 'add'. Fix these and call it again:\n- b: required argument is missing", True),
+            (
+                "Invalid input for tool 'add'. Fix these and call it again:\n- b: required argument is missing",
+                True,
+            ),
             id="missing",
         ),
         pytest.param(
             tool_call("add", {"a": 1, "b": 2, "c": 3}),
-            ("Invalid input for tool 'add'. Fix these and call it again:\n- c: unexpected argument; this tool does not take it", True),
+            (
+                "Invalid input for tool 'add'. Fix these and call it again:\n- c: unexpected argument; this tool does not take it",
+                True,
+            ),
             id="extra",
         ),
     ],
 )
-async def test_failures_become_actionable_error_results(http_agent: Any, call: dict[str, Any], expected: tuple[str, bool]) -> None:
+async def test_failures_become_actionable_error_results(
+    http_agent: Any, call: dict[str, Any], expected: tuple[str, bool]
+) -> None:
     agent, server = http_agent([reply(call), reply("ok")], tools=[add, refuse, crash])
     result = await agent.run("go")
     assert result.stop_reason == "end_turn"
