@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -197,7 +198,9 @@ class MessagesServer:
         """Start serving in a background thread."""
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._httpd.serve_forever, name="agentloop-messages-server", daemon=True
+                target=partial(self._httpd.serve_forever, poll_interval=0.02),
+                name="agentloop-messages-server",
+                daemon=True,
             )
             self._thread.start()
         return self
