@@ -8,9 +8,11 @@ state lives in `_Run`, so one `Agent` serves any number of concurrent runs.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -18,36 +20,38 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from .errors import ConfigurationError, ProviderError, ToolCallFailed
-from .messages import (
+from agentloop.errors import ConfigurationError, ProviderError, ToolCallFailed
+from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
+from agentloop.messages import (
     ContentBlock,
     Message,
     TextBlock,
-    ToolUseBlock,
     dump_history,
     lint_history,
     parse_history,
 )
-from .providers.base import ModelRequest, ModelResponse, Provider, Usage
-from .registry import ExecutionContext, ToolRegistry
-from .tools import Tool, ToolCall, ToolResult
+from agentloop.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StreamingProvider,
+    Usage,
+)
+from agentloop.registry import ExecutionContext, ToolRegistry
+from agentloop.stream import RunStream
+from agentloop.tools import Tool, ToolCall, ToolResult
+from agentloop.turn import CONTINUE, TRUNCATED_MESSAGE, Emit, Turn
 
-__all__ = ("Agent", "RunResult", "ToolCallRecord")
+__all__ = ("TRUNCATED_MESSAGE", "Agent", "RunResult", "ToolCallRecord")
 
 _log = structlog.get_logger("agentloop")
 
 StopReason = str
 """Why a run ended: the model's last `stop_reason` ("end_turn", "max_tokens", "refusal",
 "stop_sequence", "model_context_window_exceeded", "pause_turn", or a future value), or
-agentloop's own "max_rounds" / "tool_error"."""
+agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
 
-# Stop reasons after which the loop sends the history back for another round.
-_CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn"})
-
-TRUNCATED_MESSAGE = (
-    "Not run: this tool call was cut off by max_tokens, so its input is incomplete. "
-    "Call the tool again with complete input (keep it shorter if needed)."
-)
+CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class RunResult:
 
 
 class _Run:
-    """The state of one run: its history, usage and log."""
+    """The state of one run: its history, usage, log, and the round under way."""
 
     def __init__(self, agent: Agent, messages: list[Message], deps: Any) -> None:
         self.id = uuid.uuid4().hex
@@ -94,7 +98,14 @@ class _Run:
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
         self.limiter = anyio.CapacityLimiter(agent.tool_concurrency)
+        self.threads = anyio.CapacityLimiter(agent.tool_concurrency)
         self.log = _log.bind(run_id=self.id)
+        self.turn: Turn | None = None
+        """The round under way: what `end_early` must complete after a failure."""
+        self.stop_after_turn = False
+        """Set by `RunStream.cancel(after_turn=True)`."""
+        self.partial: RunResult | None = None
+        """The result handed over when the run ended early."""
 
     def add_response(self, response: ModelResponse) -> None:
         self.usage += response.usage
@@ -110,12 +121,20 @@ class _Run:
 
     def add_results(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
         self.messages.append(Message.user([r.to_block() for r in results]))
-        for call, r in zip(calls, results, strict=False):
+        for call, r in zip(calls, results, strict=True):
             self.calls.append(
                 ToolCallRecord(
                     self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration
                 )
             )
+
+    def end_early(self, why: str, stop_reason: StopReason) -> RunResult:
+        """Complete the history after a failure or cancellation; return the partial result."""
+        if self.turn is not None:
+            self.turn.close(why)
+            self.turn = None
+        self.partial = self.result(stop_reason)
+        return self.partial
 
     def result(self, stop_reason: StopReason) -> RunResult:
         last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
@@ -232,41 +251,118 @@ class Agent:
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
         """
+        return await self._drive(_Run(self, _start(history, prompt), deps), None)
+
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        prompt: str | Sequence[ContentBlock] | None = None,
+        *,
+        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        deps: Any = None,
+    ) -> AsyncIterator[RunStream]:
+        """Run as `run()` does, yielding typed events while the model streams.
+
+        Tool calls start the moment their `tool_use` block is complete (unless the tool
+        was made with `eager=False`). Leaving the `async with` block before the run ends
+        cancels it; `stream.result` then holds the partial result, whose history is valid
+        to send again.
+
+        ```python
+        async with agent.run_stream("Weather in Paris?") as stream:
+            async for event in stream:
+                print(event)
+        print(stream.result.text)
+        ```
+        """
         run = _Run(self, _start(history, prompt), deps)
+        send, receive = anyio.create_memory_object_stream[Event](math.inf)
+        stream = RunStream(run, receive)
+        async with anyio.create_task_group() as group:
+            group.start_soon(stream._drive, partial(self._drive, run), send)
+            try:
+                yield stream
+            finally:
+                stream.cancel()
+
+    async def _drive(self, run: _Run, emit: Emit | None) -> RunResult:
+        """The loop with its logging; completes the history if the run ends early."""
         run.log.info("run.start", model=self.model, tools=len(self.registry))
+        if emit is not None:
+            await emit(RunStarted(run.id))
         try:
-            stop = await self._loop(run)
+            stop = await self._loop(run, emit)
+        except anyio.get_cancelled_exc_class() as exc:
+            exc.result = run.end_early(CANCELLED_MESSAGE, "cancelled")  # type: ignore[attr-defined]
+            run.log.info("run.cancelled", rounds=run.rounds)
+            raise
         except ProviderError as exc:
-            exc.result = run.result("error")
+            exc.result = run.end_early(f"Not run: the model request failed ({exc}).", "error")
             run.log.warning("run.error", error=str(exc), rounds=run.rounds)
             raise
         result = run.result(stop)
         run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
+        if emit is not None:
+            await emit(RunFinished(result))
         return result
 
-    async def _loop(self, run: _Run) -> StopReason:
+    async def _loop(self, run: _Run, emit: Emit | None) -> StopReason:
         while run.rounds < self.max_rounds:
-            response = await self._request(run)
-            run.add_response(response)
-            calls = [ToolCall.from_block(b) for b in response.tool_uses]
-            if calls:
-                await self._answer(run, response, calls)
-            if response.stop_reason not in _CONTINUE or (
-                response.stop_reason == "tool_use" and not calls
-            ):
-                return response.stop_reason or "end_turn"
-            if response.stop_reason == "max_tokens" and not calls:
-                return "max_tokens"
+            response, calls = await self._round(run, emit)
+            if run.stop_after_turn:
+                return "cancelled"
+            stop = response.stop_reason
+            if stop not in CONTINUE or (stop != "pause_turn" and not calls):
+                return stop or "end_turn"
         return "max_rounds"
 
-    async def _request(self, run: _Run) -> ModelResponse:
+    async def _round(self, run: _Run, emit: Emit | None) -> tuple[ModelResponse, list[ToolCall]]:
+        """One model request and its tool calls, each started as early as it can be."""
         request = self._build_request(run)
         lint_history(
             request.messages, thinking=request.thinking_enabled, tool_choice=request.tool_choice
         )
         run.rounds += 1
+        if emit is not None:
+            await emit(RequestStarted(run.rounds))
+        context = ExecutionContext(
+            run.id,
+            run.rounds,
+            run.limiter,
+            self.tool_timeout,
+            run.deps,
+            self.tool_limiter,
+            run.threads,
+        )
+        failure: ProviderError | None = None
+        async with anyio.create_task_group() as group:
+            turn = run.turn = Turn(run, self.registry, context, group, emit)
+            try:
+                response = await self._request(run, request, turn, emit)
+            except ProviderError as exc:
+                # Raised outside the task group, so the caller gets it as is (not grouped);
+                # calls started from the stream are cancelled.
+                failure = exc
+                group.cancel_scope.cancel()
+            else:
+                calls = await turn.respond(response)
+        if failure is not None:
+            raise failure
+        results = turn.complete(calls)
+        run.turn = None
+        if emit is not None:
+            await emit(RoundFinished(run.rounds, response.stop_reason, response.usage))
+        self._check_failures(run, results)
+        return response, calls
+
+    async def _request(
+        self, run: _Run, request: ModelRequest, turn: Turn, emit: Emit | None
+    ) -> ModelResponse:
         started = time.perf_counter()
-        response = await self.provider.complete(request)
+        if emit is not None and isinstance(self.provider, StreamingProvider):
+            response = await self.provider.stream(request, turn.on_event)
+        else:
+            response = await self.provider.complete(request)
         run.log.info(
             "model.request",
             round=run.rounds,
@@ -293,19 +389,12 @@ class Agent:
             params=self.params,
         )
 
-    async def _answer(self, run: _Run, response: ModelResponse, calls: list[ToolCall]) -> None:
-        """Give every tool_use of the turn its result, running those that may run."""
-        skipped = _not_runnable(response, calls)
-        runnable = [c for c in calls if c.id not in skipped]
-        context = ExecutionContext(
-            run.id, run.rounds, run.limiter, self.tool_timeout, run.deps, self.tool_limiter
-        )
-        done = {r.tool_use_id: r for r in await self.registry.execute(runnable, context)}
-        done.update(skipped)
-        results = [done[c.id] for c in calls]
-        run.add_results(results, calls)
-        failed = next((r for r in results if r.is_error and r.tool_use_id not in skipped), None)
-        if failed is not None and self.on_tool_error == "stop":
+    def _check_failures(self, run: _Run, results: Sequence[ToolResult]) -> None:
+        """Under `on_tool_error="stop"`, end the run at the first call that failed."""
+        if self.on_tool_error != "stop":
+            return
+        failed = next((r for r in results if r.is_error and r.ran), None)
+        if failed is not None:
             raise ToolCallFailed(
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=run.result("tool_error"),
@@ -340,18 +429,3 @@ def _start(
     else:
         messages.append(Message.user(new))
     return messages
-
-
-def _not_runnable(response: ModelResponse, calls: list[ToolCall]) -> dict[str, ToolResult]:
-    """Results for calls that must not run, by tool_use id."""
-    if response.stop_reason == "max_tokens":
-        last = response.content[-1] if response.content else None
-        if isinstance(last, ToolUseBlock):
-            call = calls[-1]
-            return {call.id: ToolResult.error(call, TRUNCATED_MESSAGE)}
-        return {}
-    if response.stop_reason in _CONTINUE:
-        return {}
-    reason = response.stop_reason or "unknown"
-    message = f"Not run: the response ended with stop_reason '{reason}', so the run stopped."
-    return {c.id: ToolResult.error(c, message) for c in calls}

@@ -49,6 +49,8 @@ class ExecutionContext:
     """The run's `deps`, handed to tools through `RunContext`."""
     shared_limiter: anyio.CapacityLimiter | None = None
     """An optional second cap shared by every run of a process."""
+    thread_limiter: anyio.CapacityLimiter | None = None
+    """Worker threads for sync tools (anyio's default limiter of 40 when None)."""
 
 
 class ToolRegistry:
@@ -124,23 +126,20 @@ class ToolRegistry:
         propagates (and cancels the calls).
         """
         results: list[ToolResult | None] = [None] * len(calls)
-        if len(calls) == 1:
-            await self._run(calls[0], 0, results, context, None)
-        else:
-            threads = anyio.CapacityLimiter(len(calls))
-            async with anyio.create_task_group() as group:
-                for index, call in enumerate(calls):
-                    group.start_soon(self._run, call, index, results, context, threads)
+
+        async def run(index: int, call: ToolCall) -> None:
+            results[index] = await self.run_call(call, context)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(run, index, call)
         return [r for r in results if r is not None]
 
-    async def _run(
-        self,
-        call: ToolCall,
-        index: int,
-        results: list[ToolResult | None],
-        context: ExecutionContext,
-        threads: anyio.CapacityLimiter | None,
-    ) -> None:
+    async def run_call(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
+        """Run one call: validate, wait for a slot, run under its timeout, log it.
+
+        Never raises for a tool's failure (see `execute`).
+        """
         tool = self._tools.get(call.name)
         if tool is None:
             available = ", ".join(self._tools) or "none"
@@ -155,11 +154,10 @@ class ToolRegistry:
             else:
                 async with context.limiter:
                     if context.shared_limiter is None:
-                        result = await self._call(tool, arguments, call, context, threads)
+                        result = await self._call(tool, arguments, call, context)
                     else:
                         async with context.shared_limiter:
-                            result = await self._call(tool, arguments, call, context, threads)
-        results[index] = result
+                            result = await self._call(tool, arguments, call, context)
         _log.info(
             "tool.call",
             run_id=context.run_id,
@@ -169,6 +167,7 @@ class ToolRegistry:
             duration=round(result.duration, 6),
             is_error=result.is_error,
         )
+        return result
 
     async def _call(
         self,
@@ -176,7 +175,6 @@ class ToolRegistry:
         arguments: dict[str, Any],
         call: ToolCall,
         context: ExecutionContext,
-        threads: anyio.CapacityLimiter | None,
     ) -> ToolResult:
         timeout = tool.timeout if tool.timeout is not None else context.timeout
         run_context = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
@@ -184,7 +182,9 @@ class ToolRegistry:
         value: Any = None
         try:
             with anyio.move_on_after(timeout) as scope:
-                value = await tool.invoke(arguments, run_context, thread_limiter=threads)
+                value = await tool.invoke(
+                    arguments, run_context, thread_limiter=context.thread_limiter
+                )
             if scope.cancelled_caught:
                 return ToolResult.error(
                     call,

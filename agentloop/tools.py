@@ -110,11 +110,15 @@ class ToolResult:
     is_error: bool = False
     duration: float = 0.0
     """Seconds the tool ran (not counting the wait for a concurrency slot)."""
+    ran: bool = True
+    """False when the call was answered without running the tool (cut off, cancelled)."""
 
     @classmethod
-    def error(cls, call: ToolCall, message: str, duration: float = 0.0) -> ToolResult:
+    def error(
+        cls, call: ToolCall, message: str, duration: float = 0.0, *, ran: bool = True
+    ) -> ToolResult:
         """An `is_error` result carrying `message`."""
-        return cls(call.id, call.name, message, is_error=True, duration=duration)
+        return cls(call.id, call.name, message, is_error=True, duration=duration, ran=ran)
 
     def to_block(self) -> ToolResultBlock:
         """The `tool_result` block for the history."""

@@ -8,14 +8,19 @@ typed agentloop errors with the SDK exception as `__cause__`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anthropic
+import anyio
+from pydantic import TypeAdapter
 
 from agentloop import errors
+from agentloop.messages import ContentBlock
 
-from .base import ModelRequest, ModelResponse
+from .base import BlockDelta, BlockStart, BlockStop, ModelRequest, ModelResponse, StreamEvent
 
 __all__ = ("AnthropicProvider",)
 
@@ -48,7 +53,8 @@ class AnthropicProvider:
             **client_options: Passed to `AsyncAnthropic(...)` when no client is given.
         """
         self.client = client if client is not None else anthropic.AsyncAnthropic(**client_options)
-        self.stream = stream
+        self.streaming = stream
+        """Whether `complete()` receives responses as a stream too."""
 
     def _check_credentials(self) -> None:
         client = self.client
@@ -68,21 +74,114 @@ class AnthropicProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the response; API failures raise `ProviderError`s."""
+        if self.streaming:
+            return await self.stream(request, _ignore)
         self._check_credentials()
-        params = _sdk_params(request.to_wire())
         try:
-            if self.stream:
-                async with self.client.messages.stream(**params) as stream:
-                    message = await stream.get_final_message()
-                body: Mapping[str, Any] = message.to_dict(mode="json", warnings=False)
-            else:
-                raw = await self.client.messages.with_raw_response.create(**params)
-                body = await raw.json()
+            raw = await self.client.messages.with_raw_response.create(
+                **_sdk_params(request.to_wire())
+            )
+            body = await raw.json()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
         if not isinstance(body, Mapping):
             raise errors.ProviderError(f"unexpected response body: {body!r}"[:300])
         return ModelResponse.from_wire(body)
+
+    async def stream(
+        self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
+    ) -> ModelResponse:
+        """Stream `request` with `messages.stream`, reporting each block as it arrives.
+
+        An overloaded or server error that arrives mid-stream before any content block is
+        retried (the SDK's own retries only cover the response status), with exponential
+        backoff, at most `client.max_retries` times.
+        """
+        self._check_credentials()
+        params = _sdk_params(request.to_wire())
+        attempt = 0
+        while True:
+            state = _StreamState()
+            try:
+                return await self._stream_once(params, on_event, state)
+            except anthropic.APIError as exc:
+                error = _translate(exc)
+                retryable = isinstance(error, _RETRYABLE_MID_STREAM) and not state.delivered
+                if not retryable or attempt >= self.client.max_retries:
+                    raise error from exc
+            attempt += 1
+            await anyio.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
+
+    async def _stream_once(
+        self,
+        params: dict[str, Any],
+        on_event: Callable[[StreamEvent], Awaitable[None]],
+        state: _StreamState,
+    ) -> ModelResponse:
+        async with self.client.messages.stream(**params) as stream:
+            async for sdk_event in stream:
+                event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
+                kind = event.type
+                if kind == "content_block_start":
+                    state.delivered = True
+                    await on_event(BlockStart(event.index, _block(event.content_block)))
+                elif kind == "content_block_delta":
+                    delta = event.delta
+                    name, value = _delta(delta)
+                    if name == "input_json":
+                        state.partial_json.setdefault(event.index, []).append(value)
+                    await on_event(BlockDelta(event.index, name, value))
+                elif kind == "content_block_stop":
+                    block = _block(event.content_block)
+                    raw = "".join(state.partial_json.pop(event.index, []))
+                    await on_event(BlockStop(event.index, block, _complete_json(raw)))
+            message = await stream.get_final_message()
+        return ModelResponse.from_wire(message.to_dict(mode="json", warnings=False))
+
+
+class _StreamState:
+    """What one streaming attempt has seen so far."""
+
+    def __init__(self) -> None:
+        self.delivered = False
+        self.partial_json: dict[int, list[str]] = {}
+
+
+_RETRYABLE_MID_STREAM = (errors.OverloadedError, errors.ServerError, errors.RateLimitError)
+
+
+async def _ignore(event: StreamEvent) -> None:
+    return None
+
+
+_BLOCK = TypeAdapter(ContentBlock)
+
+
+def _block(sdk_block: Any) -> ContentBlock:
+    return _BLOCK.validate_python(sdk_block.to_dict(mode="json", warnings=False))
+
+
+def _delta(delta: Any) -> tuple[str, str]:
+    kind = str(delta.type)
+    if kind == "text_delta":
+        return "text", str(delta.text)
+    if kind == "thinking_delta":
+        return "thinking", str(delta.thinking)
+    if kind == "input_json_delta":
+        return "input_json", str(delta.partial_json)
+    if kind == "signature_delta":
+        return "signature", str(delta.signature)
+    return kind.removesuffix("_delta"), json.dumps(delta.to_dict(mode="json", warnings=False))
+
+
+def _complete_json(raw: str) -> bool:
+    """Whether streamed tool input is whole: empty (no arguments) or one JSON object."""
+    if not raw.strip():
+        return True
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
 
 
 def _sdk_params(body: dict[str, Any]) -> dict[str, Any]:

@@ -7,16 +7,26 @@ can sit behind the same `Provider` protocol.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 from pydantic import TypeAdapter
 
 from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
 from agentloop.tools import ToolDefinition
 
-__all__ = ("ModelRequest", "ModelResponse", "Provider", "Usage")
+__all__ = (
+    "BlockDelta",
+    "BlockStart",
+    "BlockStop",
+    "ModelRequest",
+    "ModelResponse",
+    "Provider",
+    "StreamEvent",
+    "StreamingProvider",
+    "Usage",
+)
 
 
 @dataclass(frozen=True)
@@ -162,4 +172,50 @@ class Provider(Protocol):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send one request and return the whole response."""
+        ...
+
+
+@dataclass(frozen=True)
+class BlockStart:
+    """A content block began; for a tool_use, `block` carries its id and name."""
+
+    index: int
+    block: ContentBlock
+
+
+@dataclass(frozen=True)
+class BlockDelta:
+    """More of a block as it streams in.
+
+    `kind` is `text`, `thinking`, `input_json`, `signature`, or another delta type as the
+    API names it, without `_delta` (its value is then the delta as JSON).
+    """
+
+    index: int
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True)
+class BlockStop:
+    """A content block is complete; `block` is the whole block, verbatim."""
+
+    index: int
+    block: ContentBlock
+    complete: bool = True
+    """False when a tool_use's input JSON did not parse: the block was cut off."""
+
+
+StreamEvent = Union[BlockStart, BlockDelta, BlockStop]  # noqa: UP007
+"""What a streaming provider reports while a response arrives."""
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A provider that can report a response while it arrives."""
+
+    async def stream(
+        self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
+    ) -> ModelResponse:
+        """Send one request, await `on_event` for each event, return the whole response."""
         ...

@@ -1,0 +1,139 @@
+"""Events a streamed run yields, in the order they happen.
+
+`Agent.run_stream()` turns the loop into a sequence of these typed values: the model's
+deltas as they arrive, tool calls as they become ready and finish, and a `RunFinished`
+carrying the same `RunResult` that `Agent.run()` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from .agent import RunResult
+    from .providers.base import Usage
+
+__all__ = (
+    "Event",
+    "RequestStarted",
+    "RoundFinished",
+    "RunFinished",
+    "RunStarted",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallReady",
+    "ToolCallStarted",
+    "ToolInputDelta",
+    "ToolResultEvent",
+)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """The run began."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RequestStarted:
+    """A model request is about to be sent."""
+
+    round: int
+    """Which request of the run, from 1."""
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """More text of a text block."""
+
+    round: int
+    index: int
+    """Position of the block in the assistant message."""
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    """More text of a thinking block."""
+
+    round: int
+    index: int
+    thinking: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    """The model began writing a tool call; its input follows as `ToolInputDelta`s."""
+
+    round: int
+    index: int
+    tool_use_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolInputDelta:
+    """A fragment of a tool call's input JSON (not valid JSON on its own)."""
+
+    round: int
+    index: int
+    tool_use_id: str
+    partial_json: str
+
+
+@dataclass(frozen=True)
+class ToolCallReady:
+    """A tool call's input is complete; the call starts now unless it must wait."""
+
+    round: int
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    eager: bool
+    """Whether it starts before the model's message is complete."""
+
+
+@dataclass(frozen=True)
+class ToolResultEvent:
+    """A tool call finished (or was answered without running)."""
+
+    round: int
+    tool_use_id: str
+    name: str
+    is_error: bool
+    output: str
+    duration: float
+
+
+@dataclass(frozen=True)
+class RoundFinished:
+    """A model response is complete and its tool calls answered."""
+
+    round: int
+    stop_reason: str | None
+    usage: Usage
+    """This round's usage only."""
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """The run ended; `result` is what `Agent.run()` would have returned."""
+
+    result: RunResult
+
+
+Event = Union[  # noqa: UP007 (readable as a list)
+    RunStarted,
+    RequestStarted,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStarted,
+    ToolInputDelta,
+    ToolCallReady,
+    ToolResultEvent,
+    RoundFinished,
+    RunFinished,
+]
+"""Any event of a streamed run."""
