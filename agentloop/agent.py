@@ -106,6 +106,8 @@ class _Run:
         """Set by `RunStream.cancel(after_turn=True)`."""
         self.partial: RunResult | None = None
         """The result handed over when the run ended early."""
+        self.final: RunResult | None = None
+        """The result of a run that finished."""
 
     def add_response(self, response: ModelResponse) -> None:
         self.usage += response.usage
@@ -278,12 +280,18 @@ class Agent:
         run = _Run(self, _start(history, prompt), deps)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
-        async with anyio.create_task_group() as group:
-            group.start_soon(stream._drive, partial(self._drive, run), send)
-            try:
-                yield stream
-            finally:
-                stream.cancel()
+        failure: Exception | None = None
+        with receive:
+            async with anyio.create_task_group() as group:
+                group.start_soon(stream._drive, partial(self._drive, run), send)
+                try:
+                    yield stream
+                except Exception as exc:
+                    failure = exc  # re-raised below, as is rather than in an exception group
+                finally:
+                    stream.cancel()
+        if failure is not None:
+            raise failure
 
     async def _drive(self, run: _Run, emit: Emit | None) -> RunResult:
         """The loop with its logging; completes the history if the run ends early."""
@@ -300,7 +308,7 @@ class Agent:
             exc.result = run.end_early(f"Not run: the model request failed ({exc}).", "error")
             run.log.warning("run.error", error=str(exc), rounds=run.rounds)
             raise
-        result = run.result(stop)
+        result = run.final = run.result(stop)
         run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
         if emit is not None:
             await emit(RunFinished(result))

@@ -82,9 +82,11 @@ class RunStream:
                 except Exception as exc:
                     self._error = exc
                     self._result = getattr(exc, "result", None)
-            if self._scope.cancelled_caught and self._run.partial is not None:
-                self._result = self._run.partial
-                send.send_nowait(RunFinished(self._result))
+            if self._scope.cancelled_caught:
+                # Cancelled: after the final result was made, or with a partial one.
+                self._result = self._run.final or self._run.partial
+                if self._run.final is None and self._result is not None:
+                    send.send_nowait(RunFinished(self._result))
 
     def __repr__(self) -> str:
         return f"RunStream(run_id={self.run_id!r}, done={self._result is not None})"

@@ -1,0 +1,396 @@
+"""run_stream: typed events, eager tool calls, cut-off and failed streams, cancellation."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentloop import Agent, AnthropicProvider, ServerError, lint_history, tool
+from agentloop.agent import CANCELLED_MESSAGE
+from agentloop.events import (
+    RequestStarted,
+    RoundFinished,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolCallReady,
+    ToolInputDelta,
+    ToolResultEvent,
+)
+from agentloop.messages import parse_history
+from agentloop.providers.base import BlockStop
+from agentloop.testing import MessagesServer, RawResponse, ScriptedModel, reply, text, tool_call
+from agentloop.testing.stepped import SteppedProvider
+from agentloop.turn import TRUNCATED_MESSAGE
+
+BACKENDS = [pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")]
+
+
+@tool
+def echo(value: str) -> str:
+    """Echo the value back."""
+    return value
+
+
+def run_on(backend: str, function: Any, *args: Any) -> Any:
+    return anyio.run(function, *args, backend=backend)
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_events_arrive_in_the_documented_order_over_sse(backend: str) -> None:
+    script = [
+        reply(
+            text("Let me check."),
+            tool_call("echo", {"value": "a"}),
+            tool_call("echo", {"value": "b"}),
+        ),
+        reply("Done."),
+    ]
+
+    async def main() -> tuple[list[Any], Any, Any]:
+        async with MessagesServer(script) as server, MessagesServer(script) as plain:
+            agent = Agent(provider=AnthropicProvider(server.client(), stream=True), tools=[echo])
+            async with agent.run_stream("go") as stream:
+                events = [e async for e in stream]
+            expected = await Agent(client=plain.client(), tools=[echo]).run("go")
+        return events, stream.result, expected
+
+    events, result, expected = run_on(backend, main)
+    assert isinstance(events[0], RunStarted) and events[1] == RequestStarted(1)
+    assert isinstance(events[-1], RunFinished) and events[-1].result is result
+    assert result.messages == expected.messages and result.text == "Done."
+    assert (
+        "".join(e.text for e in events if isinstance(e, TextDelta) and e.round == 1)
+        == "Let me check."
+    )
+    for call in script[0]["content"][1:]:
+        mine = [e for e in events if getattr(e, "tool_use_id", None) == call["id"]]
+        assert kinds(mine)[0] == "ToolCallStarted" and kinds(mine)[-1] == "ToolResultEvent"
+        assert "ToolInputDelta" in kinds(mine)
+        ready = next(e for e in mine if isinstance(e, ToolCallReady))
+        assert ready.input == call["input"] and ready.eager
+        assert (
+            json.loads("".join(e.partial_json for e in mine if isinstance(e, ToolInputDelta)))
+            == call["input"]
+        )
+    rounds = [e for e in events if isinstance(e, RoundFinished)]
+    assert [(r.round, r.stop_reason) for r in rounds] == [(1, "tool_use"), (2, "end_turn")]
+    assert events.index(rounds[0]) < events.index(RequestStarted(2))
+    assert all(
+        events.index(e) < events.index(rounds[0]) for e in events if isinstance(e, ToolResultEvent)
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tool_starts_while_the_message_is_still_streaming(backend: str) -> None:
+    order: list[str] = []
+
+    async def main() -> Any:
+        first_started = anyio.Event()
+
+        @tool
+        async def first() -> str:
+            order.append("first started")
+            first_started.set()
+            return "one"
+
+        @tool(eager=False)
+        async def waits() -> str:
+            order.append("waits started")
+            return "two"
+
+        async def hook(n: int, event: Any) -> None:
+            if isinstance(event, BlockStop) and getattr(event.block, "name", None) == "first":
+                # Hold the stream until the tool has started: deadlocks unless eager.
+                with anyio.fail_after(5):
+                    await first_started.wait()
+                order.append("stream resumed")
+
+        provider = SteppedProvider(
+            [reply(tool_call("first"), tool_call("waits"), text("tail")), reply("done")], hook
+        )
+        agent = Agent(provider=provider, tools=[first, waits])
+        async with agent.run_stream("go") as stream:
+            events = [e async for e in stream]
+        return events, stream.result
+
+    events, result = run_on(backend, main)
+    assert order == ["first started", "stream resumed", "waits started"]
+    ready = {e.name: e.eager for e in events if isinstance(e, ToolCallReady)}
+    assert ready == {"first": True, "waits": False}
+    assert [c.output for c in result.tool_calls] == ["one", "two"]
+
+
+async def test_cut_off_tool_use_is_never_run_while_streaming() -> None:
+    ran: list[str] = []
+
+    @tool
+    def record(value: str) -> str:
+        ran.append(value)
+        return "ok"
+
+    script = [
+        reply(
+            tool_call("record", {"value": "whole"}),
+            tool_call("record", {"value": "cut"}),
+            stop_reason="max_tokens",
+        ),
+        reply("again"),
+    ]
+    agent = Agent(provider=SteppedProvider(script, truncate_last_input=True), tools=[record])
+    async with agent.run_stream("go") as stream:
+        events = [e async for e in stream]
+    assert ran == ["whole"]
+    result = stream.result
+    assert result is not None
+    assert [(c.is_error, c.output) for c in result.tool_calls] == [
+        (False, "ok"),
+        (True, TRUNCATED_MESSAGE),
+    ]
+    assert sum(isinstance(e, ToolCallReady) for e in events) == 1
+    lint_history(parse_history(result.messages))
+
+
+async def test_a_failing_stream_cancels_eager_calls_and_answers_them() -> None:
+    tool_started = anyio.Event()
+    cancelled = False
+
+    @tool
+    async def forever() -> str:
+        nonlocal cancelled
+        tool_started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled = True
+        return "never"
+
+    async def hook(n: int, event: Any) -> None:
+        if isinstance(event, BlockStop):
+            with anyio.fail_after(5):
+                await tool_started.wait()
+            raise ServerError("500 api_error: stream broke", status_code=500)
+
+    agent = Agent(
+        provider=SteppedProvider([reply(tool_call("forever"), text("more"))], hook), tools=[forever]
+    )
+    with pytest.raises(ServerError) as info:
+        await _consume(agent)
+    assert cancelled
+    partial = info.value.result
+    assert partial is not None and partial.stop_reason == "error"
+    (record,) = partial.tool_calls
+    assert record.is_error and "model request failed" in record.output
+    lint_history(parse_history(partial.messages))
+
+
+async def _consume(agent: Agent, prompt: str = "go") -> Any:
+    async with agent.run_stream(prompt) as stream:
+        async for _ in stream:
+            pass
+    return stream.result
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_stops_tools_and_the_request_quickly(backend: str) -> None:
+    release = threading.Event()
+
+    async def main() -> tuple[Any, float, int]:
+        in_tool = anyio.Event()
+
+        @tool
+        async def slow(n: int) -> str:
+            in_tool.set()
+            await anyio.sleep(30)
+            return "late"
+
+        @tool
+        def quick() -> str:
+            return "fast"
+
+        script = [
+            reply(tool_call("quick"), tool_call("slow", {"n": 1}), tool_call("slow", {"n": 2})),
+            reply("never"),
+        ]
+        agent = Agent(provider=SteppedProvider(script), tools=[slow, quick])
+        before = len(anyio.get_running_tasks())
+        async with agent.run_stream("go") as stream:
+            async for event in stream:
+                if isinstance(event, ToolCallReady) and event.name == "slow":
+                    with anyio.fail_after(5):
+                        await in_tool.wait()
+                    cancelled_at = time.perf_counter()
+                    stream.cancel()
+            took = time.perf_counter() - cancelled_at
+        return stream.result, took, len(anyio.get_running_tasks()) - before
+
+    try:
+        result, took, leftover = run_on(backend, main)
+    finally:
+        release.set()
+    assert took < 0.1
+    assert leftover == 0
+    assert result.stop_reason == "cancelled" and result.rounds == 1
+    assert result.usage.requests == 0  # the response never completed
+    outputs = {c.tool_use_id: (c.is_error, c.output) for c in result.tool_calls}
+    assert sorted(outputs.values()) == sorted(
+        [(False, "fast"), (True, CANCELLED_MESSAGE), (True, CANCELLED_MESSAGE)]
+    ) or all(v[1] == CANCELLED_MESSAGE or v == (False, "fast") for v in outputs.values())
+    lint_history(parse_history(result.messages))
+
+
+async def test_cancel_after_turn_lets_the_turn_finish() -> None:
+    script = [reply(tool_call("echo", {"value": "a"})), reply("never")]
+    model = ScriptedModel(script)
+    agent = Agent(provider=SteppedProvider(model), tools=[echo])
+    async with agent.run_stream("go") as stream:
+        async for event in stream:
+            if isinstance(event, ToolCallReady):
+                stream.cancel(after_turn=True)
+    result = stream.result
+    assert result is not None and result.stop_reason == "cancelled"
+    assert [c.output for c in result.tool_calls] == ["a"] and not result.tool_calls[0].is_error
+    assert len(model.requests) == 1 and result.usage.requests == 1
+    lint_history(parse_history(result.messages))
+
+
+async def test_an_outer_cancel_scope_hands_over_the_partial_result() -> None:
+    in_tool = anyio.Event()
+
+    @tool
+    async def hang() -> str:
+        in_tool.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    agent = Agent(
+        provider=SteppedProvider([reply(text("working"), tool_call("hang"))]), tools=[hang]
+    )
+    partial: list[Any] = []
+
+    async def guarded() -> None:
+        try:
+            await agent.run("go")
+        except anyio.get_cancelled_exc_class() as exc:
+            partial.append(exc.result)  # type: ignore[attr-defined]
+            raise
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(guarded)
+        with anyio.fail_after(5):
+            await in_tool.wait()
+        group.cancel_scope.cancel()
+    (result,) = partial
+    assert result.stop_reason == "cancelled" and result.usage.requests == 1
+    assert result.tool_calls[0].output == CANCELLED_MESSAGE
+    lint_history(parse_history(result.messages))
+
+
+POINTS = st.integers(min_value=0, max_value=40)
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(cancel_at=POINTS, backend=st.sampled_from(["asyncio", "trio"]), after_turn=st.booleans())
+def test_cancelling_anywhere_leaves_a_valid_history(
+    cancel_at: int, backend: str, after_turn: bool
+) -> None:
+    """Cancel after the n-th event: before the request, mid-stream, mid-tool, between rounds."""
+
+    @tool
+    async def work(n: int) -> str:
+        await anyio.sleep(0.001 * n)
+        return f"w{n}"
+
+    script = [
+        reply(text("thinking aloud"), tool_call("work", {"n": 1}), tool_call("work", {"n": 3})),
+        reply(tool_call("work", {"n": 2}), text("and")),
+        reply("end"),
+    ]
+
+    async def main() -> tuple[Any, int, list[Any]]:
+        model = ScriptedModel(script)
+        agent = Agent(provider=SteppedProvider(model), tools=[work])
+        tasks_before = len(anyio.get_running_tasks())
+        seen: list[Any] = []
+        async with agent.run_stream("go") as stream:
+            async for event in stream:
+                seen.append(event)
+                if len(seen) == cancel_at:
+                    stream.cancel(after_turn=after_turn)
+        assert len(anyio.get_running_tasks()) == tasks_before
+        return stream.result, len(model.requests), seen
+
+    threads_before = threading.active_count()
+    result, requests, seen = run_on(backend, main)
+    assert threading.active_count() <= threads_before
+    assert result is not None and isinstance(seen[-1], RunFinished) and seen[-1].result is result
+    lint_history(parse_history(result.messages))
+    completed = sum(isinstance(e, RoundFinished) for e in seen)
+    answered = sum(m["role"] == "assistant" for m in result.messages)
+    assert completed <= result.usage.requests <= min(requests, answered)
+    uses = [
+        b["id"]
+        for m in result.messages
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
+    assert [c.tool_use_id for c in result.tool_calls] == uses
+    if cancel_at == 0 or cancel_at > len(seen):
+        assert result.stop_reason == "end_turn"
+
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "anthropic"
+STREAMED = sorted(
+    (path.stem, n)
+    for path in (CORPUS.glob("*.json") if CORPUS.is_dir() else [])
+    for n, exchange in enumerate(json.loads(path.read_text())["exchanges"])
+    if exchange["response_sse"] and exchange["status"] == 200
+)
+
+
+@pytest.mark.skipif(not STREAMED, reason=f"corpus not found at {CORPUS}")
+@pytest.mark.parametrize(("name", "n"), STREAMED, ids=[f"{s}-{n}" for s, n in STREAMED])
+async def test_streamed_corpus_gives_the_same_content_through_run_and_run_stream(
+    name: str, n: int
+) -> None:
+    exchange = json.loads((CORPUS / f"{name}.json").read_text())["exchanges"][n]
+    request = exchange["request"]
+    answer = RawResponse(sse=exchange["response_sse"])
+    options = {
+        "thinking": request.get("thinking"),
+        "tool_choice": request.get("tool_choice"),
+        "max_rounds": 1,
+        "max_tokens": request["max_tokens"],
+    }
+    contents = []
+    for streamed in (False, True):
+        async with MessagesServer(ScriptedModel([answer], lint=False)) as server:
+            agent = Agent(provider=AnthropicProvider(server.client(), stream=True), **options)
+            if streamed:
+                async with agent.run_stream(history=request["messages"]) as stream:
+                    events = [e async for e in stream]
+                result = stream.result
+                assert isinstance(events[-1], RunFinished)
+            else:
+                result = await agent.run(history=request["messages"])
+        assert result is not None
+        contents.append(result.messages[len(request["messages"])])
+    assert contents[0] == contents[1]
+    assert contents[0]["role"] == "assistant"
