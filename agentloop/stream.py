@@ -75,10 +75,16 @@ class RunStream:
         send: MemoryObjectSendStream[Event],
     ) -> None:
         """Run the loop, feeding `send`; never lets the run's failure escape the task group."""
+
+        async def emit(event: Event) -> None:
+            # The buffer is unbounded: sending never waits, so it is never where a
+            # cancellation lands, and no event the run produced is lost.
+            send.send_nowait(event)
+
         with send:
             with self._scope:
                 try:
-                    self._result = await drive(send.send)
+                    self._result = await drive(emit)
                 except Exception as exc:
                     self._error = exc
                     self._result = getattr(exc, "result", None)

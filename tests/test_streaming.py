@@ -394,3 +394,48 @@ async def test_streamed_corpus_gives_the_same_content_through_run_and_run_stream
         contents.append(result.messages[len(request["messages"])])
     assert contents[0] == contents[1]
     assert contents[0]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_run_with_parallel_tools_on_both_backends(backend: str) -> None:
+    @tool
+    async def pause(n: int) -> int:
+        await anyio.sleep(0.01)
+        return n
+
+    script = [reply(*[tool_call("pause", {"n": i}) for i in range(5)]), reply("done")]
+
+    async def main() -> Any:
+        async with MessagesServer(script) as server:
+            return await Agent(client=server.client(), tools=[pause]).run("go")
+
+    result = run_on(backend, main)
+    assert [c.output for c in result.tool_calls] == [str(i) for i in range(5)]
+    assert result.text == "done"
+
+
+async def test_pause_turn_is_continued_while_streaming() -> None:
+    search = {
+        "type": "server_tool_use",
+        "id": "srvtoolu_01",
+        "name": "web_search",
+        "input": {"query": "x"},
+    }
+    found = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": []}
+    model = ScriptedModel(
+        [reply(text("Searching."), search, stop_reason="pause_turn"), reply(found, text("Found."))]
+    )
+    agent = Agent(provider=SteppedProvider(model))
+    async with agent.run_stream("search") as stream:
+        events = [e async for e in stream]
+    result = stream.result
+    assert (
+        result is not None
+        and result.stop_reason == "end_turn"
+        and result.text == "Searching.Found."
+    )
+    assert [(e.round, e.stop_reason) for e in events if isinstance(e, RoundFinished)] == [
+        (1, "pause_turn"),
+        (2, "end_turn"),
+    ]
+    assert model.requests[1]["messages"][-1]["role"] == "assistant"

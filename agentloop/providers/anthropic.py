@@ -109,8 +109,10 @@ class AnthropicProvider:
                 retryable = isinstance(error, _RETRYABLE_MID_STREAM) and not state.delivered
                 if not retryable or attempt >= self.client.max_retries:
                     raise error from exc
-            attempt += 1
-            await anyio.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
+                attempt += 1
+                backoff = min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+                delay = _retry_after(exc) or backoff
+            await anyio.sleep(delay)
 
     async def _stream_once(
         self,
@@ -137,6 +139,16 @@ class AnthropicProvider:
                     await on_event(BlockStop(event.index, block, _complete_json(raw)))
             message = await stream.get_final_message()
         return ModelResponse.from_wire(message.to_dict(mode="json", warnings=False))
+
+
+def _retry_after(exc: anthropic.APIError) -> float | None:
+    """Seconds the API asked to wait (`retry-after`), bounded, or None."""
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return min(max(float(value), 0.0), 60.0) if value is not None else None
+    except ValueError:
+        return None
 
 
 class _StreamState:
