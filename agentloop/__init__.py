@@ -28,12 +28,16 @@ from .messages import Message as Message
 from .messages import RepairReport as RepairReport
 from .messages import lint_history as lint_history
 from .messages import repair as repair
+from .plugins import PluginManager as PluginManager
+from .plugins import plugin_tools as plugin_tools
 from .providers.anthropic import AnthropicProvider as AnthropicProvider
 from .providers.base import ModelRequest as ModelRequest
 from .providers.base import ModelResponse as ModelResponse
 from .providers.base import Provider as Provider
+from .providers.base import StreamingProvider as StreamingProvider
 from .providers.base import Usage as Usage
 from .registry import ToolRegistry as ToolRegistry
+from .stream import RunStream as RunStream
 from .tools import RunContext as RunContext
 from .tools import Tool as Tool
 from .tools import ToolCall as ToolCall
@@ -60,6 +64,7 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "OverloadedError",
+    "PluginManager",
     "Provider",
     "ProviderError",
     "RateLimitError",
@@ -67,7 +72,9 @@ __all__ = (
     "RunContext",
     "RunError",
     "RunResult",
+    "RunStream",
     "ServerError",
+    "StreamingProvider",
     "Tool",
     "ToolCall",
     "ToolCallFailed",
@@ -79,6 +86,7 @@ __all__ = (
     "Usage",
     "hookimpl",
     "lint_history",
+    "plugin_tools",
     "raw_tools",
     "repair",
     "tool",

@@ -46,6 +46,9 @@ __all__ = ("TRUNCATED_MESSAGE", "Agent", "RunResult", "ToolCallRecord")
 
 _log = structlog.get_logger("agentloop")
 
+DEFAULT_MODEL = "claude-sonnet-5-5"
+"""The model an `Agent` uses when none is given."""
+
 StopReason = str
 """Why a run ended: the model's last `stop_reason` ("end_turn", "max_tokens", "refusal",
 "stop_sequence", "model_context_window_exceeded", "pause_turn", or a future value), or
@@ -160,7 +163,7 @@ class Agent:
 
     def __init__(
         self,
-        model: str = "claude-sonnet-5-5",
+        model: str = DEFAULT_MODEL,
         *,
         provider: Provider | None = None,
         client: Any = None,

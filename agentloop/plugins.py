@@ -116,6 +116,8 @@ class PluginManager:
             entry_point = available.get(name)
             if entry_point is None:
                 self._fail(name, "", f"no installed plugin is called {name!r} (set by {ENV_VAR})")
+            elif self._pm.has_plugin(name):
+                continue  # loaded by an earlier call
             elif self._load(entry_point):
                 loaded.append(name)
         return loaded

@@ -1,0 +1,1 @@
+"""Example agentloop plugin: made-up weather, served through the `agentloop` entry point."""
