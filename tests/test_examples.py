@@ -48,3 +48,14 @@ def test_service_answers_concurrent_requests_on_one_agent() -> None:
     assert summary.startswith("answered 24/24 requests (0 failed) in ")
     peak = int(summary.split("up to ")[1].split()[0])
     assert peak > 1, "runs should overlap on the shared Agent"
+
+
+def test_streaming_progress_display() -> None:
+    done = run_example("streaming_progress.py")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["-- round 1", "I'll fetch the three pages at once."]
+    started = [i for i, line in enumerate(lines) if line.endswith(") started")]
+    finished = [i for i, line in enumerate(lines) if line.startswith("   < fetch_page ok")]
+    assert len(started) == len(finished) == 3 and max(started) < min(finished)
+    assert lines[-1] == "done: end_turn after 2 rounds"
