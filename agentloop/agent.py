@@ -20,7 +20,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from agentloop.errors import ConfigurationError, ProviderError, ToolCallFailed
+from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.messages import (
     ContentBlock,
@@ -235,6 +235,10 @@ class Agent:
         self.stop_sequences = stop_sequences
         self.on_tool_error = on_tool_error
         self.params = dict(params or {})
+        headers = self.params.get("extra_headers") or {}
+        betas = f"{headers.get('anthropic-beta', '')},{self.params.get('betas', '')}"
+        self._files_beta = "files-api" in betas
+        """Whether requests opt into the Files API, which allows `file` sources."""
 
     async def run(
         self,
@@ -302,14 +306,16 @@ class Agent:
         if emit is not None:
             await emit(RunStarted(run.id))
         try:
-            stop = await self._loop(run, emit)
+            with structlog.contextvars.bound_contextvars(run_id=run.id):
+                stop = await self._loop(run, emit)
         except anyio.get_cancelled_exc_class() as exc:
             exc.result = run.end_early(CANCELLED_MESSAGE, "cancelled")  # type: ignore[attr-defined]
             run.log.info("run.cancelled", rounds=run.rounds)
             raise
-        except ProviderError as exc:
-            exc.result = run.end_early(f"Not run: the model request failed ({exc}).", "error")
-            run.log.warning("run.error", error=str(exc), rounds=run.rounds)
+        except AgentloopError as exc:
+            if exc.result is None:
+                exc.result = run.end_early(f"Not run: the run failed ({exc}).", "error")
+            run.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
             raise
         result = run.final = run.result(stop)
         run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
@@ -331,7 +337,10 @@ class Agent:
         """One model request and its tool calls, each started as early as it can be."""
         request = self._build_request(run)
         lint_history(
-            request.messages, thinking=request.thinking_enabled, tool_choice=request.tool_choice
+            request.messages,
+            thinking=request.thinking_enabled,
+            tool_choice=request.tool_choice,
+            allow_file_sources=self._files_beta,
         )
         run.rounds += 1
         if emit is not None:

@@ -4,7 +4,8 @@ It sits on top of the library: it loads plugins (`agentloop.plugins`), builds an
 and runs it, and it is the one place that configures structlog (to stderr). Without an
 API key, `agentloop run` runs the offline demo (`agentloop.demo`) on a scripted model.
 
-Exit codes: 0 success, 1 the run or a plugin failed, 2 a usage or configuration error.
+Exit codes: 0 success, 1 the run failed, 2 a usage or configuration error (including a
+tool name registered by two plugins).
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def agentloop_register_tools(register: Callable[..., Any]) -> None:
     """Register the plugin's tools.
 
-    Called once per plugin, the first time a `PluginManager` builds its tool catalogue
-    (not per run). Call
+    Called for each plugin whenever a `PluginManager` builds its tool catalogue: the
+    first time tools are asked for, and again after further plugins are loaded or
+    registered; never per run. Call
     `register(function_or_tool)` for each tool; `register` accepts what `@tool` accepts
     (a plain function, a `Tool`, or the keyword options `name=`, `description=`,
     `timeout=`, `eager=`). The registering plugin is recorded as the tool's source.

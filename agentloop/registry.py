@@ -181,7 +181,12 @@ class ToolRegistry:
         start = time.perf_counter()
         value: Any = None
         try:
-            with anyio.move_on_after(timeout) as scope:
+            with (
+                structlog.contextvars.bound_contextvars(
+                    run_id=context.run_id, round=context.round, tool_use_id=call.id
+                ),
+                anyio.move_on_after(timeout) as scope,
+            ):
                 value = await tool.invoke(
                     arguments, run_context, thread_limiter=context.thread_limiter
                 )

@@ -20,6 +20,7 @@ import anyio
 import anyio.to_thread
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 from ._docstrings import parse_docstring
 from .errors import ConfigurationError
@@ -143,6 +144,13 @@ def _is_context(annotation: Any) -> bool:
     return annotation is RunContext or typing.get_origin(annotation) is RunContext
 
 
+def _has_description(annotation: Any) -> bool:
+    return any(
+        isinstance(meta, FieldInfo) and meta.description
+        for meta in getattr(annotation, "__metadata__", ())
+    )
+
+
 def _strip_titles(schema: Any) -> Any:
     # pydantic titles ("Location" for `location`) repeat the name and cost tokens.
     if isinstance(schema, dict):
@@ -236,7 +244,9 @@ class Tool:
             if param.kind is param.POSITIONAL_ONLY:
                 self._positional.append(param.name)
             default = ... if param.default is param.empty else param.default
-            described = param.name in param_docs
+            # An `Annotated[..., Field(description=...)]` says more precisely what the author
+            # meant than the docstring, so it wins.
+            described = param.name in param_docs and not _has_description(annotation)
             info = (
                 Field(default, description=param_docs[param.name]) if described else Field(default)
             )

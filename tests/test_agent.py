@@ -22,7 +22,7 @@ from agentloop import (
 )
 from agentloop.agent import TRUNCATED_MESSAGE
 from agentloop.messages import ImageBlock, TextBlock, parse_history
-from agentloop.testing import RawResponse, ScriptedProvider, reply, text, tool_call
+from agentloop.testing import RawResponse, ScriptedModel, ScriptedProvider, reply, text, tool_call
 
 
 @tool
@@ -435,3 +435,49 @@ async def test_logs_bind_run_round_and_tool_use_id() -> None:
 def test_run_sync_for_scripts() -> None:
     result = Agent(provider=ScriptedProvider([reply("hello")])).run_sync("hi")
     assert result.text == "hello" and result.stop_reason == "end_turn"
+
+
+async def test_file_sources_need_the_files_beta() -> None:
+    document = {"type": "document", "source": {"type": "file", "file_id": "file_1"}}
+    prompt = [{"type": "text", "text": "Summarise"}, document]
+    with pytest.raises(HistoryError, match="Input tag 'file'"):
+        await Agent(provider=ScriptedProvider([reply("never")])).run(prompt)
+    beta = {"extra_headers": {"anthropic-beta": "files-api-2025-04-14"}}
+    result = await Agent(
+        provider=ScriptedProvider(ScriptedModel([reply("ok")], lint=False)), params=beta
+    ).run(prompt)
+    assert result.text == "ok"
+
+
+async def test_tools_see_run_context_in_their_own_logs() -> None:
+    import structlog
+
+    @tool
+    async def logs() -> str:
+        structlog.get_logger("my.tool").info("inside")
+        return "ok"
+
+    call = tool_call("logs")
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as events:
+        result = await Agent(
+            provider=ScriptedProvider([reply(call), reply("done")]), tools=[logs]
+        ).run("go")
+    (inside,) = [e for e in events if e["event"] == "inside"]
+    assert (inside["run_id"], inside["round"], inside["tool_use_id"]) == (
+        result.run_id,
+        1,
+        call["id"],
+    )
+
+
+async def test_a_refused_history_is_logged_and_carries_the_partial_result() -> None:
+    bad = [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}],
+        }
+    ]
+    with capture_logs() as events, pytest.raises(HistoryError) as info:
+        await Agent(provider=ScriptedProvider([reply("never")])).run(history=bad)
+    assert [e["event"] for e in events] == ["run.start", "run.error"]
+    assert info.value.result is not None and info.value.result.stop_reason == "error"

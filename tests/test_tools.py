@@ -159,3 +159,18 @@ def test_registry_refuses_duplicate_names_and_keeps_order() -> None:
     assert registry.names == ["google", "second"]
     assert [d.name for d in registry.definitions()] == ["google", "second"]
     assert "google" in registry and len(registry) == 2 and registry.get("nope") is None
+
+
+def test_field_description_wins_over_the_docstring() -> None:
+    @tool
+    def f(a: Annotated[int, Field(description="from Field")], b: int = 0) -> int:
+        """Doc.
+
+        Args:
+            a: from the docstring.
+            b: only in the docstring.
+        """
+        return a + b
+
+    assert f.input_schema["properties"]["a"]["description"] == "from Field"
+    assert f.input_schema["properties"]["b"]["description"] == "only in the docstring."

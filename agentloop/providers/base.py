@@ -88,7 +88,8 @@ class ModelRequest:
     container: str | None = None
     """Container id carried over from an earlier response (code execution)."""
     params: Mapping[str, Any] = field(default_factory=dict)
-    """Further request parameters, sent as they are (`temperature`, `service_tier`, ...)."""
+    """Further request parameters, sent as they are (`temperature`, `service_tier`, ...);
+    they never replace the fields above."""
 
     @property
     def thinking_enabled(self) -> bool:
@@ -98,6 +99,7 @@ class ModelRequest:
     def to_wire(self) -> dict[str, Any]:
         """The Messages API request body."""
         body: dict[str, Any] = {
+            **self.params,
             "model": self.model,
             "max_tokens": self.max_tokens,
             "messages": [m.wire for m in self.messages],
@@ -112,7 +114,6 @@ class ModelRequest:
             "container": self.container,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
-        body.update(self.params)
         return body
 
 
