@@ -1,0 +1,32 @@
+"""agentloop-cortex: a persona's memory, soul and relationship notes as safe, versioned files.
+
+The model gets four tools (`read_file`, `write_file`, `append_file`, `replace_in_file`)
+over three files per persona; each run says where they live with
+`deps=CortexConfig(root=..., persona=...)`.
+"""
+
+from .config import CortexConfig as CortexConfig
+from .store import FILENAMES as FILENAMES
+from .store import Change as Change
+from .store import CortexFile as CortexFile
+from .store import CortexStore as CortexStore
+from .tools import TOOLS as TOOLS
+from .tools import append_file as append_file
+from .tools import read_file as read_file
+from .tools import replace_in_file as replace_in_file
+from .tools import write_file as write_file
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "FILENAMES",
+    "TOOLS",
+    "Change",
+    "CortexConfig",
+    "CortexFile",
+    "CortexStore",
+    "append_file",
+    "read_file",
+    "replace_in_file",
+    "write_file",
+)
