@@ -314,7 +314,8 @@ class Agent:
             raise
         except AgentloopError as exc:
             if exc.result is None:
-                exc.result = run.end_early(f"Not run: the run failed ({exc}).", "error")
+                cause = "the model request" if isinstance(exc, ProviderError) else "the run"
+                exc.result = run.end_early(f"Cancelled: {cause} failed ({exc}).", "error")
             run.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
             raise
         result = run.final = run.result(stop)
