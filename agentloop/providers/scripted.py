@@ -4,27 +4,40 @@ It stands in for Claude in tests and in the offline demo. `ScriptedModel` works 
 JSON (so the local Messages-API server in `agentloop.testing` can serve it over HTTP) and
 checks every request's history with the linter, as the real API would;
 `ScriptedProvider` plugs it into an `Agent` in process.
+
+Besides messages, a script can hold a `RawResponse` (an exact HTTP answer), a `Fault` (a
+failure: an error status, a dropped connection, a slow or broken response) and a `Paced`
+message (streamed with real pauses). They are meant for the HTTP server; in process,
+`ScriptedProvider` turns a fault into the `ProviderError` it stands for.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
+import anyio
+
+from agentloop import errors
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.messages import Message, _Block, lint_history, parse_history
 
 from .base import ModelRequest, ModelResponse
 
 __all__ = (
+    "Fault",
+    "FaultKind",
+    "Paced",
     "RawResponse",
     "ScriptExhausted",
     "ScriptedModel",
     "ScriptedProvider",
+    "message_events",
     "reply",
     "text",
     "tool_call",
@@ -47,8 +60,11 @@ class RawResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-ScriptItem: TypeAlias = "Mapping[str, Any] | ModelResponse | RawResponse | str"
-"""One scripted answer: a wire `message` dict, a `ModelResponse`, a `RawResponse`, or text."""
+ScriptItem: TypeAlias = "Mapping[str, Any] | ModelResponse | RawResponse | Fault | Paced | str"
+"""One scripted answer: a wire `message` dict, a `ModelResponse`, a `RawResponse`, a `Fault`,
+a `Paced` message, or text."""
+Answer: TypeAlias = "dict[str, Any] | RawResponse | Fault | Paced"
+"""What `ScriptedModel.respond` returns: a wire message, or an item the server acts out."""
 Script: TypeAlias = "Iterable[ScriptItem] | Callable[[dict[str, Any]], ScriptItem]"
 
 
@@ -109,8 +125,344 @@ def reply(
     }
 
 
-def _as_message(item: ScriptItem) -> dict[str, Any] | RawResponse:
-    if isinstance(item, RawResponse):
+FaultKind: TypeAlias = Literal[
+    "http_error", "dropped", "slow", "malformed_json", "stream_ends_early", "stream_error"
+]
+"""The kinds of `Fault` the test server can act out."""
+
+_ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""The API's `error.type` for each HTTP status it uses."""
+
+_ERROR_MESSAGES: Mapping[str, str] = {
+    "rate_limit_error": "Number of request tokens has exceeded your per-minute rate limit",
+    "api_error": "Internal server error",
+    "overloaded_error": "Overloaded",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure for the test server to answer one request with.
+
+    Build one with a constructor, and put it in a script like any response:
+
+    ```python
+    script = [Fault.rate_limited(retry_after=0.2), Fault.dropped(), reply("ok")]
+    ```
+
+    Each fault consumes one script item; the SDK's retry then asks for the next one.
+    Over HTTP (`MessagesServer`) a fault is acted out on the wire. In process,
+    `ScriptedProvider` raises the agentloop error it stands for instead (`RateLimitError`,
+    `ServerError`, `OverloadedError`, `APIConnectionError`, ...; see `to_error`), except
+    for a slow response, which simply arrives after its delay (no client timeout there).
+    """
+
+    kind: FaultKind
+    """What goes wrong (see the constructors)."""
+    status: int = 200
+    """The HTTP status of an `http_error`."""
+    error_type: str = ""
+    """The API error type (`rate_limit_error`, `overloaded_error`, ...) of an error."""
+    message: str = ""
+    """The error message of an error."""
+    retry_after: float | None = None
+    """Seconds sent as the `retry-after` header (the SDK honours it), or None for none."""
+    delay: float = 0.0
+    """Seconds a `slow` response waits before it is sent."""
+    answer: Mapping[str, Any] | None = None
+    """The message a `slow` response sends, or whose start a broken stream sends."""
+    after_blocks: int = 1
+    """How many whole content blocks a broken stream sends before it breaks."""
+    clean_end: bool = False
+    """For `stream_ends_early`: end the HTTP body properly (just without `message_stop`)
+    instead of closing the connection in the middle of it."""
+
+    @classmethod
+    def http_error(
+        cls,
+        status: int,
+        error_type: str | None = None,
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> Fault:
+        """An API error response: `status` with an `{"type": "error", ...}` body.
+
+        `error_type` defaults to the API's type for `status` (`invalid_request_error` for
+        400, `not_found_error` for 404, `request_too_large` for 413, ...).
+        """
+        kind = error_type or _ERROR_TYPES.get(status, "api_error")
+        text = message or _ERROR_MESSAGES.get(kind, f"scripted {status} {kind}")
+        return cls("http_error", status, kind, text, retry_after)
+
+    @classmethod
+    def rate_limited(cls, retry_after: float | None = 1.0) -> Fault:
+        """429 `rate_limit_error`, asking the client to wait `retry_after` seconds."""
+        return cls.http_error(429, retry_after=retry_after)
+
+    @classmethod
+    def server_error(cls, status: int = 500, *, retry_after: float | None = None) -> Fault:
+        """A 5xx `api_error` (500 unless `status` says otherwise)."""
+        return cls.http_error(status, "api_error", retry_after=retry_after)
+
+    @classmethod
+    def overloaded(cls, *, retry_after: float | None = None) -> Fault:
+        """529 `overloaded_error`."""
+        return cls.http_error(529, retry_after=retry_after)
+
+    @classmethod
+    def dropped(cls) -> Fault:
+        """The connection is closed without any response (the client sees no status)."""
+        return cls("dropped")
+
+    @classmethod
+    def slow(cls, delay: float, answer: ScriptItem = "ok") -> Fault:
+        """`answer` (a message, as a script takes it), sent only after `delay` seconds."""
+        return cls("slow", delay=delay, answer=_whole_message(answer))
+
+    @classmethod
+    def malformed_json(cls) -> Fault:
+        """A 200 whose body is cut-off JSON (for a streamed request: an SSE event's data)."""
+        return cls("malformed_json")
+
+    @classmethod
+    def stream_ends_early(
+        cls, answer: ScriptItem = "ok", *, after_blocks: int = 1, clean_end: bool = False
+    ) -> Fault:
+        """A stream that stops after `message_start` and `after_blocks` blocks of `answer`.
+
+        No `message_delta` or `message_stop` is sent. By default the connection is closed
+        in the middle of the (chunked) body; `clean_end=True` ends the body properly. A
+        request without `stream: true` gets a dropped connection.
+        """
+        return cls(
+            "stream_ends_early",
+            answer=_whole_message(answer),
+            after_blocks=after_blocks,
+            clean_end=clean_end,
+        )
+
+    @classmethod
+    def stream_error(
+        cls,
+        answer: ScriptItem = "ok",
+        *,
+        after_blocks: int = 1,
+        error_type: str = "overloaded_error",
+        message: str = "Overloaded",
+    ) -> Fault:
+        """A stream that sends `event: error` after `message_start` and `after_blocks` blocks.
+
+        The error event is `{"type": "error", "error": {"type": error_type, "message":
+        message}}`, as the API sends when it is overloaded in the middle of a response. A
+        request without `stream: true` gets the matching status instead (529 for
+        `overloaded_error`).
+        """
+        return cls(
+            "stream_error",
+            error_type=error_type,
+            message=message,
+            answer=_whole_message(answer),
+            after_blocks=after_blocks,
+        )
+
+    @property
+    def error_body(self) -> dict[str, Any]:
+        """The API-shaped error object of an error fault."""
+        return {
+            "type": "error",
+            "error": {"type": self.error_type, "message": self.message},
+            "request_id": "req_local",
+        }
+
+    def to_error(self) -> ProviderError:
+        """The agentloop error this fault stands for (what `ScriptedProvider` raises).
+
+        A dropped connection, a broken stream and a slow response (as a client timeout
+        would end it) are `APIConnectionError`s; malformed JSON is a plain `ProviderError`.
+        """
+        if self.kind in ("dropped", "slow", "stream_ends_early"):
+            return errors.APIConnectionError(f"scripted fault: {self.kind}")
+        if self.kind == "malformed_json":
+            return ProviderError("scripted fault: the response is not valid JSON", status_code=200)
+        status = 529 if self.kind == "stream_error" else self.status
+        cls = _ERROR_CLASSES.get(self.error_type) or _ERROR_CLASSES.get(str(status))
+        if cls is None:
+            cls = errors.ServerError if status >= 500 else ProviderError
+        return cls(
+            f"{status} {self.error_type}: {self.message}", status_code=status, body=self.error_body
+        )
+
+
+_ERROR_CLASSES: Mapping[str, type[ProviderError]] = {
+    "rate_limit_error": errors.RateLimitError,
+    "overloaded_error": errors.OverloadedError,
+    "authentication_error": errors.AuthenticationError,
+    "permission_error": errors.AuthenticationError,
+    "billing_error": errors.CreditBalanceError,
+    "400": errors.BadRequestError,
+}
+
+
+def message_events(message: Mapping[str, Any], *, chunk: int = 16) -> list[tuple[str, Any]]:
+    """The SSE events, as `(event name, data)` pairs, that the API would stream for `message`.
+
+    Text, thinking and tool input arrive as deltas of at most `chunk` characters; other
+    blocks arrive whole in their `content_block_start`.
+    """
+    usage = dict(message.get("usage") or {})
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message.get("content") or []):
+        head, deltas = _block_parts(block, chunk)
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": head},
+            )
+        )
+        if index == 0:
+            events.append(("ping", {"type": "ping"}))
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta = {
+        "stop_reason": message.get("stop_reason"),
+        "stop_sequence": message.get("stop_sequence"),
+    }
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": delta,
+                "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _chunks(value: str, size: int) -> Iterator[str]:
+    for start in range(0, len(value), size):
+        yield value[start : start + size]
+
+
+def _block_parts(block: Mapping[str, Any], chunk: int) -> tuple[dict[str, Any], list[Any]]:
+    """A block's `content_block_start` form and the deltas that complete it."""
+    kind = block.get("type")
+    if kind == "text":
+        deltas = [{"type": "text_delta", "text": t} for t in _chunks(block["text"], chunk)]
+        return {**block, "text": ""}, deltas
+    if kind in ("tool_use", "server_tool_use"):
+        raw = json.dumps(block.get("input") or {}) if block.get("input") else ""
+        deltas = [{"type": "input_json_delta", "partial_json": ""}]
+        deltas += [{"type": "input_json_delta", "partial_json": p} for p in _chunks(raw, chunk)]
+        return {**block, "input": {}}, deltas
+    if kind == "thinking":
+        deltas = [
+            {"type": "thinking_delta", "thinking": t} for t in _chunks(block["thinking"], chunk)
+        ]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        return {**block, "thinking": "", "signature": ""}, deltas
+    return dict(block), []
+
+
+@dataclass(frozen=True, init=False)
+class Paced:
+    """A message the test server streams with real pauses, as a model writing it would.
+
+    For a request with `stream: true`, the server waits `first_delay` before
+    `message_start`, spreads `block_delay` evenly over each content block (its
+    `content_block_stop` arrives `block_delay` after its `content_block_start`, the
+    deltas in between), and waits `chunk_delay` more before every delta. Each event is
+    flushed as it is written. A request without `stream: true` is answered with the
+    whole message once all those pauses have passed; `ScriptedProvider` sleeps as long.
+
+    ```python
+    calls = [tool_call("lookup", {"key": k}) for k in "abcde"]
+    script = [Paced(reply(*calls), block_delay=0.25), reply("done")]  # ~1.25 s to stream
+    ```
+    """
+
+    message: dict[str, Any]
+    """The wire message streamed."""
+    first_delay: float
+    """Seconds before `message_start`."""
+    block_delay: float
+    """Seconds from each block's `content_block_start` to its `content_block_stop`."""
+    chunk_delay: float
+    """Extra seconds before each `content_block_delta`."""
+
+    def __init__(
+        self,
+        message: ScriptItem,
+        *,
+        first_delay: float = 0.0,
+        block_delay: float = 0.0,
+        chunk_delay: float = 0.0,
+    ) -> None:
+        """Pace `message` (a message, as a script takes it) with the given pauses."""
+        if min(first_delay, block_delay, chunk_delay) < 0:
+            raise ValueError("Paced delays must be >= 0")
+        object.__setattr__(self, "message", _whole_message(message))
+        object.__setattr__(self, "first_delay", first_delay)
+        object.__setattr__(self, "block_delay", block_delay)
+        object.__setattr__(self, "chunk_delay", chunk_delay)
+
+    def schedule(self, *, chunk: int = 16) -> list[tuple[float, str, Any]]:
+        """The stream's events as `(seconds to wait before it, event name, data)`."""
+        events = message_events(self.message, chunk=chunk)
+        per_block: dict[int, int] = {}
+        for name, data in events:
+            if name.startswith("content_block_"):
+                per_block[data["index"]] = per_block.get(data["index"], 0) + 1
+        timed: list[tuple[float, str, Any]] = []
+        for name, data in events:
+            pause = self.first_delay if name == "message_start" else 0.0
+            if name in ("content_block_delta", "content_block_stop"):
+                pause = self.block_delay / (per_block[data["index"]] - 1)
+            if name == "content_block_delta":
+                pause += self.chunk_delay
+            timed.append((pause, name, data))
+        return timed
+
+    @property
+    def total_delay(self) -> float:
+        """Seconds the whole stream takes: what a non-streamed answer waits."""
+        return sum(pause for pause, _, _ in self.schedule())
+
+
+def _whole_message(item: ScriptItem) -> dict[str, Any]:
+    """The wire message of a script item that must be a message."""
+    message = _as_message(item)
+    if not isinstance(message, dict):
+        raise TypeError(f"expected a message, not {type(message).__name__}")
+    return message
+
+
+def _as_message(item: ScriptItem) -> Answer:
+    if isinstance(item, (RawResponse, Fault, Paced)):
         return item
     if isinstance(item, str):
         return reply(item)
@@ -154,8 +506,11 @@ class ScriptedModel:
             )
         return messages
 
-    def respond(self, body: Mapping[str, Any]) -> dict[str, Any] | RawResponse:
-        """The response to one request body (wire JSON, or an exact `RawResponse`).
+    def respond(self, body: Mapping[str, Any]) -> Answer:
+        """The response to one request body.
+
+        Returns wire JSON for a message, or the script's `RawResponse`, `Fault` or `Paced`
+        item as it is, for the server to act out.
 
         Raises:
             HistoryError: the request's history breaks an API rule.
@@ -179,7 +534,11 @@ class ScriptedModel:
 
 
 class ScriptedProvider:
-    """A `Provider` answering from a `ScriptedModel`, in process (no HTTP)."""
+    """A `Provider` answering from a `ScriptedModel`, in process (no HTTP).
+
+    A `Paced` answer arrives after its `total_delay`. A `Fault` raises the agentloop
+    error it stands for (see `Fault.to_error`); a slow one first waits its delay.
+    """
 
     def __init__(self, script: Script | ScriptedModel) -> None:
         """Create a provider from a script or an existing `ScriptedModel`."""
@@ -188,7 +547,15 @@ class ScriptedProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` from the script."""
         answer = self.model.respond(request.to_wire())
-        if isinstance(answer, RawResponse):
+        if isinstance(answer, Paced):
+            await anyio.sleep(answer.total_delay)
+            answer = answer.message
+        elif isinstance(answer, Fault):
+            if answer.kind != "slow":
+                raise answer.to_error()
+            await anyio.sleep(answer.delay)
+            answer = dict(answer.answer or {})
+        elif isinstance(answer, RawResponse):
             if answer.status != 200 or not isinstance(answer.json, Mapping):
                 raise ProviderError(
                     f"scripted error response {answer.status}: {answer.json!r}"[:300],

@@ -3,8 +3,14 @@
 `ScriptedProvider` answers in process; `MessagesServer` serves the same script over HTTP
 on 127.0.0.1 (JSON and SSE) so the real `AsyncAnthropic` client and `AnthropicProvider`
 are exercised end to end. Both check every request's history with the linter.
+
+Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failures
+(`Fault.rate_limited(retry_after=0.2)`, `Fault.dropped()`, `Fault.stream_error(...)`, ...)
+and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
 """
 
+from agentloop.providers.scripted import Fault as Fault
+from agentloop.providers.scripted import Paced as Paced
 from agentloop.providers.scripted import RawResponse as RawResponse
 from agentloop.providers.scripted import ScriptedModel as ScriptedModel
 from agentloop.providers.scripted import ScriptedProvider as ScriptedProvider
@@ -17,7 +23,9 @@ from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
 
 __all__ = (
+    "Fault",
     "MessagesServer",
+    "Paced",
     "RawResponse",
     "ScriptExhausted",
     "ScriptedModel",

@@ -4,97 +4,72 @@ It speaks enough of `POST /v1/messages` for the official SDK: JSON responses, SS
 (`stream: true`), and API-shaped errors. It runs in a background thread, so tests under
 any event loop (or none) can use it, and it lints every request's history, answering a
 broken one with the 400 `invalid_request_error` the real API would send.
+
+Scripts can also hold `Fault`s (error statuses with `retry-after`, dropped connections,
+slow, malformed or broken responses) and `Paced` messages (streamed with real pauses,
+each event flushed as it is written); the server acts them out on the wire.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterable, Mapping
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
 from agentloop.errors import AgentloopError
-from agentloop.providers.scripted import RawResponse, Script, ScriptedModel
+from agentloop.providers.scripted import (
+    Answer,
+    Fault,
+    Paced,
+    RawResponse,
+    Script,
+    ScriptedModel,
+    message_events,
+)
 
 __all__ = ("MessagesServer", "sse_events")
+
+_MALFORMED_JSON = b'{"id": "msg_01", "type": "message", "role": "assistant", "content": [{"ty'
+_MALFORMED_SSE = b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m\n\n'
 
 
 def _error_body(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_local"}
 
 
-def _chunks(value: str, size: int) -> Iterator[str]:
-    for start in range(0, len(value), size):
-        yield value[start : start + size]
+def _event(name: str, data: Any) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def sse_events(message: Mapping[str, Any], *, chunk: int = 16) -> str:
     """Render a whole response message as the SSE stream the API would send for it."""
-    usage = dict(message.get("usage") or {})
-    start = {
-        **message,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {**usage, "output_tokens": 1},
-    }
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": start})
-    ]
-    for index, block in enumerate(message.get("content") or []):
-        kind = block.get("type")
-        deltas: list[dict[str, Any]] = []
-        if kind == "text":
-            head = {**block, "text": ""}
-            deltas = [{"type": "text_delta", "text": t} for t in _chunks(block["text"], chunk)]
-        elif kind in ("tool_use", "server_tool_use"):
-            head = {**block, "input": {}}
-            raw = json.dumps(block.get("input") or {}) if block.get("input") else ""
-            deltas = [{"type": "input_json_delta", "partial_json": ""}]
-            deltas += [{"type": "input_json_delta", "partial_json": p} for p in _chunks(raw, chunk)]
-        elif kind == "thinking":
-            head = {**block, "thinking": "", "signature": ""}
-            deltas = [
-                {"type": "thinking_delta", "thinking": t} for t in _chunks(block["thinking"], chunk)
-            ]
-            deltas.append({"type": "signature_delta", "signature": block["signature"]})
-        else:
-            head = dict(block)
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": head},
-            )
-        )
-        if index == 0:
-            events.append(("ping", {"type": "ping"}))
-        events += [
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-            for d in deltas
-        ]
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {
-                    "stop_reason": message.get("stop_reason"),
-                    "stop_sequence": message.get("stop_sequence"),
-                },
-                "usage": {"output_tokens": usage.get("output_tokens", 0)},
-            },
-        )
+    return "".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n"
+        for name, data in message_events(message, chunk=chunk)
     )
-    events.append(("message_stop", {"type": "message_stop"}))
-    return "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+
+
+def _cut(events: list[tuple[str, Any]], blocks: int) -> list[tuple[str, Any]]:
+    """The events up to the end of the first `blocks` content blocks (no message end)."""
+    kept: list[tuple[str, Any]] = []
+    for name, data in events:
+        if name in ("message_delta", "message_stop"):
+            break
+        if name == "content_block_start" and data["index"] >= blocks:
+            break
+        kept.append((name, data))
+    return kept
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each streamed event leaves at once
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -119,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Answer `POST /v1/messages` from the script."""
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
+        arrived = time.monotonic()
         if self.path.split("?")[0] != "/v1/messages":
             self._json(404, _error_body("not_found_error", f"no route {self.path}"))
             return
@@ -127,22 +103,111 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._json(400, _error_body("invalid_request_error", "request body is not valid JSON"))
             return
-        self.server.received.append(body)
+        with self.server.lock:
+            self.server.received.append(body)
+            self.server.arrivals.append(arrived)
         try:
             answer = self.server.model.respond(body)
         except AgentloopError as exc:
             self._json(400, _error_body("invalid_request_error", str(exc)))
             return
-        if isinstance(answer, RawResponse):
+        try:
+            self._answer(answer, stream=bool(body.get("stream")))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away (e.g. its timeout)
+
+    def _answer(self, answer: Answer, *, stream: bool) -> None:
+        if isinstance(answer, Fault):
+            self._fault(answer, stream=stream)
+        elif isinstance(answer, Paced):
+            self._paced(answer, stream=stream)
+        elif isinstance(answer, RawResponse):
             if answer.sse is not None:
                 self._send(answer.status, answer.sse.encode(), "text/event-stream", answer.headers)
             else:
                 self._json(answer.status, answer.json, answer.headers)
-            return
-        if body.get("stream"):
+        elif stream:
             self._send(200, sse_events(answer).encode(), "text/event-stream")
         else:
             self._json(200, answer)
+
+    def _fault(self, fault: Fault, *, stream: bool) -> None:
+        answer = dict(fault.answer or {})
+        if fault.kind == "http_error":
+            headers = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
+            self._json(fault.status, fault.error_body, headers)
+        elif fault.kind == "dropped" or (fault.kind == "stream_ends_early" and not stream):
+            self._drop()
+        elif fault.kind == "slow":
+            if self._wait(fault.delay):
+                self._answer(answer, stream=stream)
+            else:
+                self._drop()
+        elif fault.kind == "malformed_json":
+            if stream:
+                self._send(200, _MALFORMED_SSE, "text/event-stream")
+            else:
+                self._send(200, _MALFORMED_JSON, "application/json")
+        elif fault.kind == "stream_ends_early":
+            self._open_stream()
+            self._write_events(_cut(message_events(answer), fault.after_blocks))
+            if fault.clean_end:
+                self._close_stream()
+            else:
+                self._drop()
+        elif not stream:  # stream_error, asked for without streaming
+            status = 529 if fault.error_type == "overloaded_error" else 500
+            self._json(status, fault.error_body)
+        else:
+            self._open_stream()
+            self._write_events(_cut(message_events(answer), fault.after_blocks))
+            error = {"type": "error", "error": fault.error_body["error"]}
+            self._write_events([("error", error)])
+            self._close_stream()
+
+    def _paced(self, paced: Paced, *, stream: bool) -> None:
+        if not stream:
+            if self._wait(paced.total_delay):
+                self._json(200, paced.message)
+            else:
+                self._drop()
+            return
+        self._open_stream()
+        for pause, name, data in paced.schedule():
+            if pause and not self._wait(pause):
+                self._drop()
+                return
+            self._write_events([(name, data)])
+        self._close_stream()
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep; False (at once) if the server is stopping."""
+        return not self.server.stopping.wait(seconds)
+
+    def _drop(self) -> None:
+        """Close the connection without another byte."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _open_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("request-id", "req_local")
+        self.end_headers()
+
+    def _write_events(self, events: Iterable[tuple[str, Any]]) -> None:
+        """Write events as HTTP chunks, one each, so each is flushed as it is written."""
+        for name, data in events:
+            payload = _event(name, data)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    def _close_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -150,6 +215,9 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 256
     model: ScriptedModel
     received: list[dict[str, Any]]
+    arrivals: list[float]
+    lock: threading.Lock
+    stopping: threading.Event
 
 
 class MessagesServer:
@@ -159,6 +227,17 @@ class MessagesServer:
     async with MessagesServer([reply(tool_call("add", {"a": 1, "b": 2})), reply("3")]) as server:
         agent = Agent(client=server.client(), tools=[add])
         result = await agent.run("1 + 2?")
+    ```
+
+    Script items may also be `Fault`s, acted out on the wire, and `Paced` messages,
+    streamed with real pauses. With `server.client(max_retries=2)` the SDK's own retries
+    meet the faults; `request_times` tells when each attempt arrived:
+
+    ```python
+    script = [Fault.rate_limited(retry_after=0.2), Fault.dropped(), reply("ok")]
+    async with MessagesServer(script) as server:
+        result = await Agent(client=server.client(max_retries=2)).run("hi")
+        assert len(server.requests) == 3
     ```
     """
 
@@ -170,6 +249,9 @@ class MessagesServer:
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.model = self.model
         self._httpd.received = []
+        self._httpd.arrivals = []
+        self._httpd.lock = threading.Lock()
+        self._httpd.stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._clients: list[Any] = []
 
@@ -184,8 +266,21 @@ class MessagesServer:
         """Every request body received (including ones answered with an error)."""
         return self._httpd.received
 
+    @property
+    def request_times(self) -> list[float]:
+        """When each request of `requests` arrived, as `time.monotonic()` values.
+
+        Measure gaps between them, e.g. to check that a client waited `retry-after`.
+        """
+        return self._httpd.arrivals
+
     def client(self, **options: Any) -> Any:
-        """An `anthropic.AsyncAnthropic` pointed at this server (no retries by default)."""
+        """An `anthropic.AsyncAnthropic` pointed at this server (no retries by default).
+
+        `options` go to `AsyncAnthropic`: e.g. `max_retries=2` to let the SDK retry faults
+        (it waits `retry-after` when sent, else 0.5 s * 2**attempt, less up to 25 %
+        jitter, at most 8 s), or `timeout=0.2` to make a `Fault.slow` time out.
+        """
         import anthropic
 
         options.setdefault("api_key", "sk-ant-local-test")
@@ -206,7 +301,8 @@ class MessagesServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket; responses still waiting are cut short."""
+        self._httpd.stopping.set()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()

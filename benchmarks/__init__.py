@@ -1,0 +1,1 @@
+"""Benchmarks for agentloop (not part of the package): run `python -m benchmarks`."""

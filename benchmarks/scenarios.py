@@ -1,0 +1,206 @@
+"""The scenarios: what the local server answers, the tools the contenders run, and the probes.
+
+The server process answers each request with `respond(body)`, a function of the request
+alone (the scenario is named by the request's `model`, "bench-S1" ...), so any number of
+runs and any contender work against one server. The tools are plain async functions;
+each contender wraps them in its own tool format. They report what they see to `PROBE`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from agentloop.testing import Paced, reply, tool_call
+
+MAX_TOKENS = 1024
+S2_TURNS = 100
+S6_ROUNDS = 2000
+S6_SAMPLES = (100, S6_ROUNDS)
+S5_BLOCK_DELAY = 0.25
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark scenario."""
+
+    name: str
+    title: str
+    tools: tuple[str, ...]
+    contenders: tuple[str, ...]
+    runs: int
+    """Timed runs per contender (after one warm-up run, unless `warmup` is False)."""
+    max_rounds: int = 10
+    tool_concurrency: int = 64
+    warmup: bool = True
+    stream: bool = False
+
+    @property
+    def model(self) -> str:
+        return f"bench-{self.name}"
+
+
+ALL = ("agentloop", "hand", "sdk_runner", "pydantic_ai")
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "S1", "fanout: 1 turn of 50 calls x 100 ms", ("wait",), (*ALL, "agentloop_cap8"), 5
+        ),
+        Scenario("S2", f"chain: {S2_TURNS} turns of 1 instant call", ("echo",), ALL, 9, 102),
+        Scenario("S3", "big fanout: 1 turn of 1000 instant calls", ("echo",), ALL, 7, 10, 1000),
+        Scenario(
+            "S4",
+            "cap: 64 calls x 100 ms at tool_concurrency=8",
+            ("wait",),
+            ("agentloop",),
+            5,
+            10,
+            8,
+        ),
+        Scenario(
+            "S5",
+            "eager streaming: 5 tool_use blocks streamed at 0.25 s each",
+            ("work",),
+            ("agentloop_eager", "agentloop_noneager", "sdk_runner_eager", "hand"),
+            3,
+            stream=True,
+        ),
+        Scenario(
+            "S6",
+            f"long run: {S6_ROUNDS} rounds of 1 small call",
+            ("mem",),
+            ("agentloop", "hand"),
+            1,
+            S6_ROUNDS + 1,
+            warmup=False,
+        ),
+    )
+}
+
+
+# -- what the server answers
+
+
+def _rounds_done(body: dict[str, Any]) -> int:
+    return sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
+
+
+def _calls(count: int, name: str, make_input: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    return reply(*[tool_call(name, make_input(i)) for i in range(count)])
+
+
+def respond(body: dict[str, Any]) -> Any:
+    """The answer to one request: the scenario is in the request's `model`."""
+    name = str(body.get("model", "")).removeprefix("bench-")
+    done = _rounds_done(body)
+    if name == "S1":
+        return _calls(50, "wait", lambda i: {"ms": 100}) if done == 0 else reply("done")
+    if name == "S2":
+        return reply(tool_call("echo", {"value": str(done)})) if done < S2_TURNS else reply("done")
+    if name == "S3":
+        return _calls(1000, "echo", lambda i: {"value": str(i)}) if done == 0 else reply("done")
+    if name == "S4":
+        return _calls(64, "wait", lambda i: {"ms": 100}) if done == 0 else reply("done")
+    if name == "S5":
+        if done:
+            return reply("done")
+        return Paced(_calls(5, "work", lambda i: {"k": i + 1}), block_delay=S5_BLOCK_DELAY)
+    if name == "S6":
+        return reply(tool_call("mem", {})) if done < S6_ROUNDS else reply("done")
+    return reply(f"unknown scenario {name!r}")
+
+
+# -- the tools, and what they measure
+
+
+@dataclass
+class Probe:
+    """What the tools observed during one run."""
+
+    started: float = field(default_factory=time.perf_counter)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    finished: list[float] = field(default_factory=list)
+    """Seconds from the run's start at which each `work` call finished."""
+    mem_calls: int = 0
+    rss: dict[int, int] = field(default_factory=dict)
+    """Resident set size in bytes, by `mem` call number."""
+
+
+PROBE = Probe()
+
+
+def reset_probe() -> Probe:
+    global PROBE
+    PROBE = Probe()
+    return PROBE
+
+
+async def wait(ms: int) -> str:
+    """Wait `ms` milliseconds."""
+    PROBE.in_flight += 1
+    PROBE.max_in_flight = max(PROBE.max_in_flight, PROBE.in_flight)
+    try:
+        await anyio.sleep(ms / 1000)
+    finally:
+        PROBE.in_flight -= 1
+    return "waited"
+
+
+async def echo(value: str) -> str:
+    """Echo `value` back."""
+    return value
+
+
+async def work(k: int) -> str:
+    """Do the k-th piece of work, which takes (5 - k) * 0.25 s."""
+    await anyio.sleep((5 - k) * S5_BLOCK_DELAY)
+    PROBE.finished.append(time.perf_counter() - PROBE.started)
+    return f"work {k} done"
+
+
+async def mem() -> str:
+    """Note the process's memory use."""
+    PROBE.mem_calls += 1
+    if PROBE.mem_calls in S6_SAMPLES:
+        PROBE.rss[PROBE.mem_calls] = current_rss()
+    return "ok"
+
+
+TOOLS: dict[str, Callable[..., Awaitable[str]]] = {
+    "wait": wait,
+    "echo": echo,
+    "work": work,
+    "mem": mem,
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "wait": {"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]},
+    "echo": {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]},
+    "work": {"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]},
+    "mem": {"type": "object", "properties": {}},
+}
+
+
+def definitions(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Tool definitions in wire form (for the hand loop)."""
+    return [
+        {"name": n, "description": TOOLS[n].__doc__ or n, "input_schema": SCHEMAS[n]} for n in names
+    ]
+
+
+def current_rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
