@@ -15,6 +15,7 @@ from .errors import ConfigurationError as ConfigurationError
 from .errors import CreditBalanceError as CreditBalanceError
 from .errors import DuplicateToolError as DuplicateToolError
 from .errors import HistoryError as HistoryError
+from .errors import InvalidResponseError as InvalidResponseError
 from .errors import MissingAPIKeyError as MissingAPIKeyError
 from .errors import OverloadedError as OverloadedError
 from .errors import ProviderError as ProviderError
@@ -59,6 +60,7 @@ __all__ = (
     "CreditBalanceError",
     "DuplicateToolError",
     "HistoryError",
+    "InvalidResponseError",
     "Message",
     "MissingAPIKeyError",
     "ModelRequest",

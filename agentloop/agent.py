@@ -355,12 +355,12 @@ class Agent:
             self.tool_limiter,
             run.threads,
         )
-        failure: ProviderError | None = None
+        failure: Exception | None = None
         async with anyio.create_task_group() as group:
             turn = run.turn = Turn(run, self.registry, context, group, emit)
             try:
                 response = await self._request(run, request, turn, emit)
-            except ProviderError as exc:
+            except Exception as exc:
                 # Raised outside the task group, so the caller gets it as is (not grouped);
                 # calls started from the stream are cancelled.
                 failure = exc

@@ -16,8 +16,9 @@ AgentloopError
 │   ├── CreditBalanceError     the account has no credit left
 │   ├── RateLimitError         429 after the client's retries
 │   ├── OverloadedError        529 after the client's retries
-│   ├── APIConnectionError     no HTTP answer (connection refused, dropped, timed out)
-│   ├── BadRequestError        400: the request itself was refused
+│   ├── APIConnectionError     no (whole) answer: refused, dropped, timed out, cut short
+│   ├── InvalidResponseError   an answer that cannot be read (malformed JSON)
+│   ├── BadRequestError        4xx: the request itself was refused
 │   └── ServerError            5xx after the client's retries
 └── RunError                   a run ended early; carries the partial RunResult
     └── ToolCallFailed         on_tool_error="stop" and a tool call failed
@@ -43,6 +44,7 @@ __all__ = (
     "CreditBalanceError",
     "DuplicateToolError",
     "HistoryError",
+    "InvalidResponseError",
     "MissingAPIKeyError",
     "OverloadedError",
     "ProviderError",
@@ -141,8 +143,12 @@ class APIConnectionError(ProviderError):
     """The API could not be reached or did not answer in time."""
 
 
+class InvalidResponseError(ProviderError):
+    """The API's answer could not be read (for example malformed JSON)."""
+
+
 class BadRequestError(ProviderError):
-    """400: the API refused the request as invalid (its message says why)."""
+    """4xx: the API refused the request itself (its message says why); not retried."""
 
 
 class ServerError(ProviderError):

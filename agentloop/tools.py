@@ -372,7 +372,15 @@ def _valid_name(name: str) -> bool:
 
 
 @overload
-def tool(function: F, /) -> Tool: ...
+def tool(
+    function: F,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    eager: bool = True,
+) -> Tool: ...
 
 
 @overload
@@ -410,7 +418,7 @@ def tool(
         eager: Whether a streamed call may start before the whole message arrived.
     """
     if function is not None:
-        return Tool(function)
+        return Tool(function, name=name, description=description, timeout=timeout, eager=eager)
 
     def decorate(fn: F) -> Tool:
         return Tool(fn, name=name, description=description, timeout=timeout, eager=eager)

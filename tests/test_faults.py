@@ -21,6 +21,7 @@ from agentloop import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
+    InvalidResponseError,
     OverloadedError,
     ProviderError,
     RateLimitError,
@@ -172,19 +173,12 @@ EXHAUSTED = [
     pytest.param(Fault.overloaded(retry_after=FAST), OverloadedError, id="529"),
     pytest.param(Fault.dropped(), APIConnectionError, id="dropped"),
 ]
-DOUBLE_RETRY = (
-    "AnthropicProvider.stream retries an overloaded/server/rate-limit error raised when the "
-    "stream is opened, which the SDK has already retried max_retries times: "
-    "(max_retries + 1) ** 2 requests"
-)
 
 
 @pytest.mark.parametrize(("fault", "expected"), EXHAUSTED)
 async def test_exhausted_retries_raise_the_typed_error_with_the_partial_result(
-    make: Make, fault: Fault, expected: type[ProviderError], request: pytest.FixtureRequest
+    make: Make, fault: Fault, expected: type[ProviderError]
 ) -> None:
-    if make.streaming and expected is not APIConnectionError:  # type: ignore[attr-defined]
-        request.applymarker(pytest.mark.xfail(strict=True, reason=DOUBLE_RETRY))
     first = calls("a", "b")
 
     def script(body: dict[str, Any]) -> Any:
@@ -220,8 +214,8 @@ NOT_RETRIED = [
     pytest.param(400, BadRequestError, id="400"),
     pytest.param(401, AuthenticationError, id="401"),
     pytest.param(403, AuthenticationError, id="403"),
-    pytest.param(404, ProviderError, id="404"),
-    pytest.param(413, ProviderError, id="413"),
+    pytest.param(404, BadRequestError, id="404"),
+    pytest.param(413, BadRequestError, id="413"),
 ]
 
 
@@ -238,16 +232,9 @@ async def test_client_errors_are_not_retried(
     check_history(info.value.result, tools)
 
 
-MALFORMED = (
-    "AnthropicProvider lets the SDK's json.JSONDecodeError (a ValueError, not an APIError) "
-    "escape; it should become a ProviderError carrying .result"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=MALFORMED)
-async def test_malformed_json_is_a_provider_error(make: Make) -> None:
+async def test_malformed_json_is_an_invalid_response_error(make: Make) -> None:
     agent, _, tools = make([calls("a"), Fault.malformed_json()], retries=0)
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(InvalidResponseError) as info:
         await agent.run("go")
     assert info.value.result is not None
     check_history(info.value.result, tools)
@@ -284,21 +271,11 @@ async def test_overload_after_a_block_in_a_streamed_run(servers: list[MessagesSe
     check_history(stream.result, tools)
 
 
-ENDS_EARLY = (
-    "AnthropicProvider.stream lets httpx2.RemoteProtocolError (raised while iterating a stream "
-    "whose connection closed mid-body; the SDK does not wrap it) escape untranslated"
-)
-ENDS_CLEANLY = (
-    "AnthropicProvider.stream accepts a stream that ended without message_stop as a message "
-    "with stop_reason None, and the run ends as if the model had finished"
-)
-
-
 @pytest.mark.parametrize(
     "clean_end",
     [
-        pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=ENDS_EARLY), id="cut"),
-        pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=ENDS_CLEANLY), id="clean"),
+        pytest.param(False, id="cut"),
+        pytest.param(True, id="clean"),
     ],
 )
 async def test_stream_that_ends_early_is_a_connection_error(make: Make, clean_end: bool) -> None:

@@ -174,3 +174,8 @@ def test_field_description_wins_over_the_docstring() -> None:
 
     assert f.input_schema["properties"]["a"]["description"] == "from Field"
     assert f.input_schema["properties"]["b"]["description"] == "only in the docstring."
+
+
+def test_options_apply_when_called_with_the_function() -> None:
+    made = tool(google, name="forecast", timeout=2, eager=False)
+    assert (made.name, made.timeout, made.eager) == ("forecast", 2, False)

@@ -15,6 +15,7 @@ from typing import Any
 
 import anthropic
 import anyio
+import httpx2
 from pydantic import TypeAdapter
 
 from agentloop import errors
@@ -84,8 +85,12 @@ class AnthropicProvider:
             body = await raw.json()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
+        except httpx2.TransportError as exc:
+            raise _connection_lost(exc) from exc
+        except ValueError as exc:
+            raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
         if not isinstance(body, Mapping):
-            raise errors.ProviderError(f"unexpected response body: {body!r}"[:300])
+            raise errors.InvalidResponseError(f"unexpected response body: {body!r}"[:300])
         return ModelResponse.from_wire(body)
 
     async def stream(
@@ -93,9 +98,10 @@ class AnthropicProvider:
     ) -> ModelResponse:
         """Stream `request` with `messages.stream`, reporting each block as it arrives.
 
-        An overloaded or server error that arrives mid-stream before any content block is
-        retried (the SDK's own retries only cover the response status), with exponential
-        backoff, at most `client.max_retries` times.
+        The SDK retries a failed response status itself. An overloaded or server error
+        that arrives *inside* the stream before any content block is retried here, with
+        exponential backoff (or the `retry-after` the response carried), at most
+        `client.max_retries` times; nothing already delivered is ever delivered twice.
         """
         self._check_credentials()
         params = _sdk_params(request.to_wire())
@@ -106,12 +112,22 @@ class AnthropicProvider:
                 return await self._stream_once(params, on_event, state)
             except anthropic.APIError as exc:
                 error = _translate(exc)
-                retryable = isinstance(error, _RETRYABLE_MID_STREAM) and not state.delivered
-                if not retryable or attempt >= self.client.max_retries:
+                # Opening the stream was already retried by the SDK; only an error inside
+                # an open stream, before any content, is retried here.
+                retryable = state.opened and not state.delivered
+                if not (retryable and isinstance(error, _RETRYABLE_MID_STREAM)):
+                    raise error from exc
+                if attempt >= self.client.max_retries:
                     raise error from exc
                 attempt += 1
-                backoff = min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+                backoff = min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
                 delay = _retry_after(exc) or backoff
+            except httpx2.TransportError as exc:
+                raise _connection_lost(exc) from exc
+            except ValueError as exc:
+                raise errors.InvalidResponseError(
+                    f"the API's stream carried invalid JSON: {exc}"
+                ) from exc
             await anyio.sleep(delay)
 
     async def _stream_once(
@@ -121,10 +137,13 @@ class AnthropicProvider:
         state: _StreamState,
     ) -> ModelResponse:
         async with self.client.messages.stream(**params) as stream:
+            state.opened = True
             async for sdk_event in stream:
                 event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
                 kind = event.type
-                if kind == "content_block_start":
+                if kind == "message_stop":
+                    state.stopped = True
+                elif kind == "content_block_start":
                     state.delivered = True
                     await on_event(BlockStart(event.index, _block(event.content_block)))
                 elif kind == "content_block_delta":
@@ -137,8 +156,16 @@ class AnthropicProvider:
                     block = _block(event.content_block)
                     raw = "".join(state.partial_json.pop(event.index, []))
                     await on_event(BlockStop(event.index, block, _complete_json(raw)))
+            if not state.stopped:
+                raise errors.APIConnectionError(
+                    "the API's stream ended before `message_stop`: the response is incomplete"
+                )
             message = await stream.get_final_message()
         return ModelResponse.from_wire(message.to_dict(mode="json", warnings=False))
+
+
+def _connection_lost(exc: Exception) -> errors.APIConnectionError:
+    return errors.APIConnectionError(f"the connection to the API broke mid-response: {exc!r}")
 
 
 def _retry_after(exc: anthropic.APIError) -> float | None:
@@ -155,7 +182,12 @@ class _StreamState:
     """What one streaming attempt has seen so far."""
 
     def __init__(self) -> None:
+        self.opened = False
+        """The HTTP response arrived and the stream is being read."""
         self.delivered = False
+        """A content block was reported to the caller."""
+        self.stopped = False
+        """`message_stop` arrived: the response is whole."""
         self.partial_json: dict[int, list[str]] = {}
 
 
@@ -223,13 +255,15 @@ def _translate(exc: anthropic.APIError) -> errors.ProviderError:
         cls = errors.RateLimitError
     elif status == 529 or kind == "overloaded_error":
         cls = errors.OverloadedError
-    elif status == 400:
+    elif status is not None and 400 <= status < 500:
         cls = errors.BadRequestError
     elif status is not None and status >= 500:
         cls = errors.ServerError
     else:
         cls = errors.ProviderError
-    prefix = f"{status} {kind}: " if status else ""
+    if status == 200:  # an `error` event inside a stream whose response said 200
+        status = None
+    prefix = f"{status} {kind}: " if status else f"{kind}: "
     return cls(f"{prefix}{detail}", status_code=status, request_id=request_id, body=body)
 
 
