@@ -120,12 +120,12 @@ class _Run:
         if last is not None and last.role == "assistant":
             # Continuing a paused turn: the API treats consecutive assistant messages as
             # one, so keep them as one.
-            self.messages[-1] = Message.assistant([*last.blocks, *response.content])
+            self.messages[-1] = Message.of_blocks("assistant", [*last.blocks, *response.content])
         else:
             self.messages.append(response.message)
 
     def add_results(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
-        self.messages.append(Message.user([r.to_block() for r in results]))
+        self.messages.append(Message.of_blocks("user", [r.to_block() for r in results]))
         for call, r in zip(calls, results, strict=True):
             self.calls.append(
                 ToolCallRecord(

@@ -211,6 +211,16 @@ class Message(BaseModel):
         """An assistant message."""
         return cls(role="assistant", content=content if isinstance(content, str) else list(content))
 
+    @classmethod
+    def of_blocks(cls, role: Literal["user", "assistant"], blocks: Sequence[Any]) -> Message:
+        """A message from blocks that are already typed block objects, without re-validating.
+
+        The runner builds every message it adds this way: its blocks were validated when
+        they were parsed or made, and validating a thousand results again per turn is
+        most of the cost of a large turn.
+        """
+        return cls.model_construct(role=role, content=list(blocks))
+
     @property
     def blocks(self) -> list[ContentBlock]:
         """The content as blocks (a string content is one text block)."""
@@ -240,6 +250,11 @@ class Message(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """A fresh copy of the wire form, safe for the caller to change."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    @cached_property
+    def wire_json(self) -> bytes:
+        """The wire form as JSON bytes (computed once), for building request bodies."""
+        return self.__pydantic_serializer__.to_json(self, exclude_unset=True)
 
 
 _HISTORY = TypeAdapter(list[Message])

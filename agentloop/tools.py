@@ -123,12 +123,13 @@ class ToolResult:
 
     def to_block(self) -> ToolResultBlock:
         """The `tool_result` block for the history."""
-        block = ToolResultBlock(tool_use_id=self.tool_use_id)
+        fields: dict[str, Any] = {"tool_use_id": self.tool_use_id}
         if self.content is not None and self.content != "":
-            block.content = self.content
+            fields["content"] = self.content
         if self.is_error:
-            block.is_error = True
-        return block
+            fields["is_error"] = True
+        # Built from trusted values: no validation, and only the fields set are dumped.
+        return ToolResultBlock.model_construct(**fields)
 
     @property
     def text(self) -> str:

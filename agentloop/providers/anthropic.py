@@ -78,11 +78,19 @@ class AnthropicProvider:
         if self.streaming:
             return await self.stream(request, _ignore)
         self._check_credentials()
+        fields = request.to_wire(messages=False)
+        options = _request_options(fields)
         try:
-            raw = await self.client.messages.with_raw_response.create(
-                **_sdk_params(request.to_wire())
+            # The body goes to the SDK as ready JSON bytes: its retries, authentication,
+            # headers and errors all apply, but it need not copy and serialise the whole
+            # history again on every request.
+            response = await self.client.post(
+                "/v1/messages",
+                cast_to=httpx2.Response,
+                content=request.to_json(fields),
+                options=options,
             )
-            body = await raw.json()
+            body = json.loads(await response.aread())
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
         except httpx2.TransportError as exc:
@@ -226,6 +234,18 @@ def _complete_json(raw: str) -> bool:
         return isinstance(json.loads(raw), dict)
     except ValueError:
         return False
+
+
+def _request_options(fields: dict[str, Any]) -> Any:
+    """Move the SDK's request options out of the body fields (in place); return them."""
+    headers = {"content-type": "application/json", **(fields.pop("extra_headers", None) or {})}
+    options: dict[str, Any] = {"headers": headers}
+    if "extra_query" in fields:
+        options["params"] = fields.pop("extra_query")
+    if "timeout" in fields:
+        options["timeout"] = fields.pop("timeout")
+    fields.update(fields.pop("extra_body", None) or {})
+    return options
 
 
 def _sdk_params(body: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ can sit behind the same `Provider` protocol.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
@@ -96,14 +97,27 @@ class ModelRequest:
         """Whether the request turns extended thinking on."""
         return bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
+        """The request body as JSON bytes: `messages` plus `fields` (default: the rest).
+
+        Each message's JSON is computed once and reused by every later request of the
+        run, so building a body costs little more than joining bytes, however long the
+        history.
+        """
+        rest = self.to_wire(messages=False) if fields is None else fields
+        head = json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
+        messages = b",".join(m.wire_json for m in self.messages)
+        return b'{"messages":[' + messages + (b"]," + head[1:] if len(head) > 2 else b"]}")
+
+    def to_wire(self, *, messages: bool = True) -> dict[str, Any]:
         """The Messages API request body."""
         body: dict[str, Any] = {
             **self.params,
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": [m.wire for m in self.messages],
         }
+        if messages:
+            body["messages"] = [m.wire for m in self.messages]
         optional = {
             "system": self.system,
             "tools": [t.to_wire() for t in self.tools] or None,
@@ -151,7 +165,7 @@ class ModelResponse:
     @property
     def message(self) -> Message:
         """The assistant message for the history, content kept verbatim."""
-        return Message(role="assistant", content=self.content)
+        return Message.of_blocks("assistant", self.content)
 
     @property
     def text(self) -> str:
