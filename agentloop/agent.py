@@ -24,10 +24,10 @@ from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, 
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.messages import (
     ContentBlock,
+    HistoryLinter,
     Message,
     TextBlock,
     dump_history,
-    lint_history,
     parse_history,
 )
 from agentloop.providers.base import (
@@ -103,6 +103,13 @@ class _Run:
         self.limiter = anyio.CapacityLimiter(agent.tool_concurrency)
         self.threads = anyio.CapacityLimiter(agent.tool_concurrency)
         self.log = _log.bind(run_id=self.id)
+        thinking = bool(agent.thinking) and (agent.thinking or {}).get("type") != "disabled"
+        self.linter = HistoryLinter(
+            thinking=thinking,
+            tool_choice=agent.tool_choice,
+            allow_file_sources=agent._files_beta,
+        )
+        """Checks the history before each request, reading only what is new."""
         self.turn: Turn | None = None
         """The round under way: what `end_early` must complete after a failure."""
         self.stop_after_turn = False
@@ -337,12 +344,7 @@ class Agent:
     async def _round(self, run: _Run, emit: Emit | None) -> tuple[ModelResponse, list[ToolCall]]:
         """One model request and its tool calls, each started as early as it can be."""
         request = self._build_request(run)
-        lint_history(
-            request.messages,
-            thinking=request.thinking_enabled,
-            tool_choice=request.tool_choice,
-            allow_file_sources=self._files_beta,
-        )
+        run.linter.check(request.messages)
         run.rounds += 1
         if emit is not None:
             await emit(RequestStarted(run.rounds))
@@ -354,6 +356,7 @@ class Agent:
             run.deps,
             self.tool_limiter,
             run.threads,
+            run.log.bind(round=run.rounds),
         )
         failure: Exception | None = None
         async with anyio.create_task_group() as group:

@@ -22,6 +22,7 @@ __all__ = (
     "SERVER_TOOL_RESULT_TYPES",
     "ContentBlock",
     "DocumentBlock",
+    "HistoryLinter",
     "ImageBlock",
     "Message",
     "RedactedThinkingBlock",
@@ -290,12 +291,13 @@ class _Turn:
     """Consecutive messages of one role, merged as the API merges them."""
 
     role: str
+    start: int  # index of its first message
     blocks: list[tuple[int, Any]]  # (index of the original message, block)
 
 
-def _turns(messages: Sequence[Message]) -> list[_Turn]:
+def _turns(messages: Sequence[Message], offset: int = 0) -> list[_Turn]:
     turns: list[_Turn] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages, offset):
         if isinstance(message.content, str):
             blocks: list[Any] = [TextBlock(text=message.content)]
         else:
@@ -303,7 +305,7 @@ def _turns(messages: Sequence[Message]) -> list[_Turn]:
         if turns and turns[-1].role == message.role:
             turns[-1].blocks.extend((index, b) for b in blocks)
         else:
-            turns.append(_Turn(message.role, [(index, b) for b in blocks]))
+            turns.append(_Turn(message.role, index, [(index, b) for b in blocks]))
     return turns
 
 
@@ -316,8 +318,8 @@ _SOURCE_TAGS = {
 def _check_sources(
     block: Any, path: str, index: int, allow_file_sources: bool, nested: bool = False
 ) -> None:
-    kind = getattr(block, "type", None)
-    if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+    kind = block.type
+    if kind == "tool_result" and isinstance(block.content, list):
         for k, inner in enumerate(block.content):
             _check_sources(
                 inner, f"{path}.tool_result.content.{k}", index, allow_file_sources, True
@@ -358,91 +360,136 @@ def lint_history(
         HistoryError: The first broken rule, quoting the message path and ids the way the
             API does.
     """
-    if thinking and tool_choice and tool_choice.get("type") in ("any", "tool"):
-        raise HistoryError("Thinking may not be enabled when tool_choice forces tool use.")
-    if not messages:
-        raise HistoryError("at least one message is required", path="messages")
-    turns = _turns(messages)
-    seen_tool_use: set[str] = set()
-    server_uses: dict[str, tuple[int, int]] = {}  # id -> (turn, original index)
-    server_answered: set[str] = set()
-    last_assistant = max(
-        (t for t, turn in enumerate(turns) if turn.role == "assistant"), default=-1
-    )
-    for t, turn in enumerate(turns):
-        if not turn.blocks and not (t == len(turns) - 1 and turn.role == "assistant"):
+    HistoryLinter(
+        thinking=thinking, tool_choice=tool_choice, allow_file_sources=allow_file_sources
+    ).check(messages)
+
+
+@dataclass
+class _LintState:
+    """What the turns checked so far leave for the next ones to be checked against."""
+
+    tool_use_ids: set[str] = field(default_factory=set)
+    server_uses: set[str] = field(default_factory=set)
+    pending_server: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Server tool uses without a result yet: id -> (turn, message index)."""
+    previous_uses: dict[str, None] = field(default_factory=dict)
+    """Client tool_use ids of the turn before the next one."""
+
+    def copy(self) -> _LintState:
+        return _LintState(
+            set(self.tool_use_ids),
+            set(self.server_uses),
+            dict(self.pending_server),
+            dict(self.previous_uses),
+        )
+
+
+class HistoryLinter:
+    """`lint_history` for a history that grows: each check reads only what is new.
+
+    The runner keeps one per run, so checking before every request costs the same at
+    round 100 as at round 1. It assumes the messages it has seen are not changed, only
+    appended to (the last turn may grow); if an earlier message is replaced, it checks
+    the whole history again.
+    """
+
+    def __init__(
+        self,
+        *,
+        thinking: bool = False,
+        tool_choice: Mapping[str, Any] | None = None,
+        allow_file_sources: bool = False,
+    ) -> None:
+        """Create a linter for requests with these options (see `lint_history`)."""
+        self.thinking = thinking
+        self.tool_choice = tool_choice
+        self.allow_file_sources = allow_file_sources
+        self._reset()
+
+    def _reset(self) -> None:
+        self._start = 0  # first message of the turns to read again
+        self._turn = 0  # merged index of that turn
+        self._anchor: Message | None = None  # the message just before `_start`
+        self._state = _LintState()  # what the turns before `_start` left
+
+    def check(self, messages: Sequence[Message]) -> None:
+        """Check `messages`; raise `HistoryError` at the first broken rule."""
+        choice = self.tool_choice
+        if self.thinking and choice and choice.get("type") in ("any", "tool"):
+            raise HistoryError("Thinking may not be enabled when tool_choice forces tool use.")
+        if not messages:
+            raise HistoryError("at least one message is required", path="messages")
+        if self._start > len(messages) or (
+            self._start and messages[self._start - 1] is not self._anchor
+        ):
+            self._reset()
+        turns = _turns(messages[self._start :], self._start)
+        state = self._state.copy()
+        # The last two turns are read again next time (the last may still grow):
+        # remember where they start and what came before them.
+        keep = max(len(turns) - 2, 0)
+        kept: tuple[int, int, _LintState] | None = None
+        last = self._turn + len(turns) - 1
+        for i, turn in enumerate(turns):
+            if i == keep:
+                kept = (turn.start, self._turn + i, state.copy())
+            self._check_turn(self._turn + i, turn, state, final=self._turn + i == last)
+            state.previous_uses = _tool_use_ids(turn)
+        self._check_end(turns, self._turn, state)
+        assert kept is not None  # set in the loop: `keep` indexes `turns`
+        self._start, self._turn, self._state = kept
+        self._anchor = messages[self._start - 1] if self._start else None
+
+    def _check_turn(self, t: int, turn: _Turn, state: _LintState, final: bool) -> None:
+        if not turn.blocks and not (final and turn.role == "assistant"):
             raise HistoryError(
                 "all messages must have non-empty content except for the optional final "
                 "assistant message",
                 path=f"messages.{t}",
             )
-        previous_uses = _tool_use_ids(turns[t - 1]) if t > 0 else {}
+        expected = state.previous_uses
         answered: set[str] = set()
         leading = True
         for j, (index, block) in enumerate(turn.blocks):
             path = f"messages.{t}.content.{j}"
-            if isinstance(block, TextBlock) and block.text == "":
+            kind = block.type
+            if kind == "text" and block.text == "":
                 raise HistoryError("text content blocks must be non-empty", path=path, index=index)
-            _check_sources(block, path, index, allow_file_sources)
-            if isinstance(block, ToolResultBlock):
-                if turn.role != "user":
-                    raise HistoryError(
-                        "`tool_result` blocks can only appear in user messages",
-                        path=path,
-                        index=index,
-                    )
-                if block.tool_use_id not in previous_uses:
-                    raise HistoryError(
-                        f"unexpected `tool_use_id` found in `tool_result` blocks: "
-                        f"{block.tool_use_id}. Each `tool_result` block must have a "
-                        f"corresponding `tool_use` block in the previous message.",
-                        path=path,
-                        index=index,
-                    )
-                if block.tool_use_id in answered:
-                    raise HistoryError(
-                        f"each `tool_use` must have a single result. Found multiple "
-                        f"`tool_result` blocks with id: {block.tool_use_id}",
-                        path=path,
-                        index=index,
-                    )
-                if not leading:
-                    raise HistoryError(
-                        "`tool_result` blocks must come first in the user message, before "
-                        f"any other content (id: {block.tool_use_id})",
-                        path=path,
-                        index=index,
-                    )
+            _check_sources(block, path, index, self.allow_file_sources)
+            if kind == "tool_result":
+                self._check_result(block, turn, expected, answered, leading, path, index)
                 answered.add(block.tool_use_id)
                 continue
             leading = False
-            if isinstance(block, ToolUseBlock):
+            if kind == "tool_use":
                 if turn.role != "assistant":
                     raise HistoryError(
                         "`tool_use` blocks can only appear in assistant messages",
                         path=path,
                         index=index,
                     )
-                if block.id in seen_tool_use:
+                if block.id in state.tool_use_ids:
                     raise HistoryError(
                         f"`tool_use` ids must be unique: {block.id}", path=path, index=index
                     )
-                seen_tool_use.add(block.id)
-                caller = getattr(block, "caller", None)
+                state.tool_use_ids.add(block.id)
+                caller = (block.__pydantic_extra__ or {}).get("caller")
                 if isinstance(caller, dict) and caller.get("tool_id"):
-                    server_answered.add(str(caller["tool_id"]))
+                    state.pending_server.pop(str(caller["tool_id"]), None)
             elif isinstance(block, ServerToolUseBlock):
-                server_uses[block.id] = (t, index)
+                state.server_uses.add(block.id)
+                state.pending_server[block.id] = (t, index)
             elif isinstance(block, ServerToolResultBlock):
-                if block.tool_use_id not in server_uses:
+                if block.tool_use_id not in state.server_uses:
                     raise HistoryError(
                         f"`{block.type}` block refers to an unknown server tool use id: "
                         f"{block.tool_use_id}",
                         path=path,
                         index=index,
                     )
-                server_answered.add(block.tool_use_id)
-        missing = [i for i in previous_uses if i not in answered]
+                state.pending_server.pop(block.tool_use_id, None)
+        missing = [i for i in expected if i not in answered]
         if missing and turn.role == "user":
             raise HistoryError(
                 f"`tool_use` ids were found without `tool_result` blocks immediately after: "
@@ -451,37 +498,83 @@ def lint_history(
                 path=f"messages.{t}",
                 index=turn.blocks[0][0] if turn.blocks else None,
             )
-    final_uses = _tool_use_ids(turns[-1])
-    if final_uses:
-        raise HistoryError(
-            f"`tool_use` ids were found without `tool_result` blocks immediately after: "
-            f"{', '.join(final_uses)}. Each `tool_use` block must have a corresponding "
-            f"`tool_result` block in the next message.",
-            path=f"messages.{len(turns) - 1}",
-            index=turns[-1].blocks[-1][0],
-        )
-    for use_id, (t, index) in server_uses.items():
-        if use_id not in server_answered and t != last_assistant:
+
+    @staticmethod
+    def _check_result(
+        block: ToolResultBlock,
+        turn: _Turn,
+        expected: Mapping[str, None],
+        answered: set[str],
+        leading: bool,
+        path: str,
+        index: int,
+    ) -> None:
+        if turn.role != "user":
             raise HistoryError(
-                f"server tool use {use_id} has no result block; each `server_tool_use` must "
-                "be followed by its result in the assistant turn",
-                path=f"messages.{t}",
+                "`tool_result` blocks can only appear in user messages", path=path, index=index
+            )
+        if block.tool_use_id not in expected:
+            raise HistoryError(
+                f"unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{block.tool_use_id}. Each `tool_result` block must have a "
+                f"corresponding `tool_use` block in the previous message.",
+                path=path,
                 index=index,
             )
-    if last_assistant >= 0:
-        _check_latest_thinking(turns, last_assistant)
-    if thinking and turns[-1].role == "user" and last_assistant == len(turns) - 2:
-        _check_thinking_first(turns, last_assistant)
+        if block.tool_use_id in answered:
+            raise HistoryError(
+                f"each `tool_use` must have a single result. Found multiple "
+                f"`tool_result` blocks with id: {block.tool_use_id}",
+                path=path,
+                index=index,
+            )
+        if not leading:
+            raise HistoryError(
+                "`tool_result` blocks must come first in the user message, before "
+                f"any other content (id: {block.tool_use_id})",
+                path=path,
+                index=index,
+            )
+
+    def _check_end(self, turns: list[_Turn], offset: int, state: _LintState) -> None:
+        """Rules about how the history ends (the turns given are its last ones)."""
+        final = turns[-1]
+        final_uses = _tool_use_ids(final)
+        if final_uses:
+            raise HistoryError(
+                f"`tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(final_uses)}. Each `tool_use` block must have a corresponding "
+                f"`tool_result` block in the next message.",
+                path=f"messages.{offset + len(turns) - 1}",
+                index=final.blocks[-1][0],
+            )
+        assistant = next(
+            (i for i in range(len(turns) - 1, -1, -1) if turns[i].role == "assistant"), None
+        )
+        last_assistant = -1 if assistant is None else offset + assistant
+        for use_id, (t, index) in state.pending_server.items():
+            if t != last_assistant:
+                raise HistoryError(
+                    f"server tool use {use_id} has no result block; each `server_tool_use` "
+                    "must be followed by its result in the assistant turn",
+                    path=f"messages.{t}",
+                    index=index,
+                )
+        if assistant is None:
+            return
+        _check_latest_thinking(turns[assistant], last_assistant)
+        if self.thinking and final.role == "user" and assistant == len(turns) - 2:
+            _check_thinking_first(turns[assistant], final, last_assistant)
 
 
 def _tool_use_ids(turn: _Turn) -> dict[str, None]:
     if turn.role != "assistant":
         return {}
-    return {b.id: None for _, b in turn.blocks if isinstance(b, ToolUseBlock)}
+    return {b.id: None for _, b in turn.blocks if b.type == "tool_use"}
 
 
-def _check_latest_thinking(turns: list[_Turn], t: int) -> None:
-    for j, (index, block) in enumerate(turns[t].blocks):
+def _check_latest_thinking(turn: _Turn, t: int) -> None:
+    for j, (index, block) in enumerate(turn.blocks):
         if isinstance(block, ThinkingBlock) and not block.signature:
             raise HistoryError(
                 "thinking blocks in the latest assistant message cannot be modified: the "
@@ -498,11 +591,11 @@ def _check_latest_thinking(turns: list[_Turn], t: int) -> None:
             )
 
 
-def _check_thinking_first(turns: list[_Turn], t: int) -> None:
-    open_loop = any(isinstance(b, ToolResultBlock) for _, b in turns[t + 1].blocks)
-    if not open_loop or not turns[t].blocks:
+def _check_thinking_first(turn: _Turn, following: _Turn, t: int) -> None:
+    open_loop = any(b.type == "tool_result" for _, b in following.blocks)
+    if not open_loop or not turn.blocks:
         return
-    index, first = turns[t].blocks[0]
+    index, first = turn.blocks[0]
     if first.type not in ("thinking", "redacted_thinking"):
         raise HistoryError(
             f"Expected `thinking` or `redacted_thinking`, but found `{first.type}`. When "

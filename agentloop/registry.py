@@ -52,6 +52,8 @@ class ExecutionContext:
     """An optional second cap shared by every run of a process."""
     thread_limiter: anyio.CapacityLimiter | None = None
     """Worker threads for sync tools (anyio's default limiter of 40 when None)."""
+    log: Any = None
+    """The logger for this turn's events (`run_id` and `round` bound); a default if None."""
 
 
 class ToolRegistry:
@@ -165,15 +167,24 @@ class ToolRegistry:
                             context.shared_limiter.release()
                 finally:
                     context.limiter.release()
-        _log.info(
-            "tool.call",
-            run_id=context.run_id,
-            round=context.round,
-            tool_use_id=call.id,
-            name=call.name,
-            duration=round(result.duration, 6),
-            is_error=result.is_error,
-        )
+        if context.log is not None:
+            context.log.info(
+                "tool.call",
+                tool_use_id=call.id,
+                name=call.name,
+                duration=round(result.duration, 6),
+                is_error=result.is_error,
+            )
+        else:
+            _log.info(
+                "tool.call",
+                run_id=context.run_id,
+                round=context.round,
+                tool_use_id=call.id,
+                name=call.name,
+                duration=round(result.duration, 6),
+                is_error=result.is_error,
+            )
         return result
 
     async def _call(

@@ -128,8 +128,7 @@ class ToolResult:
             fields["content"] = self.content
         if self.is_error:
             fields["is_error"] = True
-        # Built from trusted values: no validation, and only the fields set are dumped.
-        return ToolResultBlock.model_construct(**fields)
+        return ToolResultBlock(**fields)  # only the fields set here are dumped
 
     @property
     def text(self) -> str:

@@ -301,3 +301,48 @@ def test_repair_leaves_a_valid_history_alone() -> None:
     history = [user(TEXT), assistant(THINK, use("a")), user(result("a"))]
     report = repair(history)
     assert not report.changed and dump_history(report.messages) == history
+
+
+GROWTH = [
+    user(TEXT),
+    assistant(THINK, use("a"), use("b")),
+    user(result("a"), result("b")),
+    assistant(use("c")),
+    user(result("c"), TEXT),
+    user(TEXT),
+    assistant(TEXT),
+]
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
+    from agentloop.messages import HistoryLinter
+
+    linter = HistoryLinter(thinking=thinking)
+    messages = parse_history(GROWTH)
+    for n in range(1, len(messages) + 1):
+        try:
+            lint_history(messages[:n], thinking=thinking)
+            expected = None
+        except HistoryError as exc:
+            expected = str(exc)
+        try:
+            linter.check(messages[:n])
+            got = None
+        except HistoryError as exc:
+            got = str(exc)
+        assert got == expected, n
+
+
+def test_incremental_linter_notices_a_changed_prefix() -> None:
+    from agentloop.messages import HistoryLinter
+
+    linter = HistoryLinter()
+    messages = parse_history(GROWTH[:3])
+    linter.check(messages)
+    changed = [*messages[:2], *parse_history([user(result("a"))])]  # b left unanswered
+    with pytest.raises(HistoryError, match="without `tool_result` blocks immediately after: b"):
+        linter.check(changed)
+    orphan = parse_history([user(TEXT), assistant(TEXT), user(result("zzz"))])
+    with pytest.raises(HistoryError, match="unexpected `tool_use_id`"):
+        linter.check(orphan)
