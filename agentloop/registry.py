@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import structlog
 from pydantic import ValidationError
-from structlog.contextvars import bind_contextvars, reset_contextvars
+from structlog.contextvars import bind_contextvars
 
 from .errors import DuplicateToolError, ToolError
 from .tools import (
@@ -29,7 +29,7 @@ from .tools import (
     to_content,
 )
 
-__all__ = ("ExecutionContext", "ToolRegistry")
+__all__ = ("ExecutionContext", "ToolRegistry", "bind_call_context")
 
 _log = structlog.get_logger("agentloop")
 
@@ -131,6 +131,7 @@ class ToolRegistry:
         results: list[ToolResult | None] = [None] * len(calls)
 
         async def run(index: int, call: ToolCall) -> None:
+            bind_call_context(context, call)
             results[index] = await self.run_call(call, context)
 
         async with anyio.create_task_group() as group:
@@ -198,8 +199,6 @@ class ToolRegistry:
         run_context = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
         start = time.perf_counter()
         value: Any = None
-        # The tool's own log events carry the call's context.
-        tokens = bind_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id)
         try:
             with anyio.move_on_after(timeout) as scope:
                 value = await tool.invoke(
@@ -226,9 +225,16 @@ class ToolRegistry:
             return ToolResult.error(
                 call, f"Tool '{call.name}' failed: {detail}", time.perf_counter() - start
             )
-        finally:
-            reset_contextvars(**tokens)
         return ToolResult(call.id, call.name, content, duration=time.perf_counter() - start)
+
+
+def bind_call_context(context: ExecutionContext, call: ToolCall) -> None:
+    """Bind the call's ids into structlog's contextvars, so the tool's own logs carry them.
+
+    Call it in the call's own task: a task works on a copy of its parent's context, so
+    the binding ends with the task and needs no reset.
+    """
+    bind_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id)
 
 
 async def _acquire(limiter: anyio.CapacityLimiter) -> None:

@@ -273,8 +273,7 @@ class Tool:
         Raises:
             pydantic.ValidationError: the input does not fit the schema.
         """
-        model = self._model.model_validate(arguments)
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return dict(self._model.model_validate(arguments).__dict__)
 
     async def invoke(
         self,

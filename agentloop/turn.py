@@ -24,7 +24,7 @@ from agentloop.events import (
 )
 from agentloop.messages import ContentBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
-from agentloop.registry import ExecutionContext, ToolRegistry
+from agentloop.registry import ExecutionContext, ToolRegistry, bind_call_context
 from agentloop.tools import ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Turn:
         self.streamed: dict[int, tuple[ContentBlock, bool]] = {}  # index -> (block, complete)
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
         self.started: set[str] = set()
+        self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
         self.closed = False
 
@@ -78,6 +79,7 @@ class Turn:
                 tool = self.registry.get(call.name)
                 eager = tool is None or tool.eager
                 if self.emit is not None:
+                    self.announced.add(call.id)
                     await self.emit(ToolCallReady(round_, call.id, call.name, call.input, eager))
                 if eager:
                     self.start(call)
@@ -103,6 +105,7 @@ class Turn:
             self.group.start_soon(self._call, call)
 
     async def _call(self, call: ToolCall) -> None:
+        bind_call_context(self.context, call)
         await self.finished(await self.registry.run_call(call, self.context))
 
     async def finished(self, result: ToolResult) -> None:
@@ -134,18 +137,12 @@ class Turn:
             if call.id in blocked:
                 await self.finished(ToolResult.error(call, blocked[call.id], ran=False))
             else:
-                if self.emit is not None and not self._announced(call.id):
+                if self.emit is not None and call.id not in self.announced:
                     await self.emit(
                         ToolCallReady(self.run.rounds, call.id, call.name, call.input, False)
                     )
                 self.start(call)
         return calls
-
-    def _announced(self, tool_use_id: str) -> bool:
-        return any(
-            isinstance(block, ToolUseBlock) and block.id == tool_use_id and complete
-            for block, complete in self.streamed.values()
-        )
 
     def _not_runnable(self, response: ModelResponse, calls: Sequence[ToolCall]) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -80,9 +81,14 @@ def _agentloop_stream(client: AsyncAnthropic, scenario: Scenario, *, eager: bool
     )
 
     async def run() -> dict[str, Any]:
+        from agentloop.events import ToolCallReady
+        from benchmarks import scenarios
+
         async with agent.run_stream(PROMPT) as stream:
-            async for _ in stream:
-                pass
+            async for event in stream:
+                if isinstance(event, ToolCallReady) and "k" in event.input:
+                    probe = scenarios.PROBE
+                    probe.block_closed[event.input["k"]] = time.perf_counter() - probe.started
         result = stream.result
         assert result is not None
         return {"text": result.text, "rounds": result.rounds}

@@ -152,6 +152,8 @@ def measure(scenario: Scenario, contender: str, base_url: str, runs: int, profil
         "rss": records[-1]["rss"],
         "history_bytes": records[-1].get("history_bytes"),
         "finished": records[-1]["finished"],
+        "work_started": records[-1].get("work_started", {}),
+        "block_closed": records[-1].get("block_closed", {}),
         "elapsed": time.perf_counter() - started,
     }
     row = Row(scenario, contender, metric, values, [r["cpu"] for r in records], facts)
@@ -264,6 +266,15 @@ def notes(rows: Sequence[Row]) -> str:
                 f"- S5 {row.contender}: tool calls finished at [{done}] s after the run started "
                 f"(last run); ideal eager {S5_IDEAL} s, non-eager 2.25 s."
             )
+            started, closed = row.facts["work_started"], row.facts["block_closed"]
+            if started and closed:
+                first = min(closed, key=lambda k: closed[k])
+                lag = (started[first] - closed[first]) * 1000
+                out.append(
+                    f"  First call: its block closed at {closed[first]:.3f} s, the tool started "
+                    f"at {started[first]:.3f} s ({lag:.1f} ms later); the last block closed at "
+                    f"{max(closed.values()):.3f} s."
+                )
         if name == "S6":
             rss = {int(k): v / 2**20 for k, v in row.facts["rss"].items()}
             history = row.facts.get("history_bytes")

@@ -130,6 +130,10 @@ class Probe:
     max_in_flight: int = 0
     finished: list[float] = field(default_factory=list)
     """Seconds from the run's start at which each `work` call finished."""
+    work_started: dict[int, float] = field(default_factory=dict)
+    """Seconds from the run's start at which each `work` call (by k) started."""
+    block_closed: dict[int, float] = field(default_factory=dict)
+    """Seconds from the run's start at which each `work` call's block closed (agentloop)."""
     mem_calls: int = 0
     rss: dict[int, int] = field(default_factory=dict)
     """Resident set size in bytes, by `mem` call number."""
@@ -162,6 +166,7 @@ async def echo(value: str) -> str:
 
 async def work(k: int) -> str:
     """Do the k-th piece of work, which takes (5 - k) * 0.25 s."""
+    PROBE.work_started[k] = time.perf_counter() - PROBE.started
     await anyio.sleep((5 - k) * S5_BLOCK_DELAY)
     PROBE.finished.append(time.perf_counter() - PROBE.started)
     return f"work {k} done"

@@ -53,6 +53,8 @@ async def measure(
                 "cpu": time.process_time() - cpu,
                 "max_in_flight": probe.max_in_flight,
                 "finished": probe.finished,
+                "work_started": probe.work_started,
+                "block_closed": probe.block_closed,
                 "rss": probe.rss,
                 **facts,
             }

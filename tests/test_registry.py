@@ -266,3 +266,30 @@ async def test_failures_become_actionable_error_results(
     assert block.get("is_error", False) is expected[1]
     for body in server.requests:
         lint_history(parse_history(body["messages"]))
+
+
+async def test_execute_runs_a_batch_in_order_under_the_cap() -> None:
+    from agentloop import ToolCall
+    from agentloop.registry import ExecutionContext, ToolRegistry
+
+    in_flight = 0
+    most = 0
+
+    @tool
+    async def step(n: int) -> int:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await anyio.sleep(0.001 * (10 - n))
+        in_flight -= 1
+        return n
+
+    registry = ToolRegistry([step])
+    calls = [ToolCall(f"toolu_{n}", "step", {"n": n}) for n in range(10)] + [
+        ToolCall("toolu_x", "nope", {})
+    ]
+    context = ExecutionContext("run", 1, anyio.CapacityLimiter(3), timeout=5)
+    results = await registry.execute(calls, context)
+    assert [r.tool_use_id for r in results] == [c.id for c in calls]
+    assert [r.content for r in results[:10]] == [str(n) for n in range(10)]
+    assert results[-1].is_error and most == 3
