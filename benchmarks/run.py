@@ -324,8 +324,13 @@ COMMENTARY = """\
   the next event shows the model has moved on from it (the next `content_block_start`, or
   `message_delta` with `stop_reason: tool_use`): eager, but one call at a time, and the
   stream is not read while a call runs (S5: 2.85 s against agentloop's 1.26 s).
-- S6's wall time is dominated by the SDK serialising (`copy_tree`) and the server parsing
-  an ever longer history: quadratic for every contender.
+- S6's wall time grows with the history for every contender, as the server parses the
+  whole history every round. The hand loop (like any caller of `messages.create`) also has
+  the SDK copy and re-serialise the whole history every round; agentloop sends each
+  message's JSON, computed once, and checks only what is new, so its own work per round
+  stays flat.
+- S3's hand loop is bimodal on this machine (about 50 or about 80 µs per call from one
+  invocation to the next), which moves the S3 ratio more than any change to agentloop.
 - "live threads at the end 2": the main thread and the idle worker thread left by the
   event loop's `getaddrinfo`, for both contenders.
 """
