@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import time
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -468,8 +467,3 @@ def describe_validation_error(tool_name: str, error: ValidationError) -> str:
             message = "required argument is missing"
         lines.append(f"- {where}: {message}{got}")
     return "\n".join(lines)
-
-
-def elapsed(start: float) -> float:
-    """Seconds since `start` (a `time.perf_counter()` reading)."""
-    return time.perf_counter() - start

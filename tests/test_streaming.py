@@ -27,8 +27,15 @@ from agentloop.events import (
 )
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop
-from agentloop.testing import MessagesServer, RawResponse, ScriptedModel, reply, text, tool_call
-from agentloop.testing.stepped import SteppedProvider
+from agentloop.testing import (
+    MessagesServer,
+    RawResponse,
+    ScriptedModel,
+    SteppedProvider,
+    reply,
+    text,
+    tool_call,
+)
 from agentloop.turn import TRUNCATED_MESSAGE
 
 BACKENDS = [pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")]
@@ -240,14 +247,15 @@ def test_cancel_stops_tools_and_the_request_quickly(backend: str) -> None:
         result, took, leftover = run_on(backend, main)
     finally:
         release.set()
-    assert took < 0.1
+    assert took < 0.5  # immediate in practice (well under 100 ms); loose for loaded machines
     assert leftover == 0
     assert result.stop_reason == "cancelled" and result.rounds == 1
     assert result.usage.requests == 0  # the response never completed
-    outputs = {c.tool_use_id: (c.is_error, c.output) for c in result.tool_calls}
-    assert sorted(outputs.values()) == sorted(
-        [(False, "fast"), (True, CANCELLED_MESSAGE), (True, CANCELLED_MESSAGE)]
-    ) or all(v[1] == CANCELLED_MESSAGE or v == (False, "fast") for v in outputs.values())
+    for record in result.tool_calls:
+        if record.name == "slow":
+            assert (record.is_error, record.output) == (True, CANCELLED_MESSAGE)
+        else:  # the quick call may or may not have finished before the cancel
+            assert record.output in ("fast", CANCELLED_MESSAGE)
     lint_history(parse_history(result.messages))
 
 

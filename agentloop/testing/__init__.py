@@ -1,8 +1,10 @@
 """Test doubles for agentloop and its plugins: a scripted model and a local Messages API.
 
-`ScriptedProvider` answers in process; `MessagesServer` serves the same script over HTTP
-on 127.0.0.1 (JSON and SSE) so the real `AsyncAnthropic` client and `AnthropicProvider`
-are exercised end to end. Both check every request's history with the linter.
+`ScriptedProvider` answers in process (`SteppedProvider` streams the answers event by
+event, with a hook to hold the stream at any point); `MessagesServer` serves the same
+script over HTTP on 127.0.0.1 (JSON and SSE) so the real `AsyncAnthropic` client and
+`AnthropicProvider` are exercised end to end. All check every request's history with the
+linter.
 
 Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failures
 (`Fault.rate_limited(retry_after=0.2)`, `Fault.dropped()`, `Fault.stream_error(...)`, ...)
@@ -21,6 +23,7 @@ from agentloop.providers.scripted import tool_call as tool_call
 
 from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
+from .stepped import SteppedProvider as SteppedProvider
 
 __all__ = (
     "Fault",
@@ -30,6 +33,7 @@ __all__ = (
     "ScriptExhausted",
     "ScriptedModel",
     "ScriptedProvider",
+    "SteppedProvider",
     "reply",
     "sse_events",
     "text",
