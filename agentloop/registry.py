@@ -168,24 +168,13 @@ class ToolRegistry:
                             context.shared_limiter.release()
                 finally:
                     context.limiter.release()
-        if context.log is not None:
-            context.log.info(
-                "tool.call",
-                tool_use_id=call.id,
-                name=call.name,
-                duration=round(result.duration, 6),
-                is_error=result.is_error,
-            )
-        else:
-            _log.info(
-                "tool.call",
-                run_id=context.run_id,
-                round=context.round,
-                tool_use_id=call.id,
-                name=call.name,
-                duration=round(result.duration, 6),
-                is_error=result.is_error,
-            )
+        _logger(context).info(
+            "tool.call",
+            tool_use_id=call.id,
+            name=call.name,
+            duration=round(result.duration, 6),
+            is_error=result.is_error,
+        )
         return result
 
     async def _call(
@@ -214,18 +203,19 @@ class ToolRegistry:
         except ToolError as exc:
             return ToolResult.error(call, exc.message, time.perf_counter() - start)
         except Exception as exc:
-            _log.exception(
-                "tool.exception",
-                run_id=context.run_id,
-                round=context.round,
-                tool_use_id=call.id,
-                name=call.name,
-            )
+            _logger(context).exception("tool.exception", tool_use_id=call.id, name=call.name)
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return ToolResult.error(
                 call, f"Tool '{call.name}' failed: {detail}", time.perf_counter() - start
             )
         return ToolResult(call.id, call.name, content, duration=time.perf_counter() - start)
+
+
+def _logger(context: ExecutionContext) -> Any:
+    """The turn's logger, with `run_id` and `round` bound."""
+    if context.log is not None:
+        return context.log
+    return _log.bind(run_id=context.run_id, round=context.round)
 
 
 def bind_call_context(context: ExecutionContext, call: ToolCall) -> None:
