@@ -6,7 +6,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -36,7 +36,7 @@ from agentloop.testing import (
     tool_call,
 )
 
-Serve = Callable[[Any], MessagesServer]
+Serve = Callable[[Any], MessagesServer]  # the `serve` fixture of conftest.py
 ASK: dict[str, Any] = {
     "model": "claude-test",
     "max_tokens": 100,
@@ -73,20 +73,6 @@ EVERY_BLOCK = reply(
     tool_call("lookup", {"key": "a", "nested": {"list": [1, 2, {"deep": 'é\n"q"'}]}}),
     tool_call("noargs"),
 )
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    servers: list[MessagesServer] = []
-
-    def start(script: Any) -> MessagesServer:
-        server = MessagesServer(script).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.aclose()
 
 
 async def stream_timed(client: Any) -> tuple[list[tuple[float, Any]], Any]:
