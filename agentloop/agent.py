@@ -1,19 +1,18 @@
 """The agent: the loop that turns a prompt into a finished run.
 
-Each round sends the history to the model, appends the assistant message verbatim, runs
-the turn's tool calls in parallel through the registry and appends their results as one
-user message, until the model stops asking for tools or a limit is reached. All per-run
-state lives in `_Run`, so one `Agent` serves any number of concurrent runs.
+Each round checks the history and sends it to the model, adds the assistant message
+verbatim, runs the turn's tool calls in parallel through the registry and adds their
+results as one user message, until the model stops asking for tools or a limit is reached.
+All per-run state lives in a `RunState`, so one `Agent` serves any number of concurrent
+runs.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
@@ -22,143 +21,22 @@ import structlog
 
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
-from agentloop.messages import (
-    ContentBlock,
-    HistoryLinter,
-    Message,
-    TextBlock,
-    dump_history,
-    parse_history,
-)
-from agentloop.providers.base import (
-    ModelRequest,
-    ModelResponse,
-    Provider,
-    StreamingProvider,
-    Usage,
-)
+from agentloop.history import History, HistoryLinter
+from agentloop.messages import ContentBlock, Message
+from agentloop.providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
 from agentloop.registry import ExecutionContext, ToolRegistry
+from agentloop.result import RunResult, StopReason
+from agentloop.run import CANCELLED_MESSAGE, RunState, base_exception_in
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolCall, ToolResult
-from agentloop.turn import CONTINUE, TRUNCATED_MESSAGE, Emit, Turn
+from agentloop.turn import CONTINUE, Emit, Turn
 
-__all__ = ("TRUNCATED_MESSAGE", "Agent", "RunResult", "ToolCallRecord")
+__all__ = ("DEFAULT_MODEL", "Agent")
 
 _log = structlog.get_logger("agentloop")
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""
-
-StopReason = str
-"""Why a run ended: the model's last `stop_reason` ("end_turn", "max_tokens", "refusal",
-"stop_sequence", "model_context_window_exceeded", "pause_turn", or a future value), or
-agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
-
-CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
-
-
-@dataclass(frozen=True)
-class ToolCallRecord:
-    """One tool call of a run, as logged in `RunResult.tool_calls`."""
-
-    round: int
-    name: str
-    input: dict[str, Any]
-    tool_use_id: str
-    is_error: bool
-    output: str
-    """What the model was sent (block content rendered as text)."""
-    duration: float
-    """Seconds the tool ran."""
-
-
-@dataclass
-class RunResult:
-    """What a run produced. `messages` can be passed back as `history=` to continue."""
-
-    text: str
-    """The final assistant message's text blocks, joined."""
-    stop_reason: StopReason
-    messages: list[dict[str, Any]]
-    """The whole history in wire form (JSON-serialisable), valid to send again."""
-    tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    """Token counts summed over every request of the run."""
-    rounds: int = 0
-    """How many model requests the run made."""
-    run_id: str = ""
-
-
-class _Run:
-    """The state of one run: its history, usage, log, and the round under way."""
-
-    def __init__(self, agent: Agent, messages: list[Message], deps: Any) -> None:
-        self.id = uuid.uuid4().hex
-        self.messages = messages
-        self.deps = deps
-        self.usage = Usage()
-        self.rounds = 0
-        self.calls: list[ToolCallRecord] = []
-        self.container: str | None = None
-        self.limiter = anyio.CapacityLimiter(agent.tool_concurrency)
-        self.threads = anyio.CapacityLimiter(agent.tool_concurrency)
-        self.log = _log.bind(run_id=self.id)
-        thinking = bool(agent.thinking) and (agent.thinking or {}).get("type") != "disabled"
-        self.linter = HistoryLinter(
-            thinking=thinking,
-            tool_choice=agent.tool_choice,
-            allow_file_sources=agent._files_beta,
-        )
-        """Checks the history before each request, reading only what is new."""
-        self.turn: Turn | None = None
-        """The round under way: what `end_early` must complete after a failure."""
-        self.stop_after_turn = False
-        """Set by `RunStream.cancel(after_turn=True)`."""
-        self.partial: RunResult | None = None
-        """The result handed over when the run ended early."""
-        self.final: RunResult | None = None
-        """The result of a run that finished."""
-
-    def add_response(self, response: ModelResponse) -> None:
-        self.usage += response.usage
-        if response.container and response.container.get("id"):
-            self.container = str(response.container["id"])
-        last = self.messages[-1] if self.messages else None
-        if last is not None and last.role == "assistant":
-            # Continuing a paused turn: the API treats consecutive assistant messages as
-            # one, so keep them as one.
-            self.messages[-1] = Message.of_blocks("assistant", [*last.blocks, *response.content])
-        else:
-            self.messages.append(response.message)
-
-    def add_results(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
-        self.messages.append(Message.of_blocks("user", [r.to_block() for r in results]))
-        for call, r in zip(calls, results, strict=True):
-            self.calls.append(
-                ToolCallRecord(
-                    self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration
-                )
-            )
-
-    def end_early(self, why: str, stop_reason: StopReason) -> RunResult:
-        """Complete the history after a failure or cancellation; return the partial result."""
-        if self.turn is not None:
-            self.turn.close(why)
-            self.turn = None
-        self.partial = self.result(stop_reason)
-        return self.partial
-
-    def result(self, stop_reason: StopReason) -> RunResult:
-        last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
-        return RunResult(
-            text=last.text if last else "",
-            stop_reason=stop_reason,
-            messages=dump_history(self.messages),
-            tool_calls=list(self.calls),
-            usage=self.usage,
-            rounds=self.rounds,
-            run_id=self.id,
-        )
 
 
 class Agent:
@@ -213,20 +91,34 @@ class Agent:
                 `"stop"` also ends the run with `ToolCallFailed` once the turn's results are
                 in the history.
             params: Further request fields, passed through as they are (`temperature`,
-                `top_p`, `service_tier`, `extra_headers`, ...).
+                `top_p`, `service_tier`, `betas`, `extra_headers`, ...).
+
+        Raises:
+            ConfigurationError: an option has a value that cannot work; nothing is
+                checked later that could have been checked here.
         """
-        if max_rounds < 1 or tool_concurrency < 1 or tool_timeout <= 0 or max_tokens < 1:
-            raise ConfigurationError(
-                "max_rounds, tool_concurrency and max_tokens must be >= 1 and tool_timeout > 0"
-            )
+        _check_count("max_rounds", max_rounds)
+        _check_count("max_tokens", max_tokens)
+        _check_count("tool_concurrency", tool_concurrency)
+        _check_seconds("tool_timeout", tool_timeout)
         if on_tool_error not in ("continue", "stop"):
             raise ConfigurationError(
                 f"on_tool_error must be 'continue' or 'stop', not {on_tool_error!r}"
+            )
+        if tool_limiter is not None and not isinstance(tool_limiter, anyio.CapacityLimiter):
+            raise ConfigurationError(
+                f"tool_limiter must be an anyio.CapacityLimiter, not {type(tool_limiter).__name__}"
+            )
+        if tools is None or isinstance(tools, (str, bytes, Mapping)):
+            raise ConfigurationError(
+                f"tools must be a list of tools or functions, not {type(tools).__name__}"
             )
         if provider is None:
             from .providers.anthropic import AnthropicProvider
 
             provider = AnthropicProvider(client)
+        elif not callable(getattr(provider, "complete", None)):
+            raise ConfigurationError(f"provider {provider!r} has no complete() method")
         self.model = model
         self.provider = provider
         self.system = system
@@ -243,8 +135,11 @@ class Agent:
         self.on_tool_error = on_tool_error
         self.params = dict(params or {})
         headers = self.params.get("extra_headers") or {}
-        betas = f"{headers.get('anthropic-beta', '')},{self.params.get('betas', '')}"
-        self._files_beta = "files-api" in betas
+        betas = self.params.get("betas") or ()
+        betas = [betas] if isinstance(betas, str) else list(betas)
+        self._files_beta = any(
+            "files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas]
+        )
         """Whether requests opt into the Files API, which allows `file` sources."""
 
     async def run(
@@ -263,11 +158,12 @@ class Agent:
             deps: Any object; tools receive it as `RunContext.deps`.
 
         Raises:
+            ConfigurationError: the prompt or history is not of a usable type.
             HistoryError: `history` breaks an API rule (see `repair`).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
         """
-        return await self._drive(_Run(self, _start(history, prompt), deps), None)
+        return await self._drive(self._new_run(history, prompt, deps), None)
 
     @asynccontextmanager
     async def run_stream(
@@ -291,23 +187,43 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = _Run(self, _start(history, prompt), deps)
+        run = self._new_run(history, prompt, deps)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
-        failure: Exception | None = None
-        with receive:
-            async with anyio.create_task_group() as group:
-                group.start_soon(stream._drive, partial(self._drive, run), send)
-                try:
-                    yield stream
-                except Exception as exc:
-                    failure = exc  # re-raised below, as is rather than in an exception group
-                finally:
-                    stream.cancel()
+        failure: BaseException | None = None
+        try:
+            with receive:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(stream._drive, partial(self._drive, run), send)
+                    try:
+                        yield stream
+                    except Exception as exc:
+                        failure = exc  # re-raised below, as is rather than in an exception group
+                    finally:
+                        stream.cancel()
+        except BaseException as exc:
+            raise base_exception_in(exc) or exc from None
         if failure is not None:
             raise failure
 
-    async def _drive(self, run: _Run, emit: Emit | None) -> RunResult:
+    def _new_run(
+        self,
+        history: Iterable[Message | Mapping[str, Any]] | None,
+        prompt: str | Sequence[ContentBlock] | None,
+        deps: Any,
+    ) -> RunState:
+        thinking = bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
+        linter = HistoryLinter(
+            thinking=thinking, tool_choice=self.tool_choice, allow_file_sources=self._files_beta
+        )
+        return RunState(
+            History.start(history, prompt, linter),
+            deps=deps,
+            tool_concurrency=self.tool_concurrency,
+            log=_log,
+        )
+
+    async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
         """The loop with its logging; completes the history if the run ends early."""
         run.log.info("run.start", model=self.model, tools=len(self.registry))
         if emit is not None:
@@ -325,13 +241,17 @@ class Agent:
                 exc.result = run.end_early(f"Cancelled: {cause} failed ({exc}).", "error")
             run.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
             raise
+        except BaseException:
+            # KeyboardInterrupt, SystemExit, ...: leave a valid history all the same.
+            run.end_early(CANCELLED_MESSAGE, "error")
+            raise
         result = run.final = run.result(stop)
         run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
         if emit is not None:
             await emit(RunFinished(result))
         return result
 
-    async def _loop(self, run: _Run, emit: Emit | None) -> StopReason:
+    async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
         while run.rounds < self.max_rounds:
             response, calls = await self._round(run, emit)
             if run.stop_after_turn:
@@ -341,10 +261,12 @@ class Agent:
                 return stop or "end_turn"
         return "max_rounds"
 
-    async def _round(self, run: _Run, emit: Emit | None) -> tuple[ModelResponse, list[ToolCall]]:
+    async def _round(
+        self, run: RunState, emit: Emit | None
+    ) -> tuple[ModelResponse, list[ToolCall]]:
         """One model request and its tool calls, each started as early as it can be."""
+        run.history.check()
         request = self._build_request(run)
-        run.linter.check(request.messages)
         run.rounds += 1
         if emit is not None:
             await emit(RequestStarted(run.rounds))
@@ -359,28 +281,33 @@ class Agent:
             run.log.bind(round=run.rounds),
         )
         failure: Exception | None = None
-        async with anyio.create_task_group() as group:
-            turn = run.turn = Turn(run, self.registry, context, group, emit)
-            try:
-                response = await self._request(run, request, turn, emit)
-            except Exception as exc:
-                # Raised outside the task group, so the caller gets it as is (not grouped);
-                # calls started from the stream are cancelled.
-                failure = exc
-                group.cancel_scope.cancel()
-            else:
-                calls = await turn.respond(response)
+        try:
+            async with anyio.create_task_group() as group:
+                turn = run.turn = Turn(run, self.registry, context, group, emit)
+                try:
+                    response = await self._request(run, request, turn, emit)
+                    calls = await turn.respond(response)
+                except Exception as exc:
+                    # Raised outside the task group, so the caller gets it as is (not
+                    # grouped); calls already started are cancelled.
+                    failure = exc
+                    group.cancel_scope.cancel()
+        except BaseException as exc:
+            raise base_exception_in(exc) or exc from None
         if failure is not None:
             raise failure
         results = turn.complete(calls)
         run.turn = None
+        # A cancellation that reached only the tool calls (the response itself came in
+        # whole) ends the run here, with every call answered.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if emit is not None:
             await emit(RoundFinished(run.rounds, response.stop_reason, response.usage))
         self._check_failures(run, results)
         return response, calls
 
     async def _request(
-        self, run: _Run, request: ModelRequest, turn: Turn, emit: Emit | None
+        self, run: RunState, request: ModelRequest, turn: Turn, emit: Emit | None
     ) -> ModelResponse:
         started = time.perf_counter()
         if emit is not None and isinstance(self.provider, StreamingProvider):
@@ -398,10 +325,10 @@ class Agent:
         )
         return response
 
-    def _build_request(self, run: _Run) -> ModelRequest:
+    def _build_request(self, run: RunState) -> ModelRequest:
         return ModelRequest(
             model=self.model,
-            messages=run.messages,
+            messages=run.history.messages,
             max_tokens=self.max_tokens,
             system=self.system,
             tools=self.registry.definitions(),
@@ -413,7 +340,7 @@ class Agent:
             params=self.params,
         )
 
-    def _check_failures(self, run: _Run, results: Sequence[ToolResult]) -> None:
+    def _check_failures(self, run: RunState, results: Sequence[ToolResult]) -> None:
         """Under `on_tool_error="stop"`, end the run at the first call that failed."""
         if self.on_tool_error != "stop":
             return
@@ -435,21 +362,16 @@ class Agent:
         return anyio.run(partial(self.run, prompt, history=history, deps=deps))
 
 
-def _start(
-    history: Iterable[Message | Mapping[str, Any]] | None,
-    prompt: str | Sequence[ContentBlock] | None,
-) -> list[Message]:
-    """The history a run starts from: `history` plus the prompt, merged into one user turn."""
-    messages = list(parse_history(history or []))
-    if prompt is None or prompt == "":
-        if not messages:
-            raise ConfigurationError("a run needs a prompt or a history to continue")
-        return messages
-    new: list[ContentBlock] = [TextBlock(text=prompt)] if isinstance(prompt, str) else list(prompt)
-    if messages and messages[-1].role == "user":
-        messages[-1] = Message.user([*messages[-1].blocks, *new])
-    elif isinstance(prompt, str):
-        messages.append(Message.user(prompt))
-    else:
-        messages.append(Message.user(new))
-    return messages
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, not {value!r}")
+
+
+def _check_seconds(name: str, value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(f"{name} must be a number of seconds > 0, not {value!r}")

@@ -24,10 +24,11 @@ import anyio
 import structlog
 
 from . import __version__
-from .agent import DEFAULT_MODEL, Agent, RunResult
+from .agent import DEFAULT_MODEL, Agent
 from .demo import check_demo_tools, cortex_config, demo_provider, format_tool_log, print_demo_report
 from .errors import AgentloopError, ConfigurationError
 from .plugins import PluginManager, default_manager
+from .result import RunResult
 from .tools import Tool
 
 __all__ = ("main",)

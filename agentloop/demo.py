@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .agent import RunResult, ToolCallRecord
 from .errors import ConfigurationError
-from .providers.scripted import ScriptedProvider, reply, tool_call
+from .result import RunResult, ToolCallRecord
+from .testing.scripted import ScriptedProvider, reply, tool_call
 from .tools import Tool
 
 __all__ = (

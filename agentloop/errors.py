@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agent import RunResult
+    from .result import RunResult
 
 __all__ = (
     "APIConnectionError",
@@ -53,6 +53,7 @@ __all__ = (
     "ServerError",
     "ToolCallFailed",
     "ToolError",
+    "api_error",
 )
 
 
@@ -169,3 +170,55 @@ class ToolCallFailed(RunError):
     The history in `result.messages` is complete: every tool_use of the last turn has its
     tool_result, so it can be sent again as is.
     """
+
+
+def api_error(
+    status: int | None,
+    body: Any = None,
+    *,
+    message: str = "",
+    request_id: str | None = None,
+) -> ProviderError:
+    """The agentloop error for an API's error answer: an HTTP status and its error body.
+
+    The one mapping from the wire to this tree, shared by every provider and by the test
+    doubles in `agentloop.testing`, so they cannot drift apart. `body` is the decoded
+    error body (`{"type": "error", "error": {"type": ..., "message": ...}}` or the
+    Chat Completions shape `{"error": {"type"/"code": ..., "message": ...}}`); `message`
+    is used when the body has none. `status` is None for an error event inside a stream.
+    """
+    kind, detail = _error_fields(body)
+    detail = detail or message or "no error message"
+    cls: type[ProviderError]
+    if kind == "billing_error" or status == 402 or "credit balance" in detail.lower():
+        cls = CreditBalanceError
+    elif status in (401, 403) or kind in ("authentication_error", "permission_error"):
+        cls = AuthenticationError
+    elif status == 429 or kind == "rate_limit_error":
+        cls = RateLimitError
+    elif status == 529 or kind == "overloaded_error":
+        cls = OverloadedError
+    elif status is not None and 400 <= status < 500:
+        cls = BadRequestError
+    elif (status is not None and status >= 500) or kind == "api_error":
+        cls = ServerError
+    elif kind == "invalid_request_error":
+        cls = BadRequestError
+    else:
+        cls = ProviderError
+    if cls is CreditBalanceError and not detail.lower().startswith("credit balance"):
+        detail = f"credit balance exhausted: {detail}"
+    prefix = f"{status} {kind or 'error'}: " if status else f"{kind or 'error'}: "
+    return cls(prefix + detail, status_code=status, request_id=request_id, body=body)
+
+
+def _error_fields(body: Any) -> tuple[str, str]:
+    """The error type and message of an error body ("" where absent)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return "", ""
+    kind = error.get("type") or error.get("code") or ""
+    text = error.get("message") or ""
+    return (str(kind) if isinstance(kind, (str, int)) else ""), (
+        text if isinstance(text, str) else ""
+    )

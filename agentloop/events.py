@@ -8,11 +8,9 @@ carrying the same `RunResult` that `Agent.run()` returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
-if TYPE_CHECKING:
-    from .agent import RunResult
-    from .providers.base import Usage
+from .result import RunResult, Usage
 
 __all__ = (
     "Event",

@@ -8,15 +8,13 @@ cancelled).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentloop.events import Event, RunFinished
-
-if TYPE_CHECKING:
-    from agentloop.agent import RunResult, _Run
+from agentloop.result import RunResult
+from agentloop.run import RunState
 
 __all__ = ("RunStream",)
 
@@ -29,7 +27,7 @@ class RunStream:
     came before it.
     """
 
-    def __init__(self, run: _Run, receive: MemoryObjectReceiveStream[Event]) -> None:
+    def __init__(self, run: RunState, receive: MemoryObjectReceiveStream[Event]) -> None:
         self._run = run
         self._receive = receive
         self._scope = anyio.CancelScope()

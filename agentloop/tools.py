@@ -92,11 +92,15 @@ class ToolCall:
     id: str
     name: str
     input: dict[str, Any]
+    error: str | None = None
+    """Why this call must not run (its input was cut off, was not valid JSON, was not an
+    object, ...): the loop answers it with an `is_error` result carrying this text,
+    without running the tool, whatever kind of tool it names."""
 
     @classmethod
-    def from_block(cls, block: ToolUseBlock) -> ToolCall:
-        """The call a `tool_use` block asks for."""
-        return cls(id=block.id, name=block.name, input=block.input)
+    def from_block(cls, block: ToolUseBlock, *, error: str | None = None) -> ToolCall:
+        """The call a `tool_use` block asks for (with `error` if it must not run)."""
+        return cls(id=block.id, name=block.name, input=block.input, error=error)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@
 A `Turn` starts each tool call as soon as it can: the moment its `tool_use` block closes
 when the response is streamed (unless the tool is `eager=False`), or when the whole
 response is in otherwise. Whatever happens (a cut-off block, a failed stream, a
-cancellation), `close` leaves every `tool_use` of the turn with exactly one result.
+cancellation), `close` leaves every `tool_use` of the turn with exactly one result; the
+history itself is changed only through `History`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,25 +22,19 @@ from agentloop.events import (
     ToolInputDelta,
     ToolResultEvent,
 )
+from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import ExecutionContext, ToolRegistry, bind_call_context
+from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult
 
-if TYPE_CHECKING:
-    from agentloop.agent import _Run
-
-__all__ = ("CONTINUE", "TRUNCATED_MESSAGE", "Turn")
+__all__ = ("CONTINUE", "Emit", "Turn")
 
 Emit = Callable[[Event], Awaitable[None]]
 
 # Stop reasons after which the loop sends the history back for another round.
 CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn"})
-
-TRUNCATED_MESSAGE = (
-    "Not run: this tool call was cut off by max_tokens, so its input is incomplete. "
-    "Call the tool again with complete input (keep it shorter if needed)."
-)
 
 
 class Turn:
@@ -48,7 +42,7 @@ class Turn:
 
     def __init__(
         self,
-        run: _Run,
+        run: RunState,
         registry: ToolRegistry,
         context: ExecutionContext,
         group: anyio.abc.TaskGroup,
@@ -59,7 +53,7 @@ class Turn:
         self.context = context
         self.group = group
         self.emit = emit
-        self.response: ModelResponse | None = None
+        self.responded = False
         self.streamed: dict[int, tuple[ContentBlock, bool]] = {}  # index -> (block, complete)
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
         self.started: set[str] = set()
@@ -74,10 +68,11 @@ class Turn:
         round_ = self.run.rounds
         if isinstance(event, BlockStop):
             self.streamed[event.index] = (event.block, event.complete)
-            if isinstance(event.block, ToolUseBlock) and event.complete:
-                call = ToolCall.from_block(event.block)
+            block = event.block
+            if isinstance(block, ToolUseBlock) and event.complete and block.id not in self.started:
+                call = call_of(block)
                 tool = self.registry.get(call.name)
-                eager = tool is None or tool.eager
+                eager = call.error is None and (tool is None or tool.eager)
                 if self.emit is not None:
                     self.announced.add(call.id)
                     await self.emit(ToolCallReady(round_, call.id, call.name, call.input, eager))
@@ -127,15 +122,13 @@ class Turn:
 
     async def respond(self, response: ModelResponse) -> list[ToolCall]:
         """Add the response to the history and start (or answer) its remaining calls."""
-        self.response = response
-        self.run.add_response(response)
-        calls = [ToolCall.from_block(b) for b in response.tool_uses]
-        blocked = self._not_runnable(response, calls)
+        calls = self.run.add_response(response, self._not_runnable(response))
+        self.responded = True
         for call in calls:
             if call.id in self.started:
                 continue
-            if call.id in blocked:
-                await self.finished(ToolResult.error(call, blocked[call.id], ran=False))
+            if call.error is not None:
+                await self.finished(ToolResult.error(call, call.error, ran=False))
             else:
                 if self.emit is not None and call.id not in self.announced:
                     await self.emit(
@@ -144,9 +137,10 @@ class Turn:
                 self.start(call)
         return calls
 
-    def _not_runnable(self, response: ModelResponse, calls: Sequence[ToolCall]) -> dict[str, str]:
+    def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
         reason = response.stop_reason
+        uses = response.tool_uses
         if reason == "max_tokens":
             cut = {
                 b.id
@@ -156,11 +150,11 @@ class Turn:
             last = response.content[-1] if response.content else None
             if isinstance(last, ToolUseBlock):
                 cut.add(last.id)
-            return {c.id: TRUNCATED_MESSAGE for c in calls if c.id in cut}
+            return {u.id: TRUNCATED_MESSAGE for u in uses if u.id in cut}
         if reason in CONTINUE:
             return {}
         message = f"Not run: the response ended with stop_reason '{reason}', so the run stopped."
-        return {c.id: message for c in calls}
+        return {u.id: message for u in uses}
 
     def close(self, why: str) -> None:
         """Make the history valid after a failure or cancellation (no awaiting here).
@@ -171,21 +165,23 @@ class Turn:
         if self.closed:
             return
         self.closed = True
-        if self.response is None:
-            blocks = [block for _, (block, _) in sorted(self.streamed.items())]
-            if not blocks:
-                return
-            self.run.add_response(ModelResponse(content=blocks, stop_reason=None))
-        last = self.run.messages[-1]
-        calls = [ToolCall.from_block(b) for b in last.tool_uses] if last.role == "assistant" else []
-        if calls:
-            results = [self.results.get(c.id) or ToolResult.error(c, why, ran=False) for c in calls]
-            self.run.add_results(results, calls)
+        partial = None
+        if not self.responded:
+            partial = [block for _, (block, _) in sorted(self.streamed.items())]
+        pairs = self.run.history.close(why, partial=partial, results=self.results)
+        self.run.log_calls(pairs)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
-        """The turn's results in tool_use order, added to the history."""
-        results = [self.results[c.id] for c in calls]
+        """The turn's results in tool_use order, added to the history.
+
+        A call without a result (its task was cancelled while the response itself came
+        in whole) is answered as cancelled.
+        """
+        results = [
+            self.results.get(c.id) or ToolResult.error(c, CANCELLED_MESSAGE, ran=False)
+            for c in calls
+        ]
         if calls:
-            self.run.add_results(results, calls)
+            self.run.add_results(list(zip(calls, results, strict=True)))
         self.closed = True
         return results

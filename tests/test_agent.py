@@ -10,17 +10,9 @@ import pytest
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from agentloop import (
-    Agent,
-    HistoryError,
-    OverloadedError,
-    RunContext,
-    ToolCallFailed,
-    lint_history,
-    raw_tools,
-    tool,
-)
-from agentloop.agent import TRUNCATED_MESSAGE
+from agentloop import Agent, HistoryError, RunContext, ToolCallFailed, lint_history, raw_tools, tool
+from agentloop.errors import OverloadedError
+from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import ImageBlock, TextBlock, parse_history
 from agentloop.testing import RawResponse, ScriptedModel, ScriptedProvider, reply, text, tool_call
 

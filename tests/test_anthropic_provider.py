@@ -8,18 +8,15 @@ from typing import Any
 import anthropic
 import pytest
 
-from agentloop import (
-    Agent,
-    AnthropicProvider,
+from agentloop import Agent, AnthropicProvider, ProviderError, tool
+from agentloop.errors import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
     CreditBalanceError,
     MissingAPIKeyError,
-    ProviderError,
     RateLimitError,
     ServerError,
-    tool,
 )
 from agentloop.testing import RawResponse, reply
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from agentloop.agent import Agent
+from agentloop import Agent
 from agentloop.errors import HistoryError
-from agentloop.messages import dump_history, lint_history, parse_history
+from agentloop.history import lint_history
+from agentloop.messages import dump_history, parse_history
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse
-from agentloop.providers.scripted import RawResponse, ScriptedModel
+from agentloop.testing import RawResponse, ScriptedModel
 from agentloop.testing.server import MessagesServer
 from agentloop.tools import ToolDefinition
 

@@ -18,18 +18,20 @@ import pytest
 from agentloop import (
     Agent,
     AnthropicProvider,
+    ProviderError,
+    RunContext,
+    RunResult,
+    lint_history,
+    tool,
+)
+from agentloop.errors import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
     InvalidResponseError,
     OverloadedError,
-    ProviderError,
     RateLimitError,
-    RunContext,
-    RunResult,
     ServerError,
-    lint_history,
-    tool,
 )
 from agentloop.messages import parse_history
 from agentloop.testing import Fault, MessagesServer, reply, tool_call

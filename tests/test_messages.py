@@ -123,7 +123,8 @@ VALID = [
     ),
     pytest.param([user(TEXT), assistant(THINK, use("a")), user(result("a"))], id="thinking-loop"),
     pytest.param(
-        [user(TEXT), assistant(TEXT), user({"type": "text", "text": " "})], id="whitespace-text"
+        [user(TEXT), assistant({"type": "text", "text": " "}, use("a")), user(result("a"))],
+        id="whitespace-text-beside-a-call",
     ),
     pytest.param([user(TEXT), assistant()], id="empty-final-assistant"),
 ]
@@ -244,6 +245,30 @@ INVALID = [
         "messages.0.content.1.source: Input tag 'file' found using 'type' does not match any of the expected tags: 'base64', 'url'",
         id="file-source",
     ),
+    pytest.param(
+        [user(TEXT), assistant(TEXT), user({"type": "text", "text": " \n"})],
+        {},
+        "messages.2.content.0: text content blocks must contain non-whitespace text",
+        id="whitespace-user-text",
+    ),
+    pytest.param(
+        [user(TEXT), assistant({"type": "text", "text": "  "}), user(TEXT)],
+        {},
+        "messages.1: text content blocks must contain non-whitespace text",
+        id="whitespace-assistant-message",
+    ),
+    pytest.param(
+        [assistant(TEXT), user(TEXT)],
+        {},
+        "messages.0: first message must use the user role",
+        id="assistant-first",
+    ),
+    pytest.param(
+        [user(TEXT), assistant({**use("a"), "input": "x"}), user(result("a"))],
+        {},
+        "messages.1.content.0.input: Input should be a valid dictionary",
+        id="input-not-an-object",
+    ),
 ]
 
 
@@ -297,6 +322,19 @@ def test_repair_makes_a_broken_history_valid_and_says_how() -> None:
     assert report.changed
 
 
+def test_repair_puts_a_user_message_first_and_drops_blank_user_text() -> None:
+    history = [assistant(TEXT), user({"type": "text", "text": "  "}, TEXT)]
+    with pytest.raises(HistoryError):
+        lint_history(parse_history(history))
+    report = repair(history)
+    lint_history(report.messages)
+    wire = dump_history(report.messages)
+    assert [m["role"] for m in wire] == ["user", "assistant", "user"]
+    assert wire[1] == assistant(TEXT)
+    assert wire[2]["content"] == [TEXT]
+    assert any("before the first" in c for c in report.changes)
+
+
 def test_repair_leaves_a_valid_history_alone() -> None:
     history = [user(TEXT), assistant(THINK, use("a")), user(result("a"))]
     report = repair(history)
@@ -316,7 +354,7 @@ GROWTH = [
 
 @pytest.mark.parametrize("thinking", [False, True])
 def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
-    from agentloop.messages import HistoryLinter
+    from agentloop.history import HistoryLinter
 
     linter = HistoryLinter(thinking=thinking)
     messages = parse_history(GROWTH)
@@ -335,7 +373,7 @@ def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
 
 
 def test_incremental_linter_notices_a_changed_prefix() -> None:
-    from agentloop.messages import HistoryLinter
+    from agentloop.history import HistoryLinter
 
     linter = HistoryLinter()
     messages = parse_history(GROWTH[:3])

@@ -23,7 +23,8 @@ import pytest
 from structlog.testing import capture_logs
 
 import agentloop
-from agentloop import Agent, ConfigurationError, DuplicateToolError, Tool, tool
+from agentloop import Agent, ConfigurationError, Tool, tool
+from agentloop.errors import DuplicateToolError
 from agentloop.plugins import ENV_VAR, PluginManager, default_manager, plugin_tools
 from agentloop.testing import MessagesServer, reply, tool_call
 

@@ -269,8 +269,8 @@ async def test_failures_become_actionable_error_results(
 
 
 async def test_execute_runs_a_batch_in_order_under_the_cap() -> None:
-    from agentloop import ToolCall
     from agentloop.registry import ExecutionContext, ToolRegistry
+    from agentloop.tools import ToolCall
 
     in_flight = 0
     most = 0

@@ -14,12 +14,14 @@ import anyio
 import httpx2
 import pytest
 
-from agentloop import (
+from agentloop import AnthropicProvider, ProviderError
+from agentloop.errors import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
+    CreditBalanceError,
+    InvalidResponseError,
     OverloadedError,
-    ProviderError,
     RateLimitError,
     ServerError,
 )
@@ -302,22 +304,26 @@ async def test_stopping_cuts_a_slow_answer_short() -> None:
 # -- Faults in process
 
 
-@pytest.mark.parametrize(
-    ("fault", "expected"),
-    [
-        (Fault.rate_limited(), RateLimitError),
-        (Fault.server_error(), ServerError),
-        (Fault.overloaded(), OverloadedError),
-        (Fault.stream_error(), OverloadedError),
-        (Fault.http_error(400), BadRequestError),
-        (Fault.http_error(401), AuthenticationError),
-        (Fault.http_error(404), ProviderError),
-        (Fault.dropped(), APIConnectionError),
-        (Fault.stream_ends_early(), APIConnectionError),
-        (Fault.malformed_json(), ProviderError),
-    ],
-    ids=lambda value: getattr(value, "kind", None) and f"{value.kind}-{value.status}",
-)
+FAULTS = [
+    (Fault.rate_limited(retry_after=None), RateLimitError),
+    (Fault.server_error(), ServerError),
+    (Fault.overloaded(), OverloadedError),
+    (Fault.stream_error(), OverloadedError),
+    (Fault.http_error(400), BadRequestError),
+    (Fault.http_error(401), AuthenticationError),
+    (Fault.http_error(402, "billing_error"), CreditBalanceError),
+    (Fault.http_error(404), BadRequestError),
+    (Fault.dropped(), APIConnectionError),
+    (Fault.stream_ends_early(), APIConnectionError),
+    (Fault.malformed_json(), InvalidResponseError),
+]
+
+
+def _fault_id(value: Any) -> Any:
+    return getattr(value, "kind", None) and f"{value.kind}-{value.status}"
+
+
+@pytest.mark.parametrize(("fault", "expected"), FAULTS, ids=_fault_id)
 async def test_scripted_provider_raises_the_error_a_fault_stands_for(
     fault: Fault, expected: type[ProviderError]
 ) -> None:
@@ -325,6 +331,24 @@ async def test_scripted_provider_raises_the_error_a_fault_stands_for(
     with pytest.raises(expected) as info:
         await ScriptedProvider([fault]).complete(request)
     assert type(info.value) is expected
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("fault", "expected"), FAULTS, ids=_fault_id)
+async def test_the_real_provider_over_http_raises_the_same_error_as_the_double(
+    fault: Fault, expected: type[ProviderError], stream: bool, serve: Any
+) -> None:
+    server = serve([fault])
+    request = ModelRequest(model="m", messages=[Message.user("hi")], max_tokens=10)
+    provider = AnthropicProvider(server.client(), stream=stream)
+    with pytest.raises(ProviderError) as info:
+        await provider.complete(request)
+    if fault.kind == "stream_error" and not stream:
+        assert type(info.value) is OverloadedError  # asked without streaming: a 529
+    elif fault.kind == "stream_ends_early" and not stream:
+        assert type(info.value) is APIConnectionError  # a dropped connection
+    else:
+        assert type(info.value) is expected
 
 
 async def test_scripted_provider_answers_a_slow_fault_late() -> None:

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentloop import Agent, AnthropicProvider, ServerError, lint_history, tool
-from agentloop.agent import CANCELLED_MESSAGE
+from agentloop import Agent, AnthropicProvider, lint_history, tool
+from agentloop.errors import ServerError
 from agentloop.events import (
     RequestStarted,
     RoundFinished,
@@ -27,6 +27,7 @@ from agentloop.events import (
 )
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop
+from agentloop.run import CANCELLED_MESSAGE
 from agentloop.testing import (
     MessagesServer,
     RawResponse,

@@ -8,7 +8,9 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from agentloop import ConfigurationError, DuplicateToolError, RunContext, Tool, ToolRegistry, tool
+from agentloop import ConfigurationError, RunContext, Tool, tool
+from agentloop.errors import DuplicateToolError
+from agentloop.registry import ToolRegistry
 
 if sys.version_info >= (3, 12):
     from typing import TypedDict

@@ -7,15 +7,15 @@ typed agentloop errors with the SDK exception as `__cause__`.
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
 import anyio
 import httpx2
+from anthropic.lib.streaming import AsyncMessageStreamManager
 from pydantic import TypeAdapter
 
 from agentloop import errors
@@ -25,16 +25,13 @@ from .base import BlockDelta, BlockStart, BlockStop, ModelRequest, ModelResponse
 
 __all__ = ("AnthropicProvider",)
 
-_CREATE_PARAMS = frozenset(
-    inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
-) - {"self"}
-
 
 class AnthropicProvider:
     """Sends requests to the Anthropic Messages API with `AsyncAnthropic`.
 
-    Request fields that `messages.create` does not take as parameters (for example
-    `temperature` in SDK 2.x) are sent through `extra_body`.
+    Request parameters map to the wire as `messages.create` maps them (with `betas`, as
+    `beta.messages.create` does); every other field, such as `temperature`, goes into
+    the body as it is.
     """
 
     def __init__(
@@ -78,27 +75,23 @@ class AnthropicProvider:
         if self.streaming:
             return await self.stream(request, _ignore)
         self._check_credentials()
-        fields = request.to_wire(messages=False)
-        options = _request_options(fields)
+        content, options = _request_parts(request, stream=False)
         try:
             # The body goes to the SDK as ready JSON bytes: its retries, authentication,
             # headers and errors all apply, but it need not copy and serialise the whole
             # history again on every request.
             response = await self.client.post(
-                "/v1/messages",
-                cast_to=httpx2.Response,
-                content=request.to_json(fields),
-                options=options,
+                "/v1/messages", cast_to=httpx2.Response, content=content, options=options
             )
-            body = json.loads(await response.aread())
+            raw = await response.aread()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
+        try:
+            body = json.loads(raw)
         except ValueError as exc:
             raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
-        if not isinstance(body, Mapping):
-            raise errors.InvalidResponseError(f"unexpected response body: {body!r}"[:300])
         return ModelResponse.from_wire(body)
 
     async def stream(
@@ -112,12 +105,12 @@ class AnthropicProvider:
         `client.max_retries` times; nothing already delivered is ever delivered twice.
         """
         self._check_credentials()
-        params = _sdk_params(request.to_wire())
+        content, options = _request_parts(request, stream=True)
         attempt = 0
         while True:
             state = _StreamState()
             try:
-                return await self._stream_once(params, on_event, state)
+                return await self._stream_once(content, options, on_event, state)
             except anthropic.APIError as exc:
                 error = _translate(exc)
                 # Opening the stream was already retried by the SDK; only an error inside
@@ -140,11 +133,20 @@ class AnthropicProvider:
 
     async def _stream_once(
         self,
-        params: dict[str, Any],
+        content: bytes,
+        options: Any,
         on_event: Callable[[StreamEvent], Awaitable[None]],
         state: _StreamState,
     ) -> ModelResponse:
-        async with self.client.messages.stream(**params) as stream:
+        opened = self.client.post(
+            "/v1/messages",
+            cast_to=anthropic.types.Message,
+            content=content,
+            options=options,
+            stream=True,
+            stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+        )
+        async with AsyncMessageStreamManager(opened) as stream:
             state.opened = True
             async for sdk_event in stream:
                 event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
@@ -236,68 +238,60 @@ def _complete_json(raw: str) -> bool:
         return False
 
 
-def _request_options(fields: dict[str, Any]) -> Any:
-    """Move the SDK's request options out of the body fields (in place); return them."""
-    headers = {"content-type": "application/json", **(fields.pop("extra_headers", None) or {})}
+_HEADER_PARAMS = {
+    "betas": "anthropic-beta",
+    "user_profile_id": "anthropic-user-profile-id",
+    "workspace_id": "anthropic-workspace-id",
+}
+"""Parameters of `messages.create` / `beta.messages.create` that the SDK sends as headers."""
+
+
+def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
+    """The body (JSON bytes) and the SDK request options of a request.
+
+    The one mapping of the SDK's request parameters, for both the JSON and the streamed
+    path, done as `messages.create` does it: `extra_headers`, `extra_query`,
+    `extra_body` and `timeout` are request options, not body fields; `betas` (and the
+    other header parameters) become headers, and `betas` selects the beta endpoint
+    (`?beta=true`) as `beta.messages.create` does.
+    """
+    fields = request.to_wire(messages=False)
+    headers: dict[str, str] = {"content-type": "application/json"}
+    query: dict[str, Any] = {}
+    for name, header in _HEADER_PARAMS.items():
+        value = fields.pop(name, None)
+        if value is None:
+            continue
+        if name == "betas":
+            value = [value] if isinstance(value, str) else list(value)
+            query["beta"] = "true"
+            value = ",".join(str(v) for v in value)
+        headers[header] = str(value)
+    headers.update(fields.pop("extra_headers", None) or {})
+    query.update(fields.pop("extra_query", None) or {})
     options: dict[str, Any] = {"headers": headers}
-    if "extra_query" in fields:
-        options["params"] = fields.pop("extra_query")
+    if query:
+        options["params"] = query
     if "timeout" in fields:
         options["timeout"] = fields.pop("timeout")
     fields.update(fields.pop("extra_body", None) or {})
-    return options
-
-
-def _sdk_params(body: dict[str, Any]) -> dict[str, Any]:
-    extra = {k: body.pop(k) for k in list(body) if k not in _CREATE_PARAMS}
-    if extra:
-        body["extra_body"] = {**extra, **(body.get("extra_body") or {})}
-    return body
+    if stream:
+        fields["stream"] = True
+    return request.to_json(fields), options
 
 
 def _translate(exc: anthropic.APIError) -> errors.ProviderError:
-    """The agentloop error for an SDK error."""
-    body = getattr(exc, "body", None)
-    status = getattr(exc, "status_code", None)
-    request_id = getattr(exc, "request_id", None)
-    detail = _error_message(body) or str(exc)
-    kind = _error_type(body)
-    cls: type[errors.ProviderError]
+    """The agentloop error for an SDK error (through the shared wire mapping)."""
     if isinstance(exc, anthropic.APIConnectionError):
-        cls = errors.APIConnectionError
-        detail = f"could not reach the Anthropic API: {exc}"
-    elif "credit balance" in detail.lower() or kind == "billing_error" or status == 402:
-        cls = errors.CreditBalanceError
-        detail = f"credit balance exhausted: {detail}"
-    elif status in (401, 403):
-        cls = errors.AuthenticationError
-    elif status == 429:
-        cls = errors.RateLimitError
-    elif status == 529 or kind == "overloaded_error":
-        cls = errors.OverloadedError
-    elif status is not None and 400 <= status < 500:
-        cls = errors.BadRequestError
-    elif status is not None and status >= 500:
-        cls = errors.ServerError
-    else:
-        cls = errors.ProviderError
+        return errors.APIConnectionError(
+            f"could not reach the Anthropic API: {exc}", request_id=None, body=None
+        )
+    status = getattr(exc, "status_code", None)
     if status == 200:  # an `error` event inside a stream whose response said 200
         status = None
-    prefix = f"{status} {kind}: " if status else f"{kind}: "
-    return cls(f"{prefix}{detail}", status_code=status, request_id=request_id, body=body)
-
-
-def _error_message(body: Any) -> str:
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-            return str(error["message"])
-    return ""
-
-
-def _error_type(body: Any) -> str:
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping) and isinstance(error.get("type"), str):
-            return str(error["type"])
-    return "error"
+    return errors.api_error(
+        status,
+        getattr(exc, "body", None),
+        message=str(exc),
+        request_id=getattr(exc, "request_id", None),
+    )

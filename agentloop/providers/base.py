@@ -12,9 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from agentloop.errors import InvalidResponseError
 from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
+from agentloop.result import Usage
 from agentloop.tools import ToolDefinition
 
 __all__ = (
@@ -28,49 +30,6 @@ __all__ = (
     "StreamingProvider",
     "Usage",
 )
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts of one response, or summed over a run."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    requests: int = 0
-    """How many model requests these counts cover."""
-
-    @classmethod
-    def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
-        """Counts from an API `usage` object (missing or null fields count as 0)."""
-        usage = usage or {}
-        return cls(
-            input_tokens=int(usage.get("input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
-            cache_creation_input_tokens=int(usage.get("cache_creation_input_tokens") or 0),
-            cache_read_input_tokens=int(usage.get("cache_read_input_tokens") or 0),
-            requests=1,
-        )
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-            self.cache_read_input_tokens + other.cache_read_input_tokens,
-            self.requests + other.requests,
-        )
-
-    @property
-    def total_tokens(self) -> int:
-        """Input (including cache reads and writes) plus output tokens."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_creation_input_tokens
-            + self.cache_read_input_tokens
-        )
 
 
 @dataclass(frozen=True)
@@ -92,11 +51,6 @@ class ModelRequest:
     """Further request parameters, sent as they are (`temperature`, `service_tier`, ...);
     they never replace the fields above."""
 
-    @property
-    def thinking_enabled(self) -> bool:
-        """Whether the request turns extended thinking on."""
-        return bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
-
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The request body as JSON bytes: `messages` plus `fields` (default: the rest).
 
@@ -105,7 +59,10 @@ class ModelRequest:
         history.
         """
         rest = self.to_wire(messages=False) if fields is None else fields
-        head = json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            head = json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:  # lone surrogates: escaped, as the API writes them
+            head = json.dumps(rest, separators=(",", ":")).encode()
         messages = b",".join(m.wire_json for m in self.messages)
         return b'{"messages":[' + messages + (b"]," + head[1:] if len(head) > 2 else b"]}")
 
@@ -140,7 +97,7 @@ class ModelResponse:
 
     content: list[ContentBlock]
     stop_reason: str | None
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     id: str = ""
     model: str = ""
     stop_sequence: str | None = None
@@ -149,10 +106,34 @@ class ModelResponse:
     """The decoded response body, for fields agentloop does not model."""
 
     @classmethod
-    def from_wire(cls, body: Mapping[str, Any]) -> ModelResponse:
-        """Parse an API `message` object (as decoded from JSON)."""
+    def from_wire(cls, body: Any) -> ModelResponse:
+        """Parse an API `message` object (as decoded from JSON).
+
+        Raises:
+            InvalidResponseError: `body` is not a message (an empty object, an error
+                object, content that is not a list of blocks).
+        """
+        if not isinstance(body, Mapping) or body.get("type", "message") != "message":
+            kind = body.get("type") if isinstance(body, Mapping) else type(body).__name__
+            error = body.get("error") if isinstance(body, Mapping) else None
+            detail = f": {error}" if error else ""
+            raise InvalidResponseError(
+                f"the API answered with a {kind!r} instead of a message{detail}"[:500]
+            )
+        content = body.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}] if content else []
+        if not isinstance(content, list) or body.get("role", "assistant") != "assistant":
+            shown = json.dumps(body, default=repr)[:300]
+            raise InvalidResponseError(f"the API's answer is not an assistant message: {shown}")
+        try:
+            blocks = _CONTENT.validate_python(content)
+        except ValidationError as exc:
+            raise InvalidResponseError(
+                f"the API's answer holds a content block that cannot be read: {exc}"[:500]
+            ) from exc
         return cls(
-            content=_CONTENT.validate_python(body.get("content") or []),
+            content=blocks,
             stop_reason=body.get("stop_reason"),
             usage=Usage.from_wire(body.get("usage")),
             id=str(body.get("id") or ""),

@@ -11,16 +11,15 @@ Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failur
 and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
 """
 
-from agentloop.providers.scripted import Fault as Fault
-from agentloop.providers.scripted import Paced as Paced
-from agentloop.providers.scripted import RawResponse as RawResponse
-from agentloop.providers.scripted import ScriptedModel as ScriptedModel
-from agentloop.providers.scripted import ScriptedProvider as ScriptedProvider
-from agentloop.providers.scripted import ScriptExhausted as ScriptExhausted
-from agentloop.providers.scripted import reply as reply
-from agentloop.providers.scripted import text as text
-from agentloop.providers.scripted import tool_call as tool_call
-
+from .scripted import Fault as Fault
+from .scripted import Paced as Paced
+from .scripted import RawResponse as RawResponse
+from .scripted import ScriptedModel as ScriptedModel
+from .scripted import ScriptedProvider as ScriptedProvider
+from .scripted import ScriptExhausted as ScriptExhausted
+from .scripted import reply as reply
+from .scripted import text as text
+from .scripted import tool_call as tool_call
 from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
 from .stepped import SteppedProvider as SteppedProvider

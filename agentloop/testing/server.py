@@ -23,7 +23,8 @@ from types import TracebackType
 from typing import Any
 
 from agentloop.errors import AgentloopError
-from agentloop.providers.scripted import (
+
+from .scripted import (
     Answer,
     Fault,
     Paced,

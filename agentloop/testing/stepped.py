@@ -23,7 +23,8 @@ from agentloop.providers.base import (
     ModelResponse,
     StreamEvent,
 )
-from agentloop.providers.scripted import ScriptedModel
+
+from .scripted import ScriptedModel
 
 __all__ = ("SteppedProvider",)
 

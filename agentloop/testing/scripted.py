@@ -25,9 +25,9 @@ import anyio
 
 from agentloop import errors
 from agentloop.errors import AgentloopError, ProviderError
-from agentloop.messages import Message, _Block, lint_history, parse_history
-
-from .base import ModelRequest, ModelResponse
+from agentloop.history import lint_history
+from agentloop.messages import Message, _Block, parse_history
+from agentloop.providers.base import ModelRequest, ModelResponse
 
 __all__ = (
     "Fault",
@@ -289,30 +289,17 @@ class Fault:
     def to_error(self) -> ProviderError:
         """The agentloop error this fault stands for (what `ScriptedProvider` raises).
 
-        A dropped connection, a broken stream and a slow response (as a client timeout
-        would end it) are `APIConnectionError`s; malformed JSON is a plain `ProviderError`.
+        The same error the real provider raises for the same answer on the wire (both go
+        through `agentloop.errors.api_error`): a dropped connection, a broken stream and
+        a slow response (as a client timeout would end it) are `APIConnectionError`s;
+        malformed JSON is an `InvalidResponseError`.
         """
         if self.kind in ("dropped", "slow", "stream_ends_early"):
             return errors.APIConnectionError(f"scripted fault: {self.kind}")
         if self.kind == "malformed_json":
-            return ProviderError("scripted fault: the response is not valid JSON", status_code=200)
-        status = 529 if self.kind == "stream_error" else self.status
-        cls = _ERROR_CLASSES.get(self.error_type) or _ERROR_CLASSES.get(str(status))
-        if cls is None:
-            cls = errors.ServerError if status >= 500 else ProviderError
-        return cls(
-            f"{status} {self.error_type}: {self.message}", status_code=status, body=self.error_body
-        )
-
-
-_ERROR_CLASSES: Mapping[str, type[ProviderError]] = {
-    "rate_limit_error": errors.RateLimitError,
-    "overloaded_error": errors.OverloadedError,
-    "authentication_error": errors.AuthenticationError,
-    "permission_error": errors.AuthenticationError,
-    "billing_error": errors.CreditBalanceError,
-    "400": errors.BadRequestError,
-}
+            return errors.InvalidResponseError("the API's answer is not valid JSON")
+        status = None if self.kind == "stream_error" else self.status
+        return errors.api_error(status, self.error_body, request_id="req_local")
 
 
 def message_events(message: Mapping[str, Any], *, chunk: int = 16) -> list[tuple[str, Any]]:
@@ -556,13 +543,9 @@ class ScriptedProvider:
             await anyio.sleep(answer.delay)
             answer = dict(answer.answer or {})
         elif isinstance(answer, RawResponse):
-            if answer.status != 200 or not isinstance(answer.json, Mapping):
-                raise ProviderError(
-                    f"scripted error response {answer.status}: {answer.json!r}"[:300],
-                    status_code=answer.status,
-                    body=answer.json,
-                )
-            answer = dict(answer.json)
+            if answer.status != 200:
+                raise errors.api_error(answer.status, answer.json, request_id="req_local")
+            return ModelResponse.from_wire(answer.json)
         return ModelResponse.from_wire(answer)
 
     @property

@@ -1,0 +1,100 @@
+"""What a run produces: its `RunResult`, the log of its tool calls, and token `Usage`.
+
+These are plain values at the bottom of the package: the loop fills them, errors carry
+them (`AgentloopError.result`), stream events hand them over, and providers report
+`Usage`. They import nothing else from agentloop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ("RunResult", "StopReason", "ToolCallRecord", "Usage")
+
+StopReason = str
+"""Why a run ended: the model's last stop reason as the provider maps it ("end_turn",
+"max_tokens", "refusal", "stop_sequence", "model_context_window_exceeded", "pause_turn", or
+a future value), or agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one response, or summed over a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    requests: int = 0
+    """How many model requests these counts cover."""
+
+    @classmethod
+    def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
+        """Counts from an Anthropic `usage` object (missing or null fields count as 0)."""
+        usage = usage if isinstance(usage, Mapping) else {}
+        return cls(
+            input_tokens=_count(usage.get("input_tokens")),
+            output_tokens=_count(usage.get("output_tokens")),
+            cache_creation_input_tokens=_count(usage.get("cache_creation_input_tokens")),
+            cache_read_input_tokens=_count(usage.get("cache_read_input_tokens")),
+            requests=1,
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.requests + other.requests,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input (including cache reads and writes) plus output tokens."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+
+def _count(value: Any) -> int:
+    """A token count from the wire; anything that is not a count is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call of a run, as logged in `RunResult.tool_calls`."""
+
+    round: int
+    name: str
+    input: Any
+    """The input the model sent (an object, unless the model sent something else)."""
+    tool_use_id: str
+    is_error: bool
+    output: str
+    """What the model was sent (block content rendered as text)."""
+    duration: float
+    """Seconds the tool ran."""
+
+
+@dataclass
+class RunResult:
+    """What a run produced. `messages` can be passed back as `history=` to continue."""
+
+    text: str
+    """The final assistant message's text blocks, joined."""
+    stop_reason: StopReason
+    messages: list[dict[str, Any]]
+    """The whole history in wire form (JSON-serialisable), valid to send again."""
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    """Token counts summed over every request of the run."""
+    rounds: int = 0
+    """How many model requests the run made."""
+    run_id: str = ""
