@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agentloop import HistoryError, Message, lint_history, repair
 from agentloop.messages import (
@@ -384,3 +385,34 @@ def test_incremental_linter_notices_a_changed_prefix() -> None:
     orphan = parse_history([user(TEXT), assistant(TEXT), user(result("zzz"))])
     with pytest.raises(HistoryError, match="unexpected `tool_use_id`"):
         linter.check(orphan)
+
+
+async def test_a_repaired_history_is_sent_repaired(serve: Any) -> None:
+    """The bytes sent are those of the repaired messages, not a stale cache of the originals."""
+    from agentloop import Agent
+
+    stored = parse_history(
+        [
+            user(TEXT, {"type": "text", "text": ""}),
+            assistant(TEXT),
+        ]
+    )
+    for message in stored:
+        assert message.wire_json  # cached, as after an earlier run sent them
+    report = repair(stored)
+    server = serve([{"role": "assistant", "content": [TEXT], "stop_reason": "end_turn"}])
+    result = await Agent(client=server.client()).run("next", history=report.messages)
+    assert result.stop_reason == "end_turn"
+    (sent,) = server.requests
+    assert sent["messages"][0] == user(TEXT)
+    assert sent["messages"] == [*dump_history(report.messages)[:2], sent["messages"][2]]
+
+
+def test_messages_and_blocks_are_immutable() -> None:
+    message = parse_history([user(TEXT)])[0]
+    with pytest.raises(ValidationError):
+        message.role = "assistant"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        message.content[0].text = "changed"  # type: ignore[union-attr]
+    with pytest.raises((TypeError, AttributeError)):
+        message.content.append(TEXT)  # type: ignore[union-attr]

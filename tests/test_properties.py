@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import anyio
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from agentloop import Agent, ToolError, lint_history, tool
 from agentloop.messages import parse_history
+from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.testing import ScriptedProvider, reply
 
 
@@ -106,6 +108,20 @@ def build(turns: list[tuple[list[str], str]]) -> Any:
     return respond
 
 
+class WireChecked(ScriptedProvider):
+    """A scripted provider that checks the bytes of each request against its messages.
+
+    For every message a run sends, the JSON on the wire must equal a fresh serialisation
+    of its content, whatever caching the messages do.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        sent = json.loads(request.to_json())
+        fresh = [m.model_dump(mode="json", exclude_unset=True) for m in request.messages]
+        assert sent["messages"] == fresh
+        return await super().complete(request)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     turns=TURNS,
@@ -115,7 +131,7 @@ def build(turns: list[tuple[list[str], str]]) -> Any:
 def test_random_model_behaviour_keeps_every_request_valid(
     turns: list[tuple[list[str], str]], max_rounds: int, concurrency: int
 ) -> None:
-    provider = ScriptedProvider(build(turns))  # lints every request it receives
+    provider = WireChecked(build(turns))  # lints every request it receives
     agent = Agent(
         provider=provider,
         tools=[ok, slow, fails, crashes],

@@ -1,11 +1,48 @@
-"""The public surface: `__all__` lists exactly the names `agentloop` exposes."""
+"""The public surface: `__all__` is an explicit list, and the layout tells the data flow.
+
+Layers point down: no import circle among agentloop's modules (type-only imports
+included), nothing below the package face imports `agent.py`, only `history.py` changes a
+run's history, and the core names no plugin.
+"""
 
 from __future__ import annotations
 
+import ast
 import types
+from pathlib import Path
 
 import agentloop
 import agentloop.testing
+
+PACKAGE = Path(agentloop.__file__).parent
+
+PUBLIC = (
+    "Agent",
+    "AgentloopError",
+    "AnthropicProvider",
+    "ConfigurationError",
+    "HistoryError",
+    "Message",
+    "PluginManager",
+    "Provider",
+    "ProviderError",
+    "RepairReport",
+    "RunContext",
+    "RunError",
+    "RunResult",
+    "RunStream",
+    "Tool",
+    "ToolCallFailed",
+    "ToolCallRecord",
+    "ToolError",
+    "Usage",
+    "hookimpl",
+    "lint_history",
+    "plugin_tools",
+    "raw_tools",
+    "repair",
+    "tool",
+)
 
 
 def public_names(module: types.ModuleType) -> set[str]:
@@ -16,11 +53,118 @@ def public_names(module: types.ModuleType) -> set[str]:
     }
 
 
-def test_all_matches_the_exported_names() -> None:
-    assert set(agentloop.__all__) == public_names(agentloop)
+def test_all_is_the_pinned_list() -> None:
+    assert agentloop.__all__ == PUBLIC
+    assert public_names(agentloop) == set(PUBLIC)
+
+
+def test_testing_all_matches_its_exported_names() -> None:
     assert set(agentloop.testing.__all__) == public_names(agentloop.testing)
 
 
 def test_exported_names_are_documented() -> None:
     for name in agentloop.__all__:
         assert getattr(agentloop, name).__doc__, name
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every agentloop module `name` imports, at run time or for type checking only."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            # `from agentloop import x` may name a module or a name defined in a module.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: imports_of(name, path, known) for name, path in found.items()}
+
+
+def test_no_import_circle_among_modules() -> None:
+    edges = graph()
+    # The package faces only re-export; they are where circles are allowed to close.
+    faces = {"agentloop", "agentloop.providers", "agentloop.testing"}
+    edges = {k: {v for v in vs if v not in faces} for k, vs in edges.items() if k not in faces}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def test_nothing_below_the_face_imports_the_agent() -> None:
+    allowed = {"agentloop", "agentloop.cli", "agentloop.__main__"}
+    importers = {k for k, vs in graph().items() if "agentloop.agent" in vs}
+    assert importers <= allowed, importers - allowed
+
+
+def test_only_history_changes_a_history() -> None:
+    """No module but history.py mutates a list of messages in place."""
+    mutators = {"append", "extend", "insert", "pop", "remove", "clear", "__setitem__"}
+    offenders = []
+    for name, path in modules().items():
+        if name == "agentloop.history":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in mutators:
+                    target = node.func.value
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(t, ast.Subscript):
+                        target = t.value
+            if isinstance(target, ast.Attribute) and target.attr in ("messages", "_messages"):
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, offenders
+
+
+def test_the_core_names_no_plugin() -> None:
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("agentloop_"), (name, node.module)
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("agentloop_"), (name, alias.name)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert "agentloop_cortex" not in node.value, (name, node.lineno)

@@ -251,9 +251,8 @@ def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
 
     The one mapping of the SDK's request parameters, for both the JSON and the streamed
     path, done as `messages.create` does it: `extra_headers`, `extra_query`,
-    `extra_body` and `timeout` are request options, not body fields; `betas` (and the
-    other header parameters) become headers, and `betas` selects the beta endpoint
-    (`?beta=true`) as `beta.messages.create` does.
+    `extra_body` and `timeout` are request options, not body fields; `betas` (as
+    `beta.messages.create` takes it) and the other header parameters become headers.
     """
     fields = request.to_wire(messages=False)
     headers: dict[str, str] = {"content-type": "application/json"}
@@ -263,9 +262,7 @@ def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
         if value is None:
             continue
         if name == "betas":
-            value = [value] if isinstance(value, str) else list(value)
-            query["beta"] = "true"
-            value = ",".join(str(v) for v in value)
+            value = ",".join(str(v) for v in ([value] if isinstance(value, str) else value))
         headers[header] = str(value)
     headers.update(fields.pop("extra_headers", None) or {})
     query.update(fields.pop("extra_query", None) or {})

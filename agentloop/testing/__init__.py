@@ -21,6 +21,7 @@ from .scripted import reply as reply
 from .scripted import text as text
 from .scripted import tool_call as tool_call
 from .server import MessagesServer as MessagesServer
+from .server import RecordedRequest as RecordedRequest
 from .server import sse_events as sse_events
 from .stepped import SteppedProvider as SteppedProvider
 
@@ -29,6 +30,7 @@ __all__ = (
     "MessagesServer",
     "Paced",
     "RawResponse",
+    "RecordedRequest",
     "ScriptExhausted",
     "ScriptedModel",
     "ScriptedProvider",

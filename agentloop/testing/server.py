@@ -17,10 +17,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+from urllib.parse import parse_qsl
 
 from agentloop.errors import AgentloopError
 
@@ -34,7 +36,7 @@ from .scripted import (
     message_events,
 )
 
-__all__ = ("MessagesServer", "sse_events")
+__all__ = ("MessagesServer", "RecordedRequest", "sse_events")
 
 _MALFORMED_JSON = b'{"id": "msg_01", "type": "message", "role": "assistant", "content": [{"ty'
 _MALFORMED_SSE = b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m\n\n'
@@ -66,6 +68,17 @@ def _cut(events: list[tuple[str, Any]], blocks: int) -> list[tuple[str, Any]]:
             break
         kept.append((name, data))
     return kept
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it: path, query, headers and decoded JSON body."""
+
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    """Header names in lower case."""
+    body: Any
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -104,8 +117,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._json(400, _error_body("invalid_request_error", "request body is not valid JSON"))
             return
+        path, _, query = self.path.partition("?")
+        seen = RecordedRequest(
+            path, dict(parse_qsl(query)), {k.lower(): v for k, v in self.headers.items()}, body
+        )
         with self.server.lock:
             self.server.received.append(body)
+            self.server.recorded.append(seen)
             self.server.arrivals.append(arrived)
         try:
             answer = self.server.model.respond(body)
@@ -216,6 +234,7 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 256
     model: ScriptedModel
     received: list[dict[str, Any]]
+    recorded: list[RecordedRequest]
     arrivals: list[float]
     lock: threading.Lock
     stopping: threading.Event
@@ -250,6 +269,7 @@ class MessagesServer:
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.model = self.model
         self._httpd.received = []
+        self._httpd.recorded = []
         self._httpd.arrivals = []
         self._httpd.lock = threading.Lock()
         self._httpd.stopping = threading.Event()
@@ -266,6 +286,11 @@ class MessagesServer:
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received (including ones answered with an error)."""
         return self._httpd.received
+
+    @property
+    def recorded(self) -> list[RecordedRequest]:
+        """Every JSON request received, with its path, query and headers."""
+        return self._httpd.recorded
 
     @property
     def request_times(self) -> list[float]:
