@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -471,3 +472,42 @@ def describe_validation_error(tool_name: str, error: ValidationError) -> str:
             message = "required argument is missing"
         lines.append(f"- {where}: {message}{got}")
     return "\n".join(lines)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def sendable(result: ToolResult) -> ToolResult:
+    """`result` with text UTF-8 cannot carry (lone surrogates) replaced, and the fact said.
+
+    A tool returning `os.fsdecode(...)` of a file name that is not UTF-8 (what `os.listdir`
+    gives for such names) would otherwise make the next request impossible to send. Each such
+    character becomes U+FFFD, and a note at the end tells the model so.
+    """
+    content = result.content
+    if isinstance(content, str):
+        if content.isascii() or not _SURROGATES.search(content):
+            return result
+        fixed, count = _SURROGATES.subn("\ufffd", content)
+        return replace(result, content=fixed + _replaced_note(count))
+    if not content or not any(
+        isinstance(b, TextBlock) and _SURROGATES.search(b.text) for b in content
+    ):
+        return result
+    blocks: list[ContentBlock] = []
+    total = 0
+    for block in content:
+        if isinstance(block, TextBlock):
+            text, count = _SURROGATES.subn("\ufffd", block.text)
+            total += count
+            block = block.model_copy(update={"text": text}) if count else block
+        blocks.append(block)
+    blocks.append(TextBlock(text=_replaced_note(total).strip()))
+    return replace(result, content=blocks)
+
+
+def _replaced_note(count: int) -> str:
+    return (
+        f"\n[{count} character(s) of this result could not be encoded as UTF-8 (lone "
+        "surrogates, e.g. from a file name that is not UTF-8) and were replaced with U+FFFD]"
+    )

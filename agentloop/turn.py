@@ -27,7 +27,7 @@ from agentloop.messages import ContentBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import ExecutionContext, ToolRegistry, bind_call_context
 from agentloop.run import CANCELLED_MESSAGE, RunState
-from agentloop.tools import ToolCall, ToolResult
+from agentloop.tools import ToolCall, ToolResult, sendable
 
 __all__ = ("CONTINUE", "Emit", "Turn")
 
@@ -105,6 +105,7 @@ class Turn:
 
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""
+        result = sendable(result)
         self.results[result.tool_use_id] = result
         if self.emit is not None:
             await self.emit(

@@ -15,7 +15,6 @@ from typing import Any
 import anthropic
 import anyio
 import httpx2
-from anthropic.lib.streaming import AsyncMessageStreamManager
 from pydantic import TypeAdapter
 
 from agentloop import errors
@@ -138,7 +137,7 @@ class AnthropicProvider:
         on_event: Callable[[StreamEvent], Awaitable[None]],
         state: _StreamState,
     ) -> ModelResponse:
-        opened = self.client.post(
+        stream = await self.client.post(
             "/v1/messages",
             cast_to=anthropic.types.Message,
             content=content,
@@ -146,32 +145,102 @@ class AnthropicProvider:
             stream=True,
             stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
         )
-        async with AsyncMessageStreamManager(opened) as stream:
-            state.opened = True
+        state.opened = True
+        message = _Message()
+        async with stream:
             async for sdk_event in stream:
                 event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
                 kind = event.type
-                if kind == "message_stop":
-                    state.stopped = True
+                if kind == "message_start":
+                    message.start(_wire(event.message))
                 elif kind == "content_block_start":
                     state.delivered = True
-                    await on_event(BlockStart(event.index, _block(event.content_block)))
+                    block = _wire(event.content_block)
+                    message.blocks[event.index] = block
+                    await on_event(BlockStart(event.index, _BLOCK.validate_python(block)))
                 elif kind == "content_block_delta":
-                    delta = event.delta
-                    name, value = _delta(delta)
-                    if name == "input_json":
-                        state.partial_json.setdefault(event.index, []).append(value)
+                    name, value = message.add_delta(event.index, _wire(event.delta))
                     await on_event(BlockDelta(event.index, name, value))
                 elif kind == "content_block_stop":
-                    block = _block(event.content_block)
-                    raw = "".join(state.partial_json.pop(event.index, []))
-                    await on_event(BlockStop(event.index, block, _complete_json(raw)))
-            if not state.stopped:
-                raise errors.APIConnectionError(
-                    "the API's stream ended before `message_stop`: the response is incomplete"
-                )
-            message = await stream.get_final_message()
-        return ModelResponse.from_wire(message.to_dict(mode="json", warnings=False))
+                    block, whole = message.close_block(event.index)
+                    await on_event(BlockStop(event.index, _BLOCK.validate_python(block), whole))
+                elif kind == "message_delta":
+                    message.finish(_wire(event.delta), _wire(event.usage))
+                elif kind == "message_stop":
+                    state.stopped = True
+        if not state.stopped:
+            raise errors.APIConnectionError(
+                "the API's stream ended before `message_stop`: the response is incomplete"
+            )
+        return ModelResponse.from_wire(message.body())
+
+
+class _Message:
+    """A streamed message, put together from its events as the API describes them.
+
+    Tool input arrives as JSON fragments and is parsed once, when its block closes (with
+    Python's own parser, which reads every escape the API may send).
+    """
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {"type": "message", "role": "assistant"}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, list[str]] = {}
+
+    def start(self, message: dict[str, Any]) -> None:
+        self.head = {**message, "content": []}
+
+    def add_delta(self, index: int, delta: dict[str, Any]) -> tuple[str, str]:
+        """Apply a delta to its block; return its `BlockDelta` kind and value."""
+        block = self.blocks.setdefault(index, {})
+        kind = str(delta.get("type", "")).removesuffix("_delta")
+        if kind == "text":
+            value = str(delta.get("text", ""))
+            block["text"] = block.get("text", "") + value
+        elif kind == "input_json":
+            value = str(delta.get("partial_json", ""))
+            self.json.setdefault(index, []).append(value)
+        elif kind == "thinking":
+            value = str(delta.get("thinking", ""))
+            block["thinking"] = block.get("thinking", "") + value
+        elif kind == "signature":
+            value = str(delta.get("signature", ""))
+            block["signature"] = value
+        elif kind == "citations":
+            block.setdefault("citations", []).append(delta.get("citation"))
+            value = json.dumps(delta)
+        else:  # a delta this version does not know: reported, the block left as it is
+            value = json.dumps(delta)
+        return kind, value
+
+    def close_block(self, index: int) -> tuple[dict[str, Any], bool]:
+        """The finished block, and whether its tool input (if any) arrived whole."""
+        block = self.blocks.setdefault(index, {})
+        raw = "".join(self.json.pop(index, []))
+        if not raw.strip():
+            return block, True
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return block, False  # cut off: the block keeps the input it started with
+        block["input"] = value
+        return block, isinstance(value, dict)
+
+    def finish(self, delta: dict[str, Any], usage: dict[str, Any]) -> None:
+        self.head.update({k: v for k, v in delta.items() if v is not None or k in self.head})
+        counts = dict(self.head.get("usage") or {})
+        counts.update({k: v for k, v in usage.items() if v is not None})
+        self.head["usage"] = counts
+
+    def body(self) -> dict[str, Any]:
+        return {**self.head, "content": [self.blocks[i] for i in sorted(self.blocks)]}
+
+
+def _wire(value: Any) -> dict[str, Any]:
+    """An SDK model as the JSON the API sent (unset fields left out)."""
+    if isinstance(value, dict):
+        return value
+    return dict(value.to_dict(mode="json", warnings=False)) if value is not None else {}
 
 
 def _connection_lost(exc: Exception) -> errors.APIConnectionError:
@@ -198,7 +267,6 @@ class _StreamState:
         """A content block was reported to the caller."""
         self.stopped = False
         """`message_stop` arrived: the response is whole."""
-        self.partial_json: dict[int, list[str]] = {}
 
 
 _RETRYABLE_MID_STREAM = (errors.OverloadedError, errors.ServerError, errors.RateLimitError)
@@ -209,33 +277,6 @@ async def _ignore(event: StreamEvent) -> None:
 
 
 _BLOCK = TypeAdapter(ContentBlock)
-
-
-def _block(sdk_block: Any) -> ContentBlock:
-    return _BLOCK.validate_python(sdk_block.to_dict(mode="json", warnings=False))
-
-
-def _delta(delta: Any) -> tuple[str, str]:
-    kind = str(delta.type)
-    if kind == "text_delta":
-        return "text", str(delta.text)
-    if kind == "thinking_delta":
-        return "thinking", str(delta.thinking)
-    if kind == "input_json_delta":
-        return "input_json", str(delta.partial_json)
-    if kind == "signature_delta":
-        return "signature", str(delta.signature)
-    return kind.removesuffix("_delta"), json.dumps(delta.to_dict(mode="json", warnings=False))
-
-
-def _complete_json(raw: str) -> bool:
-    """Whether streamed tool input is whole: empty (no arguments) or one JSON object."""
-    if not raw.strip():
-        return True
-    try:
-        return isinstance(json.loads(raw), dict)
-    except ValueError:
-        return False
 
 
 _HEADER_PARAMS = {

@@ -317,7 +317,10 @@ def message_events(message: Mapping[str, Any], *, chunk: int = 16) -> list[tuple
         "usage": {**usage, "output_tokens": 1},
     }
     events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": start})]
-    for index, block in enumerate(message.get("content") or []):
+    content = message.get("content") or []
+    if isinstance(content, str):  # a stream always carries blocks
+        content = [{"type": "text", "text": content}]
+    for index, block in enumerate(content):
         head, deltas = _block_parts(block, chunk)
         events.append(
             (
@@ -362,7 +365,8 @@ def _block_parts(block: Mapping[str, Any], chunk: int) -> tuple[dict[str, Any], 
         deltas = [{"type": "text_delta", "text": t} for t in _chunks(block["text"], chunk)]
         return {**block, "text": ""}, deltas
     if kind in ("tool_use", "server_tool_use"):
-        raw = json.dumps(block.get("input") or {}) if block.get("input") else ""
+        value = block.get("input", {})
+        raw = "" if value == {} else json.dumps(value)
         deltas = [{"type": "input_json_delta", "partial_json": ""}]
         deltas += [{"type": "input_json_delta", "partial_json": p} for p in _chunks(raw, chunk)]
         return {**block, "input": {}}, deltas
