@@ -28,7 +28,7 @@ from agentloop.registry import ExecutionContext, ToolRegistry
 from agentloop.result import RunResult, StopReason
 from agentloop.run import CANCELLED_MESSAGE, RunState, base_exception_in
 from agentloop.stream import RunStream
-from agentloop.tools import Tool, ToolCall, ToolResult
+from agentloop.tools import Tool, ToolCall, ToolDefinition, ToolResult
 from agentloop.turn import CONTINUE, Emit, Turn
 
 __all__ = ("DEFAULT_MODEL", "Agent")
@@ -148,6 +148,7 @@ class Agent:
         *,
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
     ) -> RunResult:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -156,6 +157,13 @@ class Agent:
                 example after `max_rounds`, or a paused turn).
             history: Earlier messages (e.g. a previous `RunResult.messages`).
             deps: Any object; tools receive it as `RunContext.deps`.
+            external_tools: Tools announced to the model that this run does not run:
+                their calls are handed back. When the model calls one, the run runs the
+                turn's other calls, then ends with `stop_reason="tool_use"`, the calls in
+                `RunResult.pending` and its own results in `RunResult.held`;
+                `messages` ends with that assistant message. Continue with a history
+                that adds one user message answering every call of the turn, in order.
+                Definitions are `ToolDefinition`s or wire dicts, sent as they are.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type.
@@ -163,7 +171,8 @@ class Agent:
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
         """
-        return await self._drive(self._new_run(history, prompt, deps), None)
+        run = self._new_run(history, prompt, deps, external_tools)
+        return await self._drive(run, None)
 
     @asynccontextmanager
     async def run_stream(
@@ -172,6 +181,7 @@ class Agent:
         *,
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
     ) -> AsyncIterator[RunStream]:
         """Run as `run()` does, yielding typed events while the model streams.
 
@@ -187,7 +197,7 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = self._new_run(history, prompt, deps)
+        run = self._new_run(history, prompt, deps, external_tools)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
         failure: BaseException | None = None
@@ -211,17 +221,29 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None,
         prompt: str | Sequence[ContentBlock] | None,
         deps: Any,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
     ) -> RunState:
         thinking = bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
         linter = HistoryLinter(
             thinking=thinking, tool_choice=self.tool_choice, allow_file_sources=self._files_beta
         )
-        return RunState(
+        run = RunState(
             History.start(history, prompt, linter),
             deps=deps,
             tool_concurrency=self.tool_concurrency,
             log=_log,
         )
+        if external_tools:
+            run.external = tuple(external_tools)
+            names = [_tool_name(t) for t in external_tools]
+            clash = sorted(set(names) & set(self.registry.names))
+            if clash:
+                raise ConfigurationError(
+                    f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
+                    "the model addresses tools by name"
+                )
+            run.external_names = frozenset(names)
+        return run
 
     async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
         """The loop with its logging; completes the history if the run ends early."""
@@ -254,6 +276,8 @@ class Agent:
     async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
         while run.rounds < self.max_rounds:
             response, calls = await self._round(run, emit)
+            if run.pending:
+                return "tool_use"
             if run.stop_after_turn:
                 return "cancelled"
             stop = response.stop_reason
@@ -283,7 +307,7 @@ class Agent:
         failure: Exception | None = None
         try:
             async with anyio.create_task_group() as group:
-                turn = run.turn = Turn(run, self.registry, context, group, emit)
+                turn = run.turn = Turn(run, self.registry, context, group, emit, run.external_names)
                 try:
                     response = await self._request(run, request, turn, emit)
                     calls = await turn.respond(response)
@@ -331,7 +355,9 @@ class Agent:
             messages=run.history.messages,
             max_tokens=self.max_tokens,
             system=self.system,
-            tools=self.registry.definitions(),
+            tools=[*self.registry.definitions(), *run.external]
+            if run.external
+            else (self.registry.definitions()),
             tool_choice=self.tool_choice,
             thinking=self.thinking,
             metadata=self.metadata,
@@ -375,3 +401,10 @@ def _check_seconds(name: str, value: Any) -> None:
         or value <= 0
     ):
         raise ConfigurationError(f"{name} must be a number of seconds > 0, not {value!r}")
+
+
+def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str:
+    name = definition.name if isinstance(definition, ToolDefinition) else definition.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"an external tool needs a name: {definition!r}")
+    return name

@@ -46,6 +46,13 @@ class RunState:
         """The result handed over when the run ended early."""
         self.final: RunResult | None = None
         """The result of a run that finished."""
+        self.external: tuple[Any, ...] = ()
+        """Definitions of external tools announced with each request."""
+        self.external_names: frozenset[str] = frozenset()
+        self.pending: list[dict[str, Any]] = []
+        """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
+        self.held: list[dict[str, Any]] = []
+        """The run's own results of the turn that handed calls back (wire blocks)."""
 
     def add_response(
         self, response: ModelResponse, errors: dict[str, str] | None = None
@@ -60,6 +67,16 @@ class RunState:
         """Answer a turn's calls in the history and log them."""
         self.history.answer([result for _, result in pairs])
         self.log_calls(pairs)
+
+    def hand_back(
+        self, calls: Sequence[ToolCall], own: Sequence[tuple[ToolCall, ToolResult]]
+    ) -> None:
+        """End the run's turns here: `calls` go back to the caller, `own` results are held."""
+        self.pending = [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in calls
+        ]
+        self.held = [r.to_block().to_wire() for _, r in own]
+        self.log_calls(own)
 
     def log_calls(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Add the calls to `RunResult.tool_calls`."""
@@ -88,6 +105,8 @@ class RunState:
             usage=self.usage,
             rounds=self.rounds,
             run_id=self.id,
+            pending=list(self.pending),
+            held=list(self.held),
         )
 
 

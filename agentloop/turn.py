@@ -47,8 +47,11 @@ class Turn:
         context: ExecutionContext,
         group: anyio.abc.TaskGroup,
         emit: Emit | None,
+        external: frozenset[str] = frozenset(),
     ) -> None:
         self.run = run
+        self.external = external
+        """Names of tools announced to the model whose calls go back to the caller."""
         self.registry = registry
         self.context = context
         self.group = group
@@ -69,7 +72,12 @@ class Turn:
         if isinstance(event, BlockStop):
             self.streamed[event.index] = (event.block, event.complete)
             block = event.block
-            if isinstance(block, ToolUseBlock) and event.complete and block.id not in self.started:
+            if (
+                isinstance(block, ToolUseBlock)
+                and event.complete
+                and block.id not in self.started
+                and block.name not in self.external
+            ):
                 call = call_of(block)
                 tool = self.registry.get(call.name)
                 eager = call.error is None and (tool is None or tool.eager)
@@ -126,7 +134,7 @@ class Turn:
         calls = self.run.add_response(response, self._not_runnable(response))
         self.responded = True
         for call in calls:
-            if call.id in self.started:
+            if call.id in self.started or self._handed_back(call):
                 continue
             if call.error is not None:
                 await self.finished(ToolResult.error(call, call.error, ran=False))
@@ -138,10 +146,21 @@ class Turn:
                 self.start(call)
         return calls
 
+    def _handed_back(self, call: ToolCall) -> bool:
+        """Whether `call` goes back to the caller instead of running here."""
+        return call.error is None and call.name in self.external
+
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
         reason = response.stop_reason
         uses = response.tool_uses
+        if response.call_errors:
+            return {**self._by_stop_reason(response, reason, uses), **response.call_errors}
+        return self._by_stop_reason(response, reason, uses)
+
+    def _by_stop_reason(
+        self, response: ModelResponse, reason: str | None, uses: Sequence[ToolUseBlock]
+    ) -> dict[str, str]:
         if reason == "max_tokens":
             cut = {
                 b.id
@@ -176,13 +195,18 @@ class Turn:
         """The turn's results in tool_use order, added to the history.
 
         A call without a result (its task was cancelled while the response itself came
-        in whole) is answered as cancelled.
+        in whole) is answered as cancelled. When the turn has calls of external tools,
+        nothing is added: the run hands those calls back, and keeps its own results for
+        the message that will answer them all.
         """
+        own = [c for c in calls if not self._handed_back(c)]
         results = [
-            self.results.get(c.id) or ToolResult.error(c, CANCELLED_MESSAGE, ran=False)
-            for c in calls
+            self.results.get(c.id) or ToolResult.error(c, CANCELLED_MESSAGE, ran=False) for c in own
         ]
-        if calls:
-            self.run.add_results(list(zip(calls, results, strict=True)))
+        pairs = list(zip(own, results, strict=True))
+        if len(own) < len(calls):
+            self.run.hand_back([c for c in calls if self._handed_back(c)], pairs)
+        elif calls:
+            self.run.add_results(pairs)
         self.closed = True
         return results

@@ -40,7 +40,8 @@ class ModelRequest:
     messages: Sequence[Message]
     max_tokens: int
     system: str | Sequence[Mapping[str, Any]] | None = None
-    tools: Sequence[ToolDefinition] = ()
+    tools: Sequence[ToolDefinition | Mapping[str, Any]] = ()
+    """Tool definitions; a mapping is a wire definition, sent as it is."""
     tool_choice: Mapping[str, Any] | None = None
     thinking: Mapping[str, Any] | None = None
     metadata: Mapping[str, Any] | None = None
@@ -77,7 +78,8 @@ class ModelRequest:
             body["messages"] = [m.wire for m in self.messages]
         optional = {
             "system": self.system,
-            "tools": [t.to_wire() for t in self.tools] or None,
+            "tools": [t.to_wire() if isinstance(t, ToolDefinition) else dict(t) for t in self.tools]
+            or None,
             "tool_choice": self.tool_choice,
             "thinking": self.thinking,
             "metadata": self.metadata,
@@ -104,6 +106,9 @@ class ModelResponse:
     container: Mapping[str, Any] | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """The decoded response body, for fields agentloop does not model."""
+    call_errors: Mapping[str, str] = field(default_factory=dict)
+    """Tool calls the provider knows must not run, by `tool_use` id, with the reason the
+    model is told (arguments that were not valid JSON, a call cut off mid-way, ...)."""
 
     @classmethod
     def from_wire(cls, body: Any) -> ModelResponse:
