@@ -301,7 +301,14 @@ def machine() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     versions = []
-    for package in ("agentloop", "anthropic", "httpx2", "anyio", "pydantic", "pydantic-ai-slim"):
+    for package in (
+        "agentloop-runner",
+        "anthropic",
+        "httpx2",
+        "anyio",
+        "pydantic",
+        "pydantic-ai-slim",
+    ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions.append(f"{package} {metadata.version(package)}")
     return (

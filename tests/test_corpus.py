@@ -1,4 +1,4 @@
-"""Replay of the recorded Anthropic API corpus (`shared/corpus/anthropic`, see its README).
+"""Replay of the recorded Anthropic API corpus (`tests/corpus/anthropic`, see its README).
 
 Every recorded response (JSON or SSE) is served byte for byte by the local `MessagesServer`
 to the real `AsyncAnthropic` behind `AnthropicProvider`; the parsed blocks must match the
@@ -28,13 +28,12 @@ from agentloop.testing import RawResponse, ScriptedModel
 from agentloop.testing.server import MessagesServer
 from agentloop.tools import ToolDefinition
 
-# The repo and `shared/` are siblings (locally /work/main and /work/shared; in CI
-# `<clone>/../shared`).
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "anthropic"
-if not CORPUS.is_dir():
-    pytest.skip(f"recorded corpus not found at {CORPUS}", allow_module_level=True)
-
+# Part of the repository: a missing file fails `test_corpus_is_complete`, a missing folder
+# fails collection.
+CORPUS = Path(__file__).resolve().parent / "corpus" / "anthropic"
 FILES = sorted(CORPUS.glob("*.json"))
+if not FILES:  # an error at collection, never a silent skip
+    raise FileNotFoundError(f"the recorded corpus is missing: no *.json in {CORPUS}")
 ERROR_FILES = [p for p in FILES if p.stem.startswith("error_400_")]
 
 # The fields of a block that must survive parsing and history rebuilding byte for byte.
