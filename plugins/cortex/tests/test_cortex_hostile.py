@@ -473,3 +473,20 @@ def test_symlink_swap_race(tmp_path: Path) -> None:
     for entry in root.rglob("*"):  # no symlink made by the store, no temporary file left
         assert entry == persona or not entry.is_symlink(), entry
         assert ".tmp-" not in entry.name, entry
+
+
+# ---------------------------------------------------------------------- other entry points
+
+
+@pytest.mark.parametrize("root", [None, 5, b"/tmp/cortex"], ids=lambda v: type(v).__name__)
+def test_root_that_is_not_a_path(root: Any) -> None:
+    with pytest.raises(ValueError, match="invalid cortex root"):
+        CortexConfig(root=root, persona="p")
+
+
+@pytest.mark.parametrize("ctx", [None, object(), "ctx"], ids=lambda v: type(v).__name__)
+def test_tools_called_without_a_run_context(tmp_path: Path, ctx: Any) -> None:
+    with pytest.raises(ToolError, match="cortex is not configured for this run"):
+        write_file("memory.md", "x", ctx)
+    with pytest.raises(ToolError, match="cortex is not configured for this run"):
+        append_file("memory.md", "x", ctx)
