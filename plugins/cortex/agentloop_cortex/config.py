@@ -52,7 +52,11 @@ class CortexConfig:
     """How many previous versions are kept per file (0 keeps none)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+        try:
+            root = Path(self.root)
+        except TypeError:
+            raise ValueError(f"invalid cortex root {self.root!r}: it must be a path") from None
+        object.__setattr__(self, "root", root)
         problem = config_problem(self)
         if problem is not None:
             raise ValueError(problem)

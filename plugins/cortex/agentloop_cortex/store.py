@@ -7,14 +7,17 @@ Layout under `root`::
     <persona>/.history/memory.md/<ns>-<n>.md  previous versions, oldest deleted first
 
 Every change takes a per-file `threading.Lock` (tool calls run in worker threads) and an
-exclusive `fcntl.flock` on the file's lock file (other processes), keeps the previous
-version in `.history`, then writes the new content to a temporary file in the same
-directory, fsyncs it, renames it over the old one and fsyncs the directory. Readers
-therefore see the old or the new content, never a mix, and a crash leaves one of them.
+exclusive `fcntl.flock` on the file's lock file (other processes). It then writes the
+new content to a temporary file beside the old one and the old content to a temporary
+file in `.history`, fsyncs both, renames the old content into the history and only then
+renames the new content over the file (see `_commit`). Readers therefore see the old or
+the new content, never a mix; a crash leaves one of them; and a change refused for an
+error of the file system (a full disk) leaves the file and its history as they were.
 
 Every path is opened relative to a directory descriptor with `O_NOFOLLOW`, so a symbolic
 link planted as the persona directory, a file, `.history` or a lock file is refused
-rather than followed. POSIX only (it needs `fcntl` and `dir_fd` support).
+rather than followed. Every `OSError` becomes a `ToolError`, and every descriptor opened
+is closed whatever happens. POSIX only (it needs `fcntl` and `dir_fd` support).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
@@ -86,7 +89,8 @@ class CortexStore:
     """The cortex files of one persona, as configured by a `CortexConfig`.
 
     Methods raise `ToolError` (with a message meant for the model) for anything they
-    refuse; a refused call changes nothing.
+    refuse, including errors of the file system; a refused change leaves the file and its
+    history as they were.
     """
 
     def __init__(self, config: CortexConfig) -> None:
@@ -99,7 +103,11 @@ class CortexStore:
         if problem is not None:
             raise ToolError(f"cortex is misconfigured: {problem}")
         self.config = config
-        self.root = Path(os.path.realpath(config.root))
+        try:
+            real_root = os.path.realpath(config.root)
+        except OSError as exc:
+            raise ToolError(f"cannot resolve the cortex root: {_reason(exc)}") from None
+        self.root = Path(real_root)
         """The resolved root directory."""
         self.directory = self.root / config.persona
         """The persona directory."""
@@ -117,13 +125,14 @@ class CortexStore:
         read as U+FFFD.
         """
         name = _check_name(filename)
-        pfd = self._open_persona(create=False)
-        if pfd is None:
-            return ""
-        try:
-            data = self._read_bytes(pfd, name)
-        finally:
-            os.close(pfd)
+        with self._os_errors("read", name):
+            pfd = self._open_persona(create=False)
+            if pfd is None:
+                return ""
+            try:
+                data = self._read_bytes(pfd, name)
+            finally:
+                os.close(pfd)
         return "" if data is None else data.decode("utf-8", errors="replace")
 
     def write(self, filename: str, content: str) -> Change:
@@ -143,10 +152,10 @@ class CortexStore:
     def replace(self, filename: str, old: str, new: str) -> Change:
         """Replace the one occurrence of `old` in `filename` with `new`."""
         name = _check_name(filename)
-        if old == "":
-            raise ToolError("old must not be empty: give the exact text to replace")
         self._encode(old, "old")
         self._encode(new, "new")
+        if old == "":
+            raise ToolError("old must not be empty: give the exact text to replace")
 
         def edit(current: bytes | None) -> bytes:
             try:
@@ -173,26 +182,21 @@ class CortexStore:
     def versions(self, filename: str) -> list[Path]:
         """The kept previous versions of `filename`, oldest first."""
         name = _check_name(filename)
-        pfd = self._open_persona(create=False)
-        if pfd is None:
-            return []
-        try:
+        with self._os_errors("list the versions of", name), ExitStack() as fds:
+            pfd = self._open_persona(create=False)
+            if pfd is None:
+                return []
+            fds.callback(os.close, pfd)
             hfd = _open_dir(pfd, HISTORY_DIR, create=False, label=self._label(HISTORY_DIR))
             if hfd is None:
                 return []
-            try:
-                label = self._label(f"{HISTORY_DIR}/{name}")
-                sfd = _open_dir(hfd, name, create=False, label=label)
-                if sfd is None:
-                    return []
-                try:
-                    entries = _history_entries(sfd)
-                finally:
-                    os.close(sfd)
-            finally:
-                os.close(hfd)
-        finally:
-            os.close(pfd)
+            fds.callback(os.close, hfd)
+            label = self._label(f"{HISTORY_DIR}/{name}")
+            sfd = _open_dir(hfd, name, create=False, label=label)
+            if sfd is None:
+                return []
+            fds.callback(os.close, sfd)
+            entries = _history_entries(sfd)
         return [self.directory / HISTORY_DIR / name / entry for _, _, entry in entries]
 
     # ------------------------------------------------------------------ checks
@@ -201,7 +205,17 @@ class CortexStore:
         """A path as error messages show it: relative to the root."""
         return f"{self.config.persona}/{relative}"
 
-    def _encode(self, text: str, what: str) -> bytes:
+    @contextmanager
+    def _os_errors(self, action: str, name: str) -> Iterator[None]:
+        """Turn an `OSError` escaping from the block into a `ToolError` saying what failed."""
+        try:
+            yield
+        except OSError as exc:
+            raise ToolError(f"cannot {action} {self._label(name)}: {_reason(exc)}") from None
+
+    def _encode(self, text: object, what: str) -> bytes:
+        if not isinstance(text, str):
+            raise ToolError(f"{what} must be text (a string), not {type(text).__name__}")
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -249,25 +263,41 @@ class CortexStore:
                 rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
             except OSError as exc:
                 raise ToolError(
-                    f"cannot create the cortex root directory: {exc.strerror}"
+                    f"cannot create the cortex root directory: {_reason(exc)}"
                 ) from None
         except OSError as exc:
-            raise ToolError(f"cannot open the cortex root directory: {exc.strerror}") from None
+            raise ToolError(f"cannot open the cortex root directory: {_reason(exc)}") from None
         try:
             pfd = _open_dir(rfd, self.config.persona, create=create, label=self.config.persona)
         finally:
             os.close(rfd)
-        if pfd is not None:
-            real = os.path.realpath(self.directory)
-            if os.path.commonpath([real, str(self.root)]) != str(self.root) or real == str(
-                self.root
-            ):
-                os.close(pfd)
-                raise ToolError(
-                    f"refusing to use persona directory {self.config.persona!r}: "
-                    "it resolves outside the cortex root"
-                )
+        if pfd is None:
+            return None
+        try:
+            self._check_confined()
+        except BaseException:
+            os.close(pfd)
+            raise
         return pfd
+
+    def _check_confined(self) -> None:
+        """Refuse a persona directory whose path resolves outside the root.
+
+        The path can change under our feet (a symlink swapped in and out), so resolving
+        it may fail too; that is a refusal like any other.
+        """
+        try:
+            real = os.path.realpath(self.directory)
+        except OSError as exc:
+            raise ToolError(
+                f"cannot resolve persona directory {self.config.persona!r}: {_reason(exc)}"
+            ) from None
+        root = str(self.root)
+        if real == root or os.path.commonpath([real, root]) != root:
+            raise ToolError(
+                f"refusing to use persona directory {self.config.persona!r}: "
+                "it resolves outside the cortex root"
+            )
 
     def _read_bytes(self, pfd: int, name: str) -> bytes | None:
         """The content of `name` in the persona directory, or None if it does not exist."""
@@ -279,7 +309,7 @@ class CortexStore:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise ToolError(_symlink_message(label)) from None
-            raise ToolError(f"cannot open {label}: {exc.strerror}") from None
+            raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
@@ -301,26 +331,69 @@ class CortexStore:
             self._check_size(name, len(data))
             return data
 
-        pfd = self._open_persona(create=False)
-        if pfd is None:
-            checked(None)  # refuse bad input before creating anything
-            pfd = self._open_persona(create=True)
-            assert pfd is not None
-        try:
+        with self._os_errors("write", name), ExitStack() as held:
+            pfd = self._open_persona(create=False)
+            if pfd is None:
+                checked(None)  # refuse bad input before creating anything
+                pfd = self._open_persona(create=True)
+                assert pfd is not None
+            held.callback(os.close, pfd)
             self._refuse_planted(pfd, name)
-            with self._locked(pfd, name):
-                self._refuse_planted(pfd, name)
-                _sweep(pfd, f".{name}{_TMP_PREFIX}")
-                old = self._read_bytes(pfd, name)
-                data = checked(old)
-                kept = False
-                if old is not None and self.config.history > 0:
-                    self._keep_version(pfd, name, old)
-                    kept = True
-                _atomic_write(pfd, name, data, f".{name}{_TMP_PREFIX}")
-        finally:
-            os.close(pfd)
+            held.enter_context(self._locked(pfd, name))
+            self._refuse_planted(pfd, name)
+            _sweep(pfd, f".{name}{_TMP_PREFIX}")
+            old = self._read_bytes(pfd, name)
+            data = checked(old)
+            kept = old is not None and self.config.history > 0
+            self._commit(pfd, name, data, old if kept else None)
         return Change(name, len(data), None if old is None else len(old), kept)
+
+    def _commit(self, pfd: int, name: str, data: bytes, previous: bytes | None) -> None:
+        """Make `name` hold `data`, first adding `previous` (unless None) to its history.
+
+        Everything that needs space comes before the rename that makes the change: the new
+        content and the previous version are written to temporary files and fsynced, the
+        version is renamed into the history, whose directory is fsynced, and only then is
+        the new content renamed over `name`. A failure at any of these steps undoes the
+        steps before it (temporary files, the new version, history directories made for
+        it), so the file and its history are left as they were. After the rename, the
+        versions beyond the limit are deleted: a crash just before that leaves one too
+        many, which the next change deletes.
+        """
+        label = self._label(name)
+        sfd: int | None = None
+        try:
+            with ExitStack() as fds, ExitStack() as undo:
+                tmp = _write_temp(pfd, f".{name}{_TMP_PREFIX}", data)
+                undo.callback(_remove, pfd, tmp)
+                if previous is not None:
+                    history_label = self._label(HISTORY_DIR)
+                    hfd = _open_dir(pfd, HISTORY_DIR, create=True, label=history_label, undo=undo)
+                    assert hfd is not None
+                    fds.callback(os.close, hfd)
+                    sub_label = self._label(f"{HISTORY_DIR}/{name}")
+                    sfd = _open_dir(hfd, name, create=True, label=sub_label, undo=undo)
+                    assert sfd is not None
+                    fds.callback(os.close, sfd)
+                    _sweep(sfd, _TMP_PREFIX)
+                    version_tmp = _write_temp(sfd, _TMP_PREFIX, previous)
+                    undo.callback(_remove, sfd, version_tmp)
+                    entry = _next_version(_history_entries(sfd))
+                    os.rename(version_tmp, entry, src_dir_fd=sfd, dst_dir_fd=sfd)
+                    undo.callback(_remove, sfd, entry)
+                    os.fsync(sfd)
+                os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+                # The change is made: nothing may undo it now.
+                undo.pop_all()
+                # Best effort from here on. The new content is already fsynced; should the
+                # rename not reach the disk, a crash brings back the old file, still whole.
+                with suppress(OSError):
+                    os.fsync(pfd)
+                if sfd is not None:
+                    with suppress(OSError):
+                        _trim(sfd, self.config.history)
+        except OSError as exc:
+            raise ToolError(f"cannot write {label}: {_reason(exc)}; nothing was changed") from None
 
     @contextmanager
     def _locked(self, pfd: int, name: str) -> Iterator[None]:
@@ -338,7 +411,7 @@ class CortexStore:
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise ToolError(_symlink_message(label)) from None
-                raise ToolError(f"cannot open {label}: {exc.strerror}") from None
+                raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
             try:
                 delay = 0.001
                 while True:
@@ -358,32 +431,6 @@ class CortexStore:
                 os.close(fd)
         finally:
             lock.release()
-
-    def _keep_version(self, pfd: int, name: str, data: bytes) -> None:
-        """Add `data` to the history of `name`, deleting the oldest beyond the limit."""
-        hfd = _open_dir(pfd, HISTORY_DIR, create=True, label=self._label(HISTORY_DIR))
-        assert hfd is not None
-        try:
-            label = self._label(f"{HISTORY_DIR}/{name}")
-            sfd = _open_dir(hfd, name, create=True, label=label)
-            assert sfd is not None
-        finally:
-            os.close(hfd)
-        try:
-            _sweep(sfd, _TMP_PREFIX)
-            entries = _history_entries(sfd)
-            stamp, counter = time.time_ns(), 0
-            if entries and (stamp, counter) <= entries[-1][:2]:
-                # The clock did not move (or went back): keep the names in order anyway.
-                stamp, counter = entries[-1][0], entries[-1][1] + 1
-            # Make room first, so that not even a crash leaves more than `history` versions.
-            excess = len(entries) + 1 - self.config.history
-            for _, _, old_entry in entries[: max(excess, 0)]:
-                with suppress(FileNotFoundError):
-                    os.unlink(old_entry, dir_fd=sfd)
-            _atomic_write(sfd, f"{stamp}-{counter}.md", data, _TMP_PREFIX)
-        finally:
-            os.close(sfd)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -427,10 +474,27 @@ def _check_entry(dfd: int, entry: str, want: Literal["file", "dir"], label: str)
         raise ToolError(_hard_link_message(label, info.st_nlink))
 
 
-def _open_dir(parent: int, name: str, *, create: bool, label: str) -> int | None:
+def _reason(exc: OSError) -> str:
+    """What went wrong, as the operating system says it."""
+    return exc.strerror or str(exc)
+
+
+def _remove(dfd: int, entry: str, *, directory: bool = False) -> None:
+    """Delete `entry` of `dfd` (undoing a step of a change); it may be gone already."""
+    with suppress(OSError):
+        if directory:
+            os.rmdir(entry, dir_fd=dfd)
+        else:
+            os.unlink(entry, dir_fd=dfd)
+
+
+def _open_dir(
+    parent: int, name: str, *, create: bool, label: str, undo: ExitStack | None = None
+) -> int | None:
     """A descriptor of directory `name` in `parent`, never following a symlink.
 
-    Returns None when it does not exist and `create` is false.
+    Returns None when it does not exist and `create` is false. When it makes the
+    directory, it registers its removal with `undo` (if given).
     """
     _check_entry(parent, name, "dir", label)
     try:
@@ -441,28 +505,37 @@ def _open_dir(parent: int, name: str, *, create: bool, label: str) -> int | None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ToolError(_symlink_message(label)) from None
-        raise ToolError(f"cannot open {label}: {exc.strerror}") from None
+        raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
     try:
         os.mkdir(name, 0o700, dir_fd=parent)
-        os.fsync(parent)
     except FileExistsError:
         pass
     except OSError as exc:
-        raise ToolError(f"cannot create {label}: {exc.strerror}") from None
+        raise ToolError(f"cannot create {label}: {_reason(exc)}") from None
+    else:
+        if undo is not None:
+            undo.callback(_remove, parent, name, directory=True)
+        try:
+            os.fsync(parent)
+        except OSError as exc:
+            raise ToolError(f"cannot create {label}: {_reason(exc)}") from None
     try:
         return os.open(name, _O_DIR, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ToolError(_symlink_message(label)) from None
-        raise ToolError(f"cannot open {label}: {exc.strerror}") from None
+        raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
 
 
-def _atomic_write(dfd: int, name: str, data: bytes, tmp_prefix: str) -> None:
-    """Make `name` in `dfd` hold `data`, atomically and durably."""
-    tmp = f"{tmp_prefix}{secrets.token_hex(8)}"
+def _write_temp(dfd: int, prefix: str, data: bytes) -> str:
+    """A new file in `dfd` holding `data`, fsynced; its name starts with `prefix`.
+
+    On failure nothing is left behind.
+    """
+    tmp = f"{prefix}{secrets.token_hex(8)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
     try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         try:
             view = memoryview(data)
             while view:
@@ -470,22 +543,39 @@ def _atomic_write(dfd: int, name: str, data: bytes, tmp_prefix: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException as exc:
-        with suppress(OSError):
-            os.unlink(tmp, dir_fd=dfd)
-        if isinstance(exc, OSError):
-            raise ToolError(f"cannot write {name}: {exc.strerror}") from None
+    except BaseException:
+        _remove(dfd, tmp)
         raise
+    return tmp
+
+
+def _next_version(entries: list[tuple[int, int, str]]) -> str:
+    """The name of a new version, after every one in `entries`."""
+    stamp, counter = time.time_ns(), 0
+    if entries and (stamp, counter) <= entries[-1][:2]:
+        # The clock did not move (or went back): keep the names in order anyway.
+        stamp, counter = entries[-1][0], entries[-1][1] + 1
+    return f"{stamp}-{counter}.md"
+
+
+def _trim(dfd: int, limit: int) -> None:
+    """Delete the oldest versions in history directory `dfd` beyond `limit`."""
+    entries = _history_entries(dfd)
+    for _, _, entry in entries[: max(len(entries) - limit, 0)]:
+        with suppress(FileNotFoundError):
+            os.unlink(entry, dir_fd=dfd)
     os.fsync(dfd)
 
 
 def _sweep(dfd: int, prefix: str) -> None:
-    """Delete temporary files left by a writer that died (only called under the lock)."""
-    for entry in os.listdir(dfd):
-        if entry.startswith(prefix):
-            with suppress(FileNotFoundError):
-                os.unlink(entry, dir_fd=dfd)
+    """Delete temporary files left by a writer that died (only called under the lock).
+
+    Housekeeping only: whatever cannot be deleted stays, and the change goes on.
+    """
+    with suppress(OSError):
+        for entry in os.listdir(dfd):
+            if entry.startswith(prefix):
+                _remove(dfd, entry)
 
 
 def _history_entries(dfd: int) -> list[tuple[int, int, str]]:

@@ -18,7 +18,8 @@ __all__ = ("TOOLS", "append_file", "read_file", "replace_in_file", "write_file")
 
 
 def _store(ctx: RunContext[Any]) -> CortexStore:
-    return CortexStore(config_from_deps(ctx.deps))
+    # A tool may also be called as a plain function, with whatever `ctx` the caller has.
+    return CortexStore(config_from_deps(getattr(ctx, "deps", None)))
 
 
 def _kept(change: Change) -> str:
