@@ -22,6 +22,7 @@ import structlog
 
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
+from agentloop.logs import get_logger
 from agentloop.messages import (
     ContentBlock,
     HistoryLinter,
@@ -44,7 +45,7 @@ from agentloop.turn import CONTINUE, TRUNCATED_MESSAGE, Emit, Turn
 
 __all__ = ("TRUNCATED_MESSAGE", "Agent", "RunResult", "ToolCallRecord")
 
-_log = structlog.get_logger("agentloop")
+_log = get_logger()
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""

@@ -18,11 +18,11 @@ from importlib import metadata
 from typing import Any
 
 import pluggy
-import structlog
 
 from . import hookspecs
 from .errors import ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
+from .logs import get_logger
 from .tools import Tool
 
 __all__ = (
@@ -37,7 +37,7 @@ __all__ = (
 ENV_VAR = "AGENTLOOP_PLUGINS"
 """Comma-separated entry-point names to load; unset loads all, empty loads none."""
 
-_log = structlog.get_logger(PROJECT_NAME)
+_log = get_logger()
 
 
 @dataclass(frozen=True)
