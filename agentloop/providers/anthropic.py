@@ -266,6 +266,7 @@ def _translate(exc: anthropic.APIError) -> errors.ProviderError:
     if isinstance(exc, anthropic.APIConnectionError):
         cls = errors.APIConnectionError
         detail = f"could not reach the Anthropic API: {exc}"
+        kind = ""  # no answer, so no error type to show
     elif "credit balance" in detail.lower() or kind == "billing_error" or status == 402:
         cls = errors.CreditBalanceError
         detail = f"credit balance exhausted: {detail}"
@@ -283,7 +284,7 @@ def _translate(exc: anthropic.APIError) -> errors.ProviderError:
         cls = errors.ProviderError
     if status == 200:  # an `error` event inside a stream whose response said 200
         status = None
-    prefix = f"{status} {kind}: " if status else f"{kind}: "
+    prefix = f"{status} {kind}: " if status else f"{kind}: " if kind else ""
     return cls(f"{prefix}{detail}", status_code=status, request_id=request_id, body=body)
 
 
