@@ -22,6 +22,7 @@ import structlog
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History, HistoryLinter
+from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
 from agentloop.registry import ExecutionContext, ToolRegistry
@@ -33,7 +34,7 @@ from agentloop.turn import CONTINUE, Emit, Turn
 
 __all__ = ("DEFAULT_MODEL", "Agent")
 
-_log = structlog.get_logger("agentloop")
+_log = get_logger()
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""

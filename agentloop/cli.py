@@ -1,11 +1,13 @@
-"""The `agentloop` command: run an agent, list plugins, list tools.
+"""The `agentloop` command: run an agent on a prompt, list plugins, list tools.
 
 It sits on top of the library: it loads plugins (`agentloop.plugins`), builds an `Agent`
-and runs it, and it is the one place that configures structlog (to stderr). Without an
-API key, `agentloop run` runs the offline demo (`agentloop.demo`) on a scripted model.
+and runs it, and it is the one place that configures logging (structlog, to stderr).
+Plugins add commands and `run` options, and shape a run (the tools exposed by default,
+deps, a system prompt, an offline model, report sections, a final check) through the
+hooks in `agentloop.hookspecs`; the command itself knows no plugin by name.
 
 Exit codes: 0 success, 1 the run failed, 2 a usage or configuration error (including a
-tool name registered by two plugins).
+tool name registered by two plugins). Every error is one line on standard error.
 """
 
 from __future__ import annotations
@@ -13,22 +15,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from functools import partial
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import anyio
 import structlog
 
 from . import __version__
 from .agent import DEFAULT_MODEL, Agent
-from .demo import check_demo_tools, cortex_config, demo_provider, format_tool_log, print_demo_report
 from .errors import AgentloopError, ConfigurationError
-from .plugins import PluginManager, default_manager
-from .result import RunResult
+from .hookspecs import RunSetup
+from .plugins import ENV_VAR, PluginManager, default_manager, installed_plugins, pinned_plugins
+from .providers.anthropic import AnthropicProvider
+from .providers.base import Provider
+from .result import RunResult, ToolCallRecord
 from .tools import Tool
 
 __all__ = ("main",)
@@ -37,42 +41,49 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-DEFAULT_PLUGIN = "cortex"
-_CORTEX_SYSTEM = (
-    "You have persistent files that outlive this conversation: memory.md, soul.md and "
-    "relationship.md. Read them when they may help, and update them when you learn "
-    "something worth keeping."
-)
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_REPORTED_BY_THE_COMMAND = frozenset({"run.error"})
+"""Events whose news the command prints itself as its error line."""
+
+_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- arguments
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with its `run`, `plugins` and `tools` subcommands."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
-    common.add_argument("-v", "--verbose", action="store_true", help="also log info events")
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on standard error."""
 
-    parser = argparse.ArgumentParser(
-        prog="agentloop", description="Run agents on the Anthropic Messages API."
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
+    """The argument parser: `run`, `plugins`, `tools`, and the plugins' commands and options."""
+    common = _Parser(add_help=False, allow_abbrev=False)
+    common.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
+    common.add_argument("-v", "--verbose", action="store_true", help="log every event")
+
+    parser = _Parser(
+        prog="agentloop",
+        description="Run agents on the Anthropic Messages API.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"agentloop {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", parents=[common], help="run an agent on a prompt")
-    run.add_argument("prompt", help="what to ask")
+    run = commands.add_parser(
+        "run", parents=[common], help="run an agent on a prompt", allow_abbrev=False
+    )
+    run.add_argument("prompt", type=_prompt, help="what to ask")
     run.add_argument("--model", default=DEFAULT_MODEL, help="model name")
     run.add_argument("--system", help="system prompt")
-    run.add_argument("--persona", default="default", help="cortex persona (default: default)")
-    run.add_argument("--cortex-root", type=Path, default=Path("cortex"), help="cortex directory")
     run.add_argument(
         "--plugin",
         action="append",
         dest="plugins",
         metavar="NAME",
-        help="expose this plugin's tools (repeatable; default: cortex, if installed)",
+        help="expose this plugin's tools (repeatable; default: the plugins that ask for it)",
     )
     run.add_argument(
         "--tool",
@@ -81,52 +92,108 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="expose only these tools (repeatable)",
     )
-    run.add_argument("--max-rounds", type=_positive_int, default=10)
-    run.add_argument("--concurrency", type=_positive_int, default=8, help="tool calls at once")
-    run.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per tool")
-    run.add_argument("--max-tokens", type=_positive_int, default=4096)
+    run.add_argument("--max-rounds", type=_whole_number, default=10, help="model requests")
+    run.add_argument("--concurrency", type=_whole_number, default=8, help="tool calls at once")
+    run.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per tool call")
+    run.add_argument("--max-tokens", type=_whole_number, default=4096)
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument(
-        "--offline", action="store_true", help="run the offline demo even with an API key"
+        "--offline",
+        action="store_true",
+        help="run on a plugin's offline model even with an API key",
     )
-    run.set_defaults(handler=run_command)
+    manager.call_each("agentloop_run_options", parser=run)
+    run.set_defaults(handler=partial(run_command, manager=manager))
 
-    plugins = commands.add_parser("plugins", parents=[common], help="list installed plugins")
+    plugins = commands.add_parser(
+        "plugins", parents=[common], help="list installed plugins", allow_abbrev=False
+    )
     plugins.add_argument("--json", action="store_true", help="print JSON")
-    plugins.set_defaults(handler=plugins_command)
+    plugins.set_defaults(handler=partial(plugins_command, manager=manager))
 
-    tools = commands.add_parser("tools", parents=[common], help="list the plugins' tools")
+    tools = commands.add_parser(
+        "tools", parents=[common], help="list the plugins' tools", allow_abbrev=False
+    )
     tools.add_argument("--schema", action="store_true", help="show each tool's JSON schema")
     tools.add_argument("--json", action="store_true", help="print JSON (includes schemas)")
-    tools.set_defaults(handler=tools_command)
+    tools.set_defaults(handler=partial(tools_command, manager=manager))
+
+    manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
     return parser
 
 
-def _positive_int(value: str) -> int:
-    number = int(value)
+class _Commands:
+    """The `register` callable of `agentloop_register_commands`."""
+
+    def __init__(
+        self,
+        commands: argparse._SubParsersAction[_Parser],
+        common: _Parser,
+    ) -> None:
+        self.commands = commands
+        self.common = common
+
+    def __call__(
+        self, name: str, *, help: str, handler: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        """Add the subcommand `name`; returns its parser for the plugin's arguments."""
+        if name in self.commands.choices:
+            raise ConfigurationError(f"the command {name!r} already exists")
+        parser = self.commands.add_parser(
+            name, parents=[self.common], help=help, allow_abbrev=False
+        )
+        parser.set_defaults(handler=handler)
+        return parser
+
+
+def _prompt(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"expected some text to send, got {value!r}")
+    return value
+
+
+def _whole_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
     return number
 
 
-def _positive_float(value: str) -> float:
-    number = float(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
     return number
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `agentloop` command; returns the exit code."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, manager: PluginManager | None = None) -> int:
+    """Run the `agentloop` command; returns the exit code.
+
+    Args:
+        argv: The arguments (default: `sys.argv[1:]`).
+        manager: The plugins to use instead of the installed ones (for testing a
+            plugin's part of the command without installing it).
+    """
+    words = list(sys.argv[1:] if argv is None else argv)
+    was_configured, saved = structlog.is_configured(), structlog.get_config()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version and usage errors
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    saved = structlog.get_config()
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    try:
+        # Plugins load (and may log) before the parser that knows their options exists.
+        json_logs, verbose = _logging_flags(words)
+        configure_logging(json_logs=json_logs, verbose=verbose)
+        if manager is None:
+            manager = default_manager()
+        try:
+            args = build_parser(manager).parse_args(words)
+        except SystemExit as exc:  # --help, --version and usage errors
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         configure_logging(json_logs=args.log_json, verbose=args.verbose)
+        handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except ConfigurationError as exc:
         _error(str(exc))
@@ -138,7 +205,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error("interrupted")
         return 130
     finally:
-        structlog.configure(**saved)
+        if was_configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()
+
+
+def _logging_flags(words: Sequence[str]) -> tuple[bool, bool]:
+    """`--log-json` and `-v` as given, read before the arguments are parsed."""
+    options = words[: words.index("--")] if "--" in words else words
+    return "--log-json" in options, "-v" in options or "--verbose" in options
 
 
 def _error(message: str) -> None:
@@ -153,14 +229,16 @@ def configure_logging(
 ) -> None:
     """Send log events to stderr: console lines on a terminal, JSON lines with `json_logs`.
 
-    Warnings and errors are shown; info events too with `verbose` or `json_logs`.
-    With `progress`, a line per model request and per tool call is written there.
+    Warnings and errors are shown (but not `run.error`, which the command reports as its
+    error line); every event with `verbose` or `json_logs`. With `progress`, a line per
+    model request and per tool call is written there.
     """
+    everything = verbose or json_logs
     processors: list[Any] = [structlog.contextvars.merge_contextvars]
     processors.append(structlog.processors.add_log_level)
     if progress is not None:
         processors.append(ProgressPrinter(progress))
-    processors.append(_LevelFilter("info" if verbose or json_logs else "warning"))
+    processors.append(_Filter("debug" if everything else "warning", drop_reported=not everything))
     processors.append(structlog.processors.TimeStamper(fmt="iso"))
     if json_logs:
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
@@ -173,16 +251,22 @@ def configure_logging(
     )
 
 
-class _LevelFilter:
-    """Drops events below a level (after the progress printer has seen them)."""
+class _Filter:
+    """Drops events below a level, and those the command reports itself.
 
-    def __init__(self, level: str) -> None:
+    It runs after the progress printer, so progress lines do not depend on the level.
+    """
+
+    def __init__(self, level: str, *, drop_reported: bool) -> None:
         self.minimum = _LEVELS[level]
+        self.drop_reported = drop_reported
 
     def __call__(
         self, logger: Any, method: str, event: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
         if _LEVELS.get(str(event.get("level", "info")), 20) < self.minimum:
+            raise structlog.DropEvent
+        if self.drop_reported and event.get("event") in _REPORTED_BY_THE_COMMAND:
             raise structlog.DropEvent
         return event
 
@@ -229,59 +313,160 @@ def progress_line(event: MutableMapping[str, Any]) -> str | None:
 # --------------------------------------------------------------------------- run
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     """`agentloop run PROMPT`."""
-    offline = args.offline or not os.environ.get("ANTHROPIC_API_KEY")
-    if offline and not args.offline:
-        print(
-            "agentloop: ANTHROPIC_API_KEY is not set, so this runs the offline demo on the "
-            "built-in scripted model (set the key to talk to Claude).",
-            file=sys.stderr,
-        )
+    setups = run_setups(manager, args)
+    tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
+    sources = {t.source for t in tools}
+    exposed = {name: setup for name, setup in setups.items() if name in sources}
+    deps = run_deps(exposed)
+    provider: Provider
+    if args.offline or not os.environ.get("ANTHROPIC_API_KEY"):
+        owner, provider = offline_model(exposed, tools, sources)
+        if not args.offline:
+            print(
+                "agentloop: ANTHROPIC_API_KEY is not set, so this runs the offline demo of "
+                f"the {owner!r} plugin on a scripted model (set the key to talk to Claude).",
+                file=sys.stderr,
+            )
+    else:
+        provider = AnthropicProvider()
+    systems = [setup.system for setup in exposed.values() if setup.system]
     if not args.json:
         configure_logging(json_logs=args.log_json, verbose=args.verbose, progress=sys.stdout)
-    tools = choose_tools(default_manager(), plugins=args.plugins, tools=args.tools)
-    cortex = any(t.source == "cortex" for t in tools)
-    deps = cortex_config(args.cortex_root, args.persona) if cortex else None
-    if offline:
-        check_demo_tools(tools)
     agent = Agent(
         model=args.model,
-        provider=demo_provider() if offline else None,
-        system=args.system or (_CORTEX_SYSTEM if cortex else None),
+        provider=provider,
+        system=args.system or "\n\n".join(systems) or None,
         tools=tools,
         max_rounds=args.max_rounds,
         tool_concurrency=args.concurrency,
         tool_timeout=args.timeout,
         max_tokens=args.max_tokens,
     )
-    result = anyio.run(partial(agent.run, args.prompt, deps=deps))
+    result = anyio.run(_run, agent, provider, args.prompt, deps)
     if args.json:
         print(json.dumps(result_to_json(result), indent=2, ensure_ascii=False))
     else:
-        print_result(result, deps if offline else None, sys.stdout)
-    return EXIT_OK
+        sections: list[tuple[str, str]] = []
+        for name, setup in exposed.items():
+            if setup.report is not None:
+                sections += _plugin_call(name, setup.report, result)
+        print_result(result, sections, sys.stdout)
+    problems = [
+        problem
+        for name, setup in exposed.items()
+        if setup.check is not None and (problem := _plugin_call(name, setup.check, result))
+    ]
+    for problem in problems:
+        _error(problem)
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunResult:
+    """The run, then the API client's connections closed (in the run's event loop)."""
+    try:
+        return await agent.run(prompt, deps=deps)
+    finally:
+        if isinstance(provider, AnthropicProvider):
+            await provider.client.close()
+
+
+def run_setups(manager: PluginManager, args: argparse.Namespace) -> dict[str, RunSetup]:
+    """Each plugin's `RunSetup` for this run, by plugin name, in load order.
+
+    Raises:
+        ConfigurationError: a plugin returned something other than a `RunSetup`.
+    """
+    setups: dict[str, RunSetup] = {}
+    for name, setup in manager.call_each("agentloop_run_setup", args=args):
+        if not isinstance(setup, RunSetup):
+            raise ConfigurationError(
+                f"plugin {name!r}: agentloop_run_setup returned {type(setup).__name__}, "
+                "not a RunSetup"
+            )
+        setups[name] = setup
+    return setups
 
 
 def choose_tools(
-    manager: PluginManager, *, plugins: Sequence[str] | None, tools: Sequence[str] | None
+    manager: PluginManager,
+    setups: Mapping[str, RunSetup],
+    *,
+    plugins: Sequence[str] | None,
+    tools: Sequence[str] | None,
 ) -> list[Tool]:
-    """The tools a CLI run exposes: the chosen plugins (default cortex), narrowed by `tools`.
+    """The tools a run exposes: the chosen plugins' tools, narrowed by `tools`.
 
-    With `tools` but no `plugins`, tools are picked by name from every plugin.
+    With neither, the plugins whose setup has `exposed_by_default`; with `tools` but no
+    `plugins`, tools are picked by name from every plugin.
     """
     if plugins is None and tools is None:
-        installed = {info.name for info in manager.plugins()}
-        plugins = [DEFAULT_PLUGIN] if DEFAULT_PLUGIN in installed else None
+        plugins = [name for name, setup in setups.items() if setup.exposed_by_default]
     return manager.select(plugins=plugins, tools=tools)
 
 
-def print_result(result: RunResult, demo_config: Any, out: TextIO) -> None:
-    """The human summary: demo report (offline), tool table, stop reason, final text."""
-    if demo_config is not None:
-        print_demo_report(result, demo_config, out)
-    else:
-        print(f"\n== Tool calls ==\n{format_tool_log(result.tool_calls)}", file=out)
+def run_deps(exposed: Mapping[str, RunSetup]) -> dict[str, Any] | None:
+    """The run's `deps`: the exposed plugins' entries in one dict (None when there are none).
+
+    Raises:
+        ConfigurationError: a plugin refused its options, or two plugins gave one key.
+    """
+    deps: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    for name, setup in exposed.items():
+        if setup.deps is None:
+            continue
+        for key, value in _plugin_call(name, setup.deps).items():
+            if key in deps:
+                raise ConfigurationError(
+                    f"plugins {owners[key]!r} and {name!r} both set deps[{key!r}]"
+                )
+            deps[key], owners[key] = value, name
+    return deps or None
+
+
+def offline_model(
+    exposed: Mapping[str, RunSetup], tools: Sequence[Tool], sources: set[str | None]
+) -> tuple[str, Provider]:
+    """The offline model of the first exposed plugin that has one, and that plugin's name.
+
+    Raises:
+        ConfigurationError: no exposed plugin has one, or it cannot drive the tools.
+    """
+    for name, setup in exposed.items():
+        if setup.offline_model is not None:
+            return name, _plugin_call(name, setup.offline_model, tools)
+    named = sorted(str(source) for source in sources if source)
+    shown = f"the exposed plugins ({', '.join(named)})" if named else "no exposed plugin"
+    pinned = os.environ.get(ENV_VAR)
+    why = f"; {ENV_VAR}={pinned!r} pins the plugins" if pinned is not None else ""
+    raise ConfigurationError(
+        f"no offline model available: ANTHROPIC_API_KEY is not set and "
+        f"{'none of ' if named else ''}{shown} provides one{why}. Set ANTHROPIC_API_KEY to "
+        "talk to Claude, or install a plugin with an offline demo (see `agentloop plugins`)"
+    )
+
+
+def _plugin_call(name: str, function: Callable[..., _T], *args: Any) -> _T:
+    """Call a plugin's part of a run; a failure becomes an error naming the plugin."""
+    try:
+        return function(*args)
+    except AgentloopError:
+        raise
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise ConfigurationError(f"plugin {name!r} failed: {detail}") from exc
+
+
+def print_result(result: RunResult, sections: Sequence[tuple[str, str]], out: TextIO) -> None:
+    """The human report: transcript, tool log, the plugins' sections, then the result."""
+    for title, body in (
+        ("Transcript", format_transcript(result.messages)),
+        ("Tool log", format_tool_log(result.tool_calls)),
+        *sections,
+    ):
+        print(f"\n== {title} ==\n{body}", file=out)
     usage = result.usage
     print(
         f"\n== Result ==\nstop_reason={result.stop_reason}, rounds={result.rounds}, "
@@ -303,40 +488,111 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
     }
 
 
+def _short(value: Any, limit: int = 70) -> str:
+    shown = " ".join(str(value).split())
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def format_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The run's history as readable lines: text, tool calls and their results."""
+    lines: list[str] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        role = str(message.get("role"))
+        content = message.get("content")
+        if isinstance(content, str):
+            lines.append(f"{role}: {content}")
+            continue
+        for block in content if isinstance(content, list) else []:
+            kind = block.get("type")
+            if kind == "text":
+                lines.append(f"{role}: {block.get('text', '')}")
+            elif kind == "tool_use":
+                names[str(block.get("id"))] = str(block.get("name"))
+                given = block.get("input") or {}
+                shown = ", ".join(f"{k}={_short(v, 50)!r}" for k, v in given.items())
+                lines.append(f"{role} -> {block.get('name')}({shown})")
+            elif kind == "tool_result":
+                flag = " [error]" if block.get("is_error") else ""
+                result = _short(_result_text(block.get("content"))) or "(empty)"
+                name = names.get(str(block.get("tool_use_id")), "?")
+                lines.append(f"tool {name}{flag} <- {result}")
+            else:
+                lines.append(f"{role}: [{kind}]")
+    return "\n".join(lines)
+
+
+def _result_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+
+
+def format_tool_log(calls: Sequence[ToolCallRecord]) -> str:
+    """A table of the run's tool calls: round, tool, is_error, duration."""
+    if not calls:
+        return "(no tool calls)"
+    width = max(len("tool"), *(len(c.name) for c in calls))
+    rows = [f"{'round':>5}  {'tool':<{width}}  {'is_error':<8}  duration"]
+    rows += [
+        f"{c.round:>5}  {c.name:<{width}}  {c.is_error!s:<8}  {c.duration * 1000:.1f} ms"
+        for c in calls
+    ]
+    return "\n".join(rows)
+
+
 # --------------------------------------------------------------------------- plugins, tools
 
 
-def plugins_command(args: argparse.Namespace) -> int:
-    """`agentloop plugins`: installed plugins with version and tools, then failures."""
-    manager = default_manager()
+def plugins_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
+    """`agentloop plugins`: loaded plugins, those switched off, then failures."""
     infos = manager.plugins()
+    off = _switched_off(manager)
     if args.json:
         data = {
             "plugins": [dataclasses.asdict(info) for info in infos],
+            "switched_off": [{"name": name, "dist": dist} for name, dist in off.items()],
             "failures": [dataclasses.asdict(failure) for failure in manager.failures],
         }
         print(json.dumps(data, indent=2))
-    else:
-        if not infos:
-            print("no plugins installed")
-        for info in infos:
-            version = f" {info.version}" if info.version else ""
-            dist = f" ({info.dist})" if info.dist else ""
-            print(f"{info.name}{version}{dist}: {', '.join(info.tools) or '(no tools)'}")
-        for failure in manager.failures:
-            print(f"FAILED {failure.name} ({failure.value or 'no entry point'}): {failure.error}")
+        return EXIT_OK
+    if not infos and off:
+        print(f"no plugins loaded: {ENV_VAR}={os.environ.get(ENV_VAR)!r} switches them off")
+    elif not infos:
+        print("no plugins installed")
+    for info in infos:
+        version = f" {info.version}" if info.version else ""
+        dist = f" ({info.dist})" if info.dist else ""
+        print(f"{info.name}{version}{dist}: {', '.join(info.tools) or '(no tools)'}")
+    for name, dist in off.items():
+        print(f"{name} ({dist}): installed, switched off by {ENV_VAR}")
+    for failure in manager.failures:
+        print(f"FAILED {failure.name} ({failure.value or 'no entry point'}): {failure.error}")
     return EXIT_OK
 
 
-def tools_command(args: argparse.Namespace) -> int:
+def _switched_off(manager: PluginManager) -> dict[str, str]:
+    """Installed plugins that `AGENTLOOP_PLUGINS` leaves out: name -> distribution."""
+    if pinned_plugins() is None:
+        return {}
+    loaded = {info.name for info in manager.plugins()}
+    return {name: dist for name, dist in installed_plugins().items() if name not in loaded}
+
+
+def tools_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     """`agentloop tools`: every plugin tool with its plugin (and schema)."""
-    manager = default_manager()
     catalogue = manager.tools()
     if args.json:
         print(json.dumps([_tool_json(t) for t in catalogue], indent=2))
         return EXIT_OK
     if not catalogue:
-        print("no plugin tools installed")
+        off = _switched_off(manager)
+        if off:
+            print(f"no plugin tools: {ENV_VAR} switches off {', '.join(off)}")
+        else:
+            print("no plugin tools installed")
     width = max((len(t.name) for t in catalogue), default=0)
     for item in catalogue:
         summary = item.description.strip().splitlines()[0] if item.description.strip() else ""

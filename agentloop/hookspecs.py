@@ -1,18 +1,25 @@
-"""The plugin hooks: how installed packages give agentloop their tools.
+"""The plugin hooks: how installed packages give agentloop their tools and commands.
 
 Plugins are found through the `agentloop` entry-point group (see `agentloop.plugins`) and
 implement the hooks below with `@agentloop.hookimpl`. Hooks are synchronous and only
-register things; tools run later, in the registry.
+register things; tools run later, in the registry. `agentloop_register_tools` serves
+every agent; the other hooks shape the `agentloop` command (`agentloop.cli`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
-__all__ = ("PROJECT_NAME", "hookimpl", "hookspec")
+from .providers.base import Provider
+from .result import RunResult
+from .tools import Tool
+
+__all__ = ("PROJECT_NAME", "RunSetup", "hookimpl", "hookspec")
 
 PROJECT_NAME = "agentloop"
 """The pluggy project name and the entry-point group plugins register under."""
@@ -39,3 +46,88 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
     :param register: callable that adds one tool to the plugin manager's catalogue.
     :return: nothing; return values are ignored.
     """
+
+
+@hookspec
+def agentloop_register_commands(
+    register: Callable[..., argparse.ArgumentParser],
+) -> None:
+    """Add subcommands to the `agentloop` command.
+
+    Called once per invocation of the command, for each loaded plugin on its own, before
+    the arguments are parsed. Call `register(name, *, help, handler)` for each command:
+    it returns the command's `argparse.ArgumentParser`, to which the plugin adds its
+    arguments. The command already takes `-v` and `--log-json`, and logging is configured
+    before `handler` runs. `handler(args: argparse.Namespace) -> int` gets the parsed
+    arguments and returns the exit code; raising `ConfigurationError` exits 2 and any
+    other `AgentloopError` exits 1, each with one line on standard error.
+    Not `firstresult`: every plugin's implementation is called. A plugin whose
+    implementation raises (a command name that is taken, say) is recorded in
+    `PluginManager.failures` and adds nothing.
+
+    :param register: callable that adds one subcommand and returns its parser.
+    :return: nothing; return values are ignored.
+    """
+
+
+@hookspec
+def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
+    """Add options to `agentloop run`.
+
+    Called once per invocation of the command, for each loaded plugin on its own, while
+    the `run` parser is built. Add the options the plugin reads back in
+    `agentloop_run_setup`, preferably in an argument group named after the plugin
+    (`parser.add_argument_group("weather plugin")`), and with long names that say whose
+    they are (`--weather-units`). Not `firstresult`: every plugin's implementation is
+    called. A plugin whose implementation raises (an option name that is taken, say) is
+    recorded in `PluginManager.failures`.
+
+    :param parser: the `agentloop run` argument parser.
+    :return: nothing; return values are ignored.
+    """
+
+
+@hookspec
+def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
+    """Say what the plugin contributes to an `agentloop run`.
+
+    Called once per `agentloop run`, for each loaded plugin on its own, after the
+    arguments are parsed and before the tools are chosen. Keep it cheap and free of side
+    effects: validating the plugin's options belongs in `RunSetup.deps`, which is called
+    only when the run exposes the plugin's tools. Not `firstresult`: every plugin's
+    implementation is called. A plugin whose implementation raises is recorded in
+    `PluginManager.failures` and contributes nothing.
+
+    :param args: the parsed arguments of `agentloop run`, the plugin's options included.
+    :return: a `RunSetup`, or None to contribute nothing.
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSetup:
+    """What one plugin contributes to an `agentloop run` (see `agentloop_run_setup`).
+
+    Everything but `exposed_by_default` applies only when the run exposes the plugin's
+    tools (with `--plugin`, `--tool`, or by default).
+    """
+
+    exposed_by_default: bool = False
+    """Expose this plugin's tools when the command names neither `--plugin` nor `--tool`."""
+    deps: Callable[[], Mapping[str, Any]] | None = None
+    """Builds the plugin's entries of the run's `deps` mapping (`{"weather": config}`), and
+    checks the plugin's options on the way: raise `ConfigurationError` (exit 2) for a bad
+    one. The run's `deps` is one dict merged from every exposed plugin's entries; two
+    plugins giving one key is a `ConfigurationError`."""
+    system: str | None = None
+    """A system prompt for runs without `--system`; several plugins' are joined by a blank
+    line."""
+    offline_model: Callable[[Sequence[Tool]], Provider] | None = None
+    """Builds a scripted model for runs without `ANTHROPIC_API_KEY` (or with `--offline`),
+    given the tools the run exposes; raise `ConfigurationError` when it cannot drive them.
+    The first exposed plugin (in load order) that has one provides the model."""
+    report: Callable[[RunResult], Sequence[tuple[str, str]]] | None = None
+    """Sections `(title, text)` the command prints after the tool log of a finished run
+    (not with `--json`)."""
+    check: Callable[[RunResult], str | None] | None = None
+    """Looks at a finished run and returns why it failed at the plugin's job (printed as
+    one error line, exit 1), or None when it did not."""

@@ -18,11 +18,11 @@ from importlib import metadata
 from typing import Any
 
 import pluggy
-import structlog
 
 from . import hookspecs
 from .errors import ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
+from .logs import get_logger
 from .tools import Tool
 
 __all__ = (
@@ -31,13 +31,15 @@ __all__ = (
     "PluginLoadError",
     "PluginManager",
     "default_manager",
+    "installed_plugins",
+    "pinned_plugins",
     "plugin_tools",
 )
 
 ENV_VAR = "AGENTLOOP_PLUGINS"
 """Comma-separated entry-point names to load; unset loads all, empty loads none."""
 
-_log = structlog.get_logger(PROJECT_NAME)
+_log = get_logger()
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class PluginManager:
     ```python
     manager = PluginManager()
     manager.load_entry_points()
-    agent = Agent(tools=[*my_tools, *manager.select(plugins=["cortex"])])
+    agent = Agent(tools=[*my_tools, *manager.select(plugins=["weather"])])
     ```
     """
 
@@ -175,8 +177,7 @@ class PluginManager:
         return self._catalogue
 
     def _collect(self, name: str, plugin: object, catalogue: dict[str, Tool]) -> None:
-        others = [p for _, p in self._pm.list_name_plugin() if p is not plugin]
-        caller = self._pm.subset_hook_caller("agentloop_register_tools", remove_plugins=others)
+        caller = self._caller_for(plugin, "agentloop_register_tools")
         found: list[Tool] = []
         try:
             caller(register=_Registrar(name, found))
@@ -192,6 +193,38 @@ class PluginManager:
                     f"the plugins with {ENV_VAR}"
                 )
             catalogue[item.name] = item
+
+    def _caller_for(self, plugin: object, hook: str) -> Any:
+        """`hook`'s caller restricted to one plugin's implementation."""
+        others = [p for _, p in self._pm.list_name_plugin() if p is not plugin]
+        return self._pm.subset_hook_caller(hook, remove_plugins=others)
+
+    def call_each(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call a hook of `agentloop.hookspecs` on each loaded plugin on its own.
+
+        Plugins are called in load order, so each result can be attributed to its plugin.
+        A plugin whose implementation raises is recorded in `failures`, logged as
+        `plugin.load_failed`, and left out; the others are still called.
+
+        Args:
+            hook: The hook's name, e.g. `"agentloop_run_setup"`.
+            **kwargs: The hook's arguments, by name.
+
+        Returns:
+            `(plugin name, result)` for each plugin that implements the hook and returned
+            something other than None.
+        """
+        results: list[tuple[str, Any]] = []
+        for name, plugin in self._pm.list_name_plugin():
+            if plugin is None:
+                continue
+            try:
+                answers = self._caller_for(plugin, hook)(**kwargs)
+            except Exception as exc:
+                self._fail(name, self._values.get(name, ""), f"{hook}: {_describe(exc)}")
+                continue
+            results += [(name, answer) for answer in answers if answer is not None]
+        return results
 
     def plugins(self) -> list[PluginInfo]:
         """The loaded plugins with their distribution, version and tool names."""
@@ -316,6 +349,27 @@ def _module_name(plugin: object) -> str:
     return name if isinstance(name, str) else type(plugin).__qualname__
 
 
+def installed_plugins() -> dict[str, str]:
+    """Every plugin installed in the `agentloop` entry-point group, loaded or not.
+
+    Unlike `PluginManager.plugins()`, this ignores `AGENTLOOP_PLUGINS` and imports nothing.
+
+    Returns:
+        Plugin name -> its distribution and version (`"agentloop-weather 1.0"`), or the
+        entry point's target when no distribution is known.
+    """
+    found: dict[str, str] = {}
+    for name, entry_point in sorted(_entry_points().items()):
+        dist = entry_point.dist
+        found[name] = f"{dist.metadata['Name']} {dist.version}" if dist else entry_point.value
+    return found
+
+
+def pinned_plugins() -> list[str] | None:
+    """The plugin names `AGENTLOOP_PLUGINS` pins, or None when it is unset (load all)."""
+    return _pinned_names()
+
+
 def default_manager() -> PluginManager:
     """A new manager with the installed plugins loaded (honouring `AGENTLOOP_PLUGINS`)."""
     manager = PluginManager()
@@ -328,7 +382,7 @@ def plugin_tools(
 ) -> list[Tool]:
     """Tools from installed plugins, chosen by plugin and/or tool name.
 
-    `Agent(tools=[*my_tools, *plugin_tools(plugins=["cortex"])])`. With no names it
+    `Agent(tools=[*my_tools, *plugin_tools(plugins=["weather"])])`. With no names it
     returns `[]` (see `PluginManager.select`).
 
     Raises:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import structlog
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
 from .errors import DuplicateToolError, ToolError
+from .logs import get_logger
 from .tools import (
     RunContext,
     Tool,
@@ -31,7 +31,7 @@ from .tools import (
 
 __all__ = ("ExecutionContext", "ToolRegistry", "bind_call_context")
 
-_log = structlog.get_logger("agentloop")
+_log = get_logger()
 
 
 @dataclass
@@ -168,7 +168,7 @@ class ToolRegistry:
                             context.shared_limiter.release()
                 finally:
                     context.limiter.release()
-        _logger(context).info(
+        _logger(context).debug(
             "tool.call",
             tool_use_id=call.id,
             name=call.name,

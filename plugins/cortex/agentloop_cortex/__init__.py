@@ -2,7 +2,9 @@
 
 The model gets four tools (`read_file`, `write_file`, `append_file`, `replace_in_file`)
 over three files per persona; each run says where they live with
-`deps=CortexConfig(root=..., persona=...)`.
+`deps=CortexConfig(root=..., persona=...)`. The plugin also adds its part to the
+`agentloop` command (`agentloop_cortex.cli`): `--persona`, `--cortex-root`, the offline
+demo (`agentloop_cortex.demo`) and a report of the files.
 """
 
 from .config import CortexConfig as CortexConfig

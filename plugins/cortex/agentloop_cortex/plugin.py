@@ -1,6 +1,7 @@
-"""The agentloop plugin entry point: registers the cortex tools.
+"""The agentloop plugin entry point: the cortex tools and the cortex part of the command.
 
 Found through the `agentloop` entry-point group as `cortex = "agentloop_cortex.plugin"`.
+The command's hooks live in `agentloop_cortex.cli`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ from typing import Any
 
 from agentloop import hookimpl
 
+from .cli import agentloop_register_commands, agentloop_run_options, agentloop_run_setup
 from .tools import TOOLS
 
-__all__ = ("agentloop_register_tools",)
+__all__ = (
+    "agentloop_register_commands",
+    "agentloop_register_tools",
+    "agentloop_run_options",
+    "agentloop_run_setup",
+)
 
 
 @hookimpl
