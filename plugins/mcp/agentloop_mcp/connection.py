@@ -194,7 +194,7 @@ class ServerConnection:
             healthy = connected and self._answered > 0
             self._settle(reason)
             failures = 0 if healthy else failures + 1
-            if failures > self._attempts:
+            if failures >= self._attempts:
                 self._log.warning("mcp.unavailable", reason=reason, attempts=failures)
                 self._fail_waiting(
                     f"MCP server '{self.server.name}' is unavailable ({reason}); "
