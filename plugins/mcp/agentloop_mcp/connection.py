@@ -47,6 +47,8 @@ NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""
 
 _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
+_MODE = "auto"
+"""Protocol negotiation: probe for the 2026 protocol, fall back to the initialize handshake."""
 _MAX_BACKOFF = 10.0
 _MAX_PAGES = 100
 
@@ -240,7 +242,7 @@ class ServerConnection:
     def _client(self, lost: anyio.Event) -> Client:
         return Client(
             _transport(self.server, lost),
-            mode="auto",
+            mode=_MODE,
             cache=None,
             message_handler=self._on_message,
             client_info=_CLIENT_INFO,

@@ -85,6 +85,8 @@ class MCPToolSource:
         ]
         self._tools: dict[str, list[MCPTool]] = {}
         self._stack: AsyncExitStack | None = None
+        self._version = 0
+        self._changed = anyio.Event()
 
     async def __aenter__(self) -> MCPToolSource:
         """Start every server and fetch its tools.
@@ -104,8 +106,8 @@ class MCPToolSource:
             named = {c.server.name: self._name_tools(c) for c in self._connections}
             _check_collisions(named)
             self._tools = named
-        except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            await stack.aclose()  # exits the group cleanly; the error is raised as it is
             raise
         self._stack = stack
         return self
@@ -120,7 +122,8 @@ class MCPToolSource:
         stack, self._stack = self._stack, None
         self._tools = {}
         if stack is not None:
-            await stack.__aexit__(exc_type, exc, traceback)
+            # Not handed the body's exception: the group would wrap it in an ExceptionGroup.
+            await stack.aclose()
 
     async def _start(self, group: anyio.abc.TaskGroup) -> None:
         failures: list[str] = []
@@ -155,6 +158,26 @@ class MCPToolSource:
         every = [t for tools in self._tools.values() for t in tools]
         return sorted(every, key=lambda t: t.name)
 
+    @property
+    def version(self) -> int:
+        """Goes up by one each time a server's change of tools changes the listing."""
+        return self._version
+
+    async def wait_changed(self, version: int) -> int:
+        """Wait until the listing has changed since `version` (see `version`); the new one.
+
+        ```python
+        version = source.version
+        while True:
+            agent = Agent(tools=source.tools())
+            ...  # serve with this agent until the tools change
+            version = await source.wait_changed(version)
+        ```
+        """
+        while self._version <= version:
+            await self._changed.wait()
+        return self._version
+
     def _name_tools(self, connection: ServerConnection) -> list[MCPTool]:
         server = connection.server
         tools: dict[str, MCPTool] = {}
@@ -187,6 +210,9 @@ class MCPToolSource:
             _log.warning("mcp.tools_change_rejected", mcp_server=name, error=str(exc))
             return
         self._tools = named
+        self._version += 1
+        self._changed.set()
+        self._changed = anyio.Event()
 
 
 def _check_collisions(named: dict[str, list[MCPTool]]) -> None:
