@@ -87,7 +87,7 @@ async def test_config_servers_tools_run_in_an_agent(
             "- b: required argument is missing",
             True,
         ),
-        ("nope", True),
+        ("Error executing tool fail: nope", True),
     ]
 
     # A call cut off on the agent's side is cancelled on the source's loop too.
