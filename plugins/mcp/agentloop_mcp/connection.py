@@ -125,7 +125,8 @@ class ServerConnection:
         self._attempts = reconnect_attempts
         self._backoff = reconnect_backoff
         self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
-        self._in_flight: set[_Request] = set()
+        self._in_flight: dict[_Request, None] = {}
+        """Requests handed to a worker, in the order they came (a dict keeps it)."""
         self._retry: list[_Request] = []
         self._answered = 0
         self._tools_changed = anyio.Event()
@@ -268,12 +269,12 @@ class ServerConnection:
         if request.abandoned:
             request.answer(None)
             return
-        self._in_flight.add(request)
+        self._in_flight[request] = None
         group.start_soon(self._work, client, request, lost)
 
     async def _work(self, client: Client, request: _Request, lost: anyio.Event) -> None:
         if request.abandoned:
-            self._in_flight.discard(request)
+            self._in_flight.pop(request, None)
             request.answer(None)
             return
         if lost.is_set():
@@ -303,7 +304,7 @@ class ServerConnection:
                     f"{_describe(exc)}"
                 )
         request.scope = None
-        self._in_flight.discard(request)
+        self._in_flight.pop(request, None)
         if scope.cancelled_caught:
             request.answer(None)  # abandoned by its caller
             return
@@ -312,7 +313,7 @@ class ServerConnection:
 
     def _settle(self, reason: str) -> None:
         """After a drop: send queued and retryable calls again; answer the others."""
-        for request in sorted(self._in_flight, key=id):
+        for request in self._in_flight:
             request.scope = None
             if request.abandoned:
                 request.answer(None)
