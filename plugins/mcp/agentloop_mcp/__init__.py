@@ -1,0 +1,34 @@
+"""agentloop-mcp: the tools of MCP servers as agentloop tools.
+
+Declare servers in code (`MCPServer.stdio(...)`, `MCPServer.http(...)`) or read them from
+an `mcpServers` config file (`load_config`), open an `MCPToolSource` on them, and give
+its tools to an agent: they run in agentloop's registry like any other tool.
+"""
+
+from .background import BackgroundToolSource as BackgroundToolSource
+from .background import MCPToolInfo as MCPToolInfo
+from .background import list_config_tools as list_config_tools
+from .config import MCPConfigError as MCPConfigError
+from .config import MCPServer as MCPServer
+from .config import load_config as load_config
+from .config import parse_config as parse_config
+from .connection import MCPConnectError as MCPConnectError
+from .content import to_content as to_content
+from .source import MCPToolSource as MCPToolSource
+from .tools import MCPTool as MCPTool
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "BackgroundToolSource",
+    "MCPConfigError",
+    "MCPConnectError",
+    "MCPServer",
+    "MCPTool",
+    "MCPToolInfo",
+    "MCPToolSource",
+    "list_config_tools",
+    "load_config",
+    "parse_config",
+    "to_content",
+)

@@ -1,0 +1,540 @@
+"""One supervisor per MCP server: the only task that opens, uses and closes its connection.
+
+Tool calls never touch the MCP client. A call is a request sent through an anyio memory
+channel with its own one-slot reply channel; the supervisor serves requests on the live
+connection, each in a task of a task group nested inside that connection, and answers
+each through its reply channel. Because the connection is entered and left in one task,
+no cancel scope is ever exited in a task other than the one that entered it.
+
+When the connection drops (the server process died, the HTTP server went away), the
+supervisor closes it, settles the calls that were in flight, waits (with backoff) and
+reconnects once for every call that is waiting. A call in flight during the drop is sent
+again only if the tool says it is safe (`readOnlyHint` or `idempotentHint`), and only
+once; any other gets an error saying it may or may not have run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import httpx2
+import mcp.types as mcp_types
+import structlog
+from agentloop import AgentloopError, ToolError
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+
+from .config import MCPServer
+
+__all__ = ("MCPConnectError", "ServerConnection")
+
+_log = structlog.get_logger("agentloop_mcp")
+
+NOT_DELIVERED = "request not delivered"
+"""Starts the message of a call that provably never reached the server (connect refused)."""
+
+_CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
+_MODE = "auto"
+"""Protocol negotiation: probe for the 2026 protocol, fall back to the initialize handshake."""
+_MAX_BACKOFF = 10.0
+_MAX_PAGES = 100
+
+
+class MCPConnectError(AgentloopError):
+    """An MCP server could not be started or reached when the tool source opened."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An answer that is an error message for the model, not a result."""
+
+    message: str
+
+
+_Outcome = mcp_types.CallToolResult | _Failure
+
+
+@dataclass(eq=False)
+class _Request:
+    """One tool call on its way to the supervisor, with the channel its answer goes to."""
+
+    name: str
+    arguments: dict[str, Any]
+    retryable: bool
+    reply: MemoryObjectSendStream[_Outcome]
+    state: Literal["queued", "sent"] = "queued"
+    """`sent` once it may have reached the server; `queued` requests are safe to send again."""
+    drops: int = 0
+    """How many dropped connections it was in flight on."""
+    abandoned: bool = False
+    """The caller stopped waiting (timeout, cancellation)."""
+    scope: anyio.CancelScope | None = field(default=None, repr=False)
+
+    def abandon(self) -> None:
+        """Stop the call: the worker running it (if any) is cancelled, which tells the server."""
+        self.abandoned = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def answer(self, outcome: _Outcome | None) -> None:
+        """Send the outcome (None: just close, the caller sees the end of the stream)."""
+        if outcome is not None:
+            try:
+                self.reply.send_nowait(outcome)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
+                pass  # the caller is gone
+        self.reply.close()
+
+
+class ServerConnection:
+    """The supervisor of one MCP server: run `run()` as a task; call `call()` from anywhere.
+
+    `tools` holds the server's tool listing (sorted by name), fetched when the first
+    connection opens and again only when the server says its tools changed.
+    """
+
+    def __init__(
+        self,
+        server: MCPServer,
+        *,
+        on_tools_changed: Callable[[ServerConnection], None],
+        connect_timeout: float,
+        reconnect_attempts: int,
+        reconnect_backoff: float,
+    ) -> None:
+        """Supervise `server`; `on_tools_changed(self)` is called after each refreshed listing."""
+        self.server = server
+        self.tools: list[mcp_types.Tool] = []
+        self.connections = 0
+        """How many connections were opened (for logs and tests)."""
+        self._on_tools_changed = on_tools_changed
+        self._connect_timeout = connect_timeout
+        self._attempts = reconnect_attempts
+        self._backoff = reconnect_backoff
+        self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
+        self._in_flight: dict[_Request, None] = {}
+        """Requests handed to a worker, in the order they came (a dict keeps it)."""
+        self._retry: list[_Request] = []
+        self._answered = 0
+        self._tools_changed = anyio.Event()
+        self._log = _log.bind(mcp_server=server.name)
+
+    # ------------------------------------------------------------------ the caller's side
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], *, retryable: bool
+    ) -> mcp_types.CallToolResult:
+        """Call tool `name` on the server and wait for its result.
+
+        Cancelling the caller cancels the call on the server too.
+
+        Raises:
+            ToolError: the call could not be made or did not finish; the message says why
+                in words the model can act on.
+        """
+        send, receive = anyio.create_memory_object_stream[_Outcome](1)
+        request = _Request(name, arguments, retryable, send)
+        with receive:
+            try:
+                self._send.send_nowait(request)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                send.close()
+                raise ToolError(self._closed_message(name)) from None
+            try:
+                outcome = await receive.receive()
+            except anyio.EndOfStream:
+                raise ToolError(self._closed_message(name)) from None
+            except anyio.get_cancelled_exc_class():
+                request.abandon()
+                raise
+        if isinstance(outcome, _Failure):
+            raise ToolError(outcome.message)
+        return outcome
+
+    def _closed_message(self, tool: str) -> str:
+        return (
+            f"The connection to MCP server '{self.server.name}' was closed before '{tool}' "
+            "finished; it may or may not have run."
+        )
+
+    # ------------------------------------------------------------------ the supervisor
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Own the server's connection until cancelled; report started once it is usable.
+
+        Raises:
+            MCPConnectError: the first connection failed (before `task_status.started()`).
+        """
+        try:
+            await self._supervise(task_status)
+        finally:
+            self._close()
+
+    async def _supervise(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        connected, reason = await self._connection(ready=task_status.started, first=True)
+        if not connected:
+            raise MCPConnectError(
+                f"cannot connect to MCP server '{self.server.name}' "
+                f"({self.server.describe()}): {reason}"
+            )
+        failures = 0
+        while True:
+            healthy = connected and self._answered > 0
+            self._settle(reason)
+            failures = 0 if healthy else failures + 1
+            if failures >= self._attempts:
+                self._log.warning("mcp.unavailable", reason=reason, attempts=failures)
+                self._fail_waiting(
+                    f"MCP server '{self.server.name}' is unavailable ({reason}); "
+                    "the call was not run. Try again later."
+                )
+                failures = 0
+                await self._wait_for_demand()
+            else:
+                delay = min(self._backoff * 2 ** max(failures - 1, 0), _MAX_BACKOFF)
+                self._log.warning("mcp.reconnecting", reason=reason, delay=delay)
+                await anyio.sleep(delay)
+            connected, reason = await self._connection(ready=None, first=False)
+
+    async def _connection(
+        self, *, ready: Callable[[], None] | None, first: bool
+    ) -> tuple[bool, str]:
+        """Open a connection, serve calls until it is lost; return (connected, why it ended)."""
+        connected = False
+        lost = anyio.Event()
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as scope:
+                async with self._client(lost) as client:
+                    if first:
+                        self.tools = await self._list_tools(client)
+                    scope.deadline = math.inf
+                    connected = True
+                    self.connections += 1
+                    self._answered = 0
+                    self._log.info(
+                        "mcp.connected",
+                        protocol_version=client.protocol_version,
+                        connection=self.connections,
+                    )
+                    if ready is not None:
+                        ready()
+                    await self._serve(client, lost)
+            if scope.cancelled_caught and not connected:
+                return False, f"no answer within {self._connect_timeout:g} s"
+        except Exception as exc:
+            return connected, _describe(exc)
+        return connected, "the connection was lost"
+
+    def _client(self, lost: anyio.Event) -> Client:
+        return Client(
+            _transport(self.server, lost),
+            mode=_MODE,
+            cache=None,
+            message_handler=self._on_message,
+            client_info=_CLIENT_INFO,
+        )
+
+    async def _serve(self, client: Client, lost: anyio.Event) -> None:
+        async with anyio.create_task_group() as group:
+            retry, self._retry = self._retry, []
+            for request in retry:
+                self._start(group, client, request, lost)
+            group.start_soon(self._pump, group, client, lost)
+            group.start_soon(self._watch_tools, client)
+            await lost.wait()
+            group.cancel_scope.cancel()
+
+    async def _pump(self, group: anyio.abc.TaskGroup, client: Client, lost: anyio.Event) -> None:
+        async for request in self._receive:
+            self._start(group, client, request, lost)
+
+    def _start(
+        self, group: anyio.abc.TaskGroup, client: Client, request: _Request, lost: anyio.Event
+    ) -> None:
+        if request.abandoned:
+            request.answer(None)
+            return
+        self._in_flight[request] = None
+        group.start_soon(self._work, client, request, lost)
+
+    async def _work(self, client: Client, request: _Request, lost: anyio.Event) -> None:
+        if request.abandoned:
+            self._in_flight.pop(request, None)
+            request.answer(None)
+            return
+        if lost.is_set():
+            return  # still queued: served again after the reconnect
+        outcome: _Outcome | None = None
+        with anyio.CancelScope() as scope:
+            request.scope = scope
+            request.state = "sent"
+            try:
+                outcome = await client.call_tool(request.name, request.arguments)
+            except MCPError as exc:
+                if _not_delivered(exc):
+                    request.state = "queued"
+                if _connection_lost(exc):
+                    lost.set()
+                    return  # settled by the supervisor once the connection is closed
+                outcome = _Failure(
+                    f"MCP server '{self.server.name}' refused the call to '{request.name}': "
+                    f"{exc.error.message} (code {exc.error.code})"
+                )
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                lost.set()
+                return
+            except Exception as exc:
+                outcome = _Failure(
+                    f"MCP server '{self.server.name}': the call to '{request.name}' failed: "
+                    f"{_describe(exc)}"
+                )
+        request.scope = None
+        self._in_flight.pop(request, None)
+        if scope.cancelled_caught:
+            request.answer(None)  # abandoned by its caller
+            return
+        self._answered += 1
+        request.answer(outcome)
+
+    def _settle(self, reason: str) -> None:
+        """After a drop: send queued and retryable calls again; answer the others."""
+        for request in self._in_flight:
+            request.scope = None
+            if request.abandoned:
+                request.answer(None)
+            elif request.state == "queued":
+                self._retry.append(request)
+            elif request.retryable and request.drops == 0:
+                request.drops += 1
+                request.state = "queued"
+                self._retry.append(request)
+            else:
+                again = "" if request.drops == 0 else " again"
+                request.answer(
+                    _Failure(
+                        f"The connection to MCP server '{self.server.name}' dropped{again} while "
+                        f"'{request.name}' was running ({reason}). The call may or may not have "
+                        "run: check its effect before calling it again."
+                    )
+                )
+        self._in_flight.clear()
+
+    def _fail_waiting(self, message: str) -> None:
+        waiting, self._retry = self._retry, []
+        while True:
+            try:
+                waiting.append(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        for request in waiting:
+            request.answer(None if request.abandoned else _Failure(message))
+
+    async def _wait_for_demand(self) -> None:
+        """Wait for the next call; it is served after a fresh connection attempt."""
+        self._retry.append(await self._receive.receive())
+
+    def _close(self) -> None:
+        """Close the request channel and every pending reply (callers see it was closed)."""
+        self._send.close()
+        pending = [*self._in_flight, *self._retry]
+        while True:
+            try:
+                pending.append(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        self._receive.close()
+        for request in pending:
+            request.answer(None)
+        self._in_flight.clear()
+        self._retry.clear()
+
+    # ------------------------------------------------------------------ the tool listing
+
+    async def _list_tools(self, client: Client) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return sorted(tools, key=lambda t: t.name)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools_changed.set()
+        elif isinstance(message, Exception):
+            self._log.debug("mcp.transport_error", error=_describe(message))
+        await anyio.lowlevel.checkpoint()
+
+    async def _watch_tools(self, client: Client) -> None:
+        """Refresh the listing when the server says its tools changed."""
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            capability = client.server_capabilities.tools
+            if capability is None or not capability.list_changed:
+                return
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    async for _event in subscription:
+                        await self._refresh(client)
+            except (ListenNotSupportedError, SubscriptionLost, MCPError, TimeoutError) as exc:
+                self._log.debug("mcp.listen_ended", error=_describe(exc))
+            return
+        while True:  # earlier protocol versions send the notification unasked
+            await self._tools_changed.wait()
+            self._tools_changed = anyio.Event()
+            await self._refresh(client)
+
+    async def _refresh(self, client: Client) -> None:
+        try:
+            tools = await self._list_tools(client)
+        except Exception as exc:
+            self._log.warning("mcp.tools_refresh_failed", error=_describe(exc))
+            return
+        self.tools = tools
+        self._log.info("mcp.tools_changed", tools=[t.name for t in tools])
+        self._on_tools_changed(self)
+
+
+# --------------------------------------------------------------------------- transports
+
+
+@asynccontextmanager
+async def _transport(
+    server: MCPServer, lost: anyio.Event
+) -> AsyncIterator[tuple[_WatchedStream, MemoryObjectSendStream[SessionMessage]]]:
+    """The server's transport, with a read stream that reports when it ends."""
+    if server.transport == "stdio":
+        params = StdioServerParameters(
+            command=str(server.command),
+            args=list(server.args),
+            env=dict(server.env) or None,
+            cwd=server.cwd,
+        )
+        async with stdio_client(params, errlog=_errlog()) as (read, write):
+            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+    else:
+        async with (
+            _HTTPClient(
+                headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+            ) as http,
+            streamable_http_client(str(server.url), http_client=http) as (read, write),
+        ):
+            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+
+
+class _WatchedStream:
+    """A transport's read stream that sets `lost` when it ends: how a dead process shows."""
+
+    def __init__(self, inner: Any, lost: anyio.Event) -> None:
+        self._inner = inner
+        self._lost = lost
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message, when the inner stream keeps one."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        """The next message; the end of the stream marks the connection lost."""
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._lost.set()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the inner stream."""
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _HTTPClient(httpx2.AsyncClient):
+    """An HTTP client that answers a POST it could not even connect for with an MCP error.
+
+    Without this, a refused connection surfaces as an exception that tears the transport
+    down, and the call it carried could not be told apart from one cut off mid-way. As a
+    JSON-RPC error the call fails on its own, marked as never delivered, so it can safely
+    be sent again after the reconnect.
+    """
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error."""
+        try:
+            return await super().send(request, **kwargs)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            if request.method != "POST":
+                raise
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": mcp_types.CONNECTION_CLOSED,
+                    "message": f"{NOT_DELIVERED}: {_describe(exc)}",
+                },
+            }
+            return httpx2.Response(503, json=body, request=request)
+
+
+def _not_delivered(error: MCPError) -> bool:
+    message = error.error.message
+    if error.error.code == mcp_types.CONNECTION_CLOSED and message.startswith(NOT_DELIVERED):
+        return True
+    # A server that restarted does not know our session: it refused the call unread.
+    return error.error.code == mcp_types.INVALID_REQUEST and message == "Session terminated"
+
+
+def _connection_lost(error: MCPError) -> bool:
+    return error.error.code == mcp_types.CONNECTION_CLOSED or _not_delivered(error)
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: ours, when it is a real file."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _describe(exc: BaseException) -> str:
+    inner = getattr(exc, "exceptions", None)  # an exception group (3.10 has no builtin name)
+    if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        return _describe(inner[0])
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,34 @@
+"""The agentloop plugin entry point: the tools of the MCP servers in `AGENTLOOP_MCP_CONFIG`.
+
+Found through the `agentloop` entry-point group as `mcp = "agentloop_mcp.plugin"`. Hooks
+are synchronous and only register; MCP tools need live connections. So when the
+environment variable `AGENTLOOP_MCP_CONFIG` names an `mcpServers` config file, the hook
+starts those servers once per process on a background event loop (see
+`agentloop_mcp.background`) and registers their tools; without it, the plugin registers
+nothing. The servers stop when the process exits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from agentloop import hookimpl
+
+from .background import shared_source
+
+__all__ = ("CONFIG_ENV_VAR", "agentloop_register_tools")
+
+CONFIG_ENV_VAR = "AGENTLOOP_MCP_CONFIG"
+"""Path of the `mcpServers` config file whose servers' tools the plugin registers."""
+
+
+@hookimpl
+def agentloop_register_tools(register: Callable[..., Any]) -> None:
+    """Register the tools of the servers in `AGENTLOOP_MCP_CONFIG`, if it is set."""
+    path = os.environ.get(CONFIG_ENV_VAR, "").strip()
+    if not path:
+        return
+    for mcp_tool in shared_source(path).tools():
+        register(mcp_tool)

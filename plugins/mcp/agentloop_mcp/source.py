@@ -1,0 +1,230 @@
+"""The tool source: MCP servers' tools as agentloop tools, for as long as it is open.
+
+`async with MCPToolSource(servers) as source:` starts one supervisor task per server (in a
+task group the source owns), waits until every server answered with its tool list, and
+names the tools (prefix, then characters the API does not allow replaced by `_`). Leaving
+the block stops the supervisors, which close their connections and stop the server
+processes. `source.tools()` is the current listing, sorted by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import anyio
+import anyio.abc
+import structlog
+from agentloop import ConfigurationError, DuplicateToolError, Tool
+
+from .config import MCPConfigError, MCPServer
+from .connection import MCPConnectError, ServerConnection
+from .tools import MCPTool
+
+__all__ = ("MCPToolSource",)
+
+_log = structlog.get_logger("agentloop_mcp")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class MCPToolSource:
+    """The tools of one or more MCP servers, live while the source is open.
+
+    ```python
+    async with MCPToolSource([MCPServer.stdio("my-server"), MCPServer.http(url)]) as source:
+        agent = Agent(tools=[*my_tools, *source.tools()])
+        result = await agent.run("...")
+    ```
+    """
+
+    def __init__(
+        self,
+        servers: Iterable[MCPServer],
+        *,
+        connect_timeout: float = 30.0,
+        reconnect_attempts: int = 3,
+        reconnect_backoff: float = 0.25,
+    ) -> None:
+        """Describe the source; nothing connects before `async with`.
+
+        Args:
+            servers: The servers whose tools to offer.
+            connect_timeout: Seconds a server may take to start and answer.
+            reconnect_attempts: Reconnections tried, with backoff, after a dropped
+                connection before the waiting calls are answered with an error (the next
+                call tries again).
+            reconnect_backoff: Seconds before the first reconnection; doubled after each
+                failed attempt (at most 10 s).
+
+        Raises:
+            MCPConfigError: two servers share a name, or an option is out of range.
+        """
+        self.servers: tuple[MCPServer, ...] = tuple(servers)
+        """The servers, as given."""
+        names = [s.name for s in self.servers]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise MCPConfigError(
+                f"MCP server name(s) used twice: {', '.join(repeated)}; give each a name="
+            )
+        if connect_timeout <= 0 or reconnect_attempts < 0 or reconnect_backoff < 0:
+            raise MCPConfigError(
+                "connect_timeout must be > 0, reconnect_attempts and reconnect_backoff >= 0"
+            )
+        self._connections = [
+            ServerConnection(
+                server,
+                on_tools_changed=self._on_tools_changed,
+                connect_timeout=connect_timeout,
+                reconnect_attempts=reconnect_attempts,
+                reconnect_backoff=reconnect_backoff,
+            )
+            for server in self.servers
+        ]
+        self._tools: dict[str, list[MCPTool]] = {}
+        self._stack: AsyncExitStack | None = None
+        self._version = 0
+        self._changed = anyio.Event()
+
+    async def __aenter__(self) -> MCPToolSource:
+        """Start every server and fetch its tools.
+
+        Raises:
+            MCPConnectError: a server could not be started or reached (each one is named).
+            DuplicateToolError: two servers offer a tool of the same name (after prefixing).
+        """
+        if self._stack is not None:
+            raise ConfigurationError("this MCPToolSource is open already")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(group.cancel_scope.cancel)
+            await self._start(group)
+            named = {c.server.name: self._name_tools(c) for c in self._connections}
+            _check_collisions(named)
+            self._tools = named
+        except BaseException:
+            await stack.aclose()  # exits the group cleanly; the error is raised as it is
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the supervisors: connections closed, server processes stopped."""
+        stack, self._stack = self._stack, None
+        self._tools = {}
+        if stack is not None:
+            # Not handed the body's exception: the group would wrap it in an ExceptionGroup.
+            await stack.aclose()
+
+    async def _start(self, group: anyio.abc.TaskGroup) -> None:
+        failures: list[str] = []
+
+        async def start(connection: ServerConnection) -> None:
+            try:
+                await group.start(connection.run)
+            except MCPConnectError as exc:
+                failures.append(str(exc))
+
+        async with anyio.create_task_group() as starting:
+            for connection in self._connections:
+                starting.start_soon(start, connection)
+        if failures:
+            raise MCPConnectError("; ".join(sorted(failures)))
+
+    def tools(self) -> list[Tool]:
+        """Every server's tools, sorted by name: the listing as it is now.
+
+        The listing changes only when a server announces a change to its tools
+        (`notifications/tools/list_changed`), so agents built from it send the same tool
+        definitions request after request. Build a new agent (or registry) to pick up a
+        change.
+
+        Raises:
+            ConfigurationError: the source is not open.
+        """
+        if self._stack is None:
+            raise ConfigurationError(
+                "the MCP tool source is not open: use `async with MCPToolSource(...) as source`"
+            )
+        every = [t for tools in self._tools.values() for t in tools]
+        return sorted(every, key=lambda t: t.name)
+
+    @property
+    def version(self) -> int:
+        """Goes up by one each time a server's change of tools changes the listing."""
+        return self._version
+
+    async def wait_changed(self, version: int) -> int:
+        """Wait until the listing has changed since `version` (see `version`); the new one.
+
+        ```python
+        version = source.version
+        while True:
+            agent = Agent(tools=source.tools())
+            ...  # serve with this agent until the tools change
+            version = await source.wait_changed(version)
+        ```
+        """
+        while self._version <= version:
+            await self._changed.wait()
+        return self._version
+
+    def _name_tools(self, connection: ServerConnection) -> list[MCPTool]:
+        server = connection.server
+        tools: dict[str, MCPTool] = {}
+        for spec in connection.tools:
+            name = _UNSAFE.sub("_", f"{server.prefix}_{spec.name}" if server.prefix else spec.name)
+            if not 0 < len(name) <= 128:
+                _log.warning(
+                    "mcp.tool_skipped",
+                    mcp_server=server.name,
+                    tool=spec.name,
+                    reason="the name is longer than the 128 characters the API allows",
+                )
+                continue
+            if name in tools:
+                raise DuplicateToolError(
+                    f"MCP server '{server.name}' offers two tools named {name!r} "
+                    f"({tools[name].mcp_name!r} and {spec.name!r}) once made valid for the API"
+                )
+            tools[name] = MCPTool(connection, spec, name)
+        return sorted(tools.values(), key=lambda t: t.name)
+
+    def _on_tools_changed(self, connection: ServerConnection) -> None:
+        if self._stack is None:
+            return
+        name = connection.server.name
+        try:
+            named = {**self._tools, name: self._name_tools(connection)}
+            _check_collisions(named)
+        except ConfigurationError as exc:
+            _log.warning("mcp.tools_change_rejected", mcp_server=name, error=str(exc))
+            return
+        self._tools = named
+        self._version += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+def _check_collisions(named: dict[str, list[MCPTool]]) -> None:
+    """Raise `DuplicateToolError` naming both servers when two offer one tool name."""
+    owner: dict[str, MCPTool] = {}
+    for tools in named.values():
+        for tool in tools:
+            first = owner.setdefault(tool.name, tool)
+            if first is not tool:
+                raise DuplicateToolError(
+                    f"tool name {tool.name!r} is offered by MCP server '{first.server}' "
+                    f"(as {first.mcp_name!r}) and by MCP server '{tool.server}' "
+                    f"(as {tool.mcp_name!r}); the model addresses tools by name, so give "
+                    "one of them a prefix"
+                )

@@ -1,0 +1,157 @@
+"""An MCP server's tool as an agentloop `Tool`: its name, description and `inputSchema`.
+
+The registry treats it like any other tool (parallel, capped, timed out). `validate`
+checks the model's input against the server's JSON schema, so a bad call is answered
+with an `is_error` result naming each problem without reaching the server; `invoke`
+sends the call to the server's supervisor and turns the result into tool_result content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import jsonschema
+import mcp.types as mcp_types
+import structlog
+from agentloop import RunContext, Tool, ToolDefinition
+from agentloop.messages import ContentBlock
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+from .connection import ServerConnection
+from .content import to_content
+
+__all__ = ("MCPTool",)
+
+_log = structlog.get_logger("agentloop_mcp")
+
+
+class MCPTool(Tool):
+    """One tool of an MCP server, under the name the model sees.
+
+    Made by `MCPToolSource`; calling it needs the source to be open.
+    """
+
+    def __init__(self, connection: ServerConnection, spec: mcp_types.Tool, name: str) -> None:
+        """Describe `spec` (from the server's listing) as the tool `name`."""
+        # Tool.__init__ derives a schema from a Python signature; an MCP tool brings its
+        # own, so the attributes the registry reads are set here directly.
+        self.name = name
+        self.mcp_name: str = spec.name
+        """The tool's name on its server (without prefix)."""
+        self.server: str = connection.server.name
+        """The name of the server it belongs to."""
+        self.annotations: mcp_types.ToolAnnotations | None = spec.annotations
+        """The server's hints about the tool (read-only, idempotent, destructive, ...)."""
+        self.retryable: bool = bool(
+            spec.annotations
+            and (spec.annotations.read_only_hint or spec.annotations.idempotent_hint)
+        )
+        """Whether a call cut off by a dropped connection is sent again after reconnecting."""
+        self.description = spec.description or ""
+        self.input_schema = dict(spec.input_schema)
+        self.timeout = connection.server.timeout
+        self.eager = True
+        self.source = f"mcp:{connection.server.name}"
+        self.function = self._call
+        self.is_async = True
+        self._context_param = None
+        self._positional = []
+        self.definition = ToolDefinition(name, self.description, self.input_schema)
+        self.__doc__ = self.description
+        self.__name__ = name
+        self._connection = connection
+        self._validator = _validator(self.input_schema, connection.server.name, spec.name)
+
+    def __repr__(self) -> str:
+        return f"MCPTool({self.name!r}, server={self.server!r})"
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check the model's input against the server's `inputSchema`.
+
+        Raises:
+            pydantic.ValidationError: the input does not fit; one entry per problem, so the
+                registry's `is_error` message names each field.
+        """
+        if self._validator is None:
+            return dict(arguments)
+        try:
+            errors = list(self._validator.iter_errors(dict(arguments)))
+        except Exception as exc:  # an unresolvable $ref and the like: the server decides
+            _log.debug("mcp.schema_unusable", tool=self.name, error=str(exc))
+            return dict(arguments)
+        if errors:
+            raise ValidationError.from_exception_data(f"{self.name}_input", _details(errors))
+        return dict(arguments)
+
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: RunContext[Any],
+        *,
+        thread_limiter: anyio.CapacityLimiter | None = None,
+    ) -> str | list[ContentBlock] | None:
+        """Call the tool on its server; the result as tool_result content.
+
+        Raises:
+            ToolError: the server reported an error, or the call could not be completed.
+        """
+        return await self._call(**arguments)
+
+    async def _call(self, **arguments: Any) -> str | list[ContentBlock] | None:
+        result = await self._connection.call(self.mcp_name, arguments, retryable=self.retryable)
+        return to_content(result, self.name)
+
+
+def _validator(schema: dict[str, Any], server: str, tool: str) -> Any:
+    """A JSON-schema validator for `schema`, or None when the schema itself is invalid."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        _log.warning("mcp.invalid_schema", mcp_server=server, tool=tool, error=exc.message)
+        return None
+    return cls(schema)
+
+
+def _details(errors: list[jsonschema.ValidationError]) -> list[InitErrorDetails]:
+    """Each schema violation as a pydantic error entry, in the wording the registry uses."""
+    details: list[InitErrorDetails] = []
+    seen: set[tuple[str, tuple[Any, ...], str]] = set()
+
+    def add(kind: str, loc: tuple[Any, ...], value: Any, message: str = "") -> None:
+        if (kind, loc, message) in seen:
+            return
+        seen.add((kind, loc, message))
+        if kind in ("missing", "extra_forbidden"):
+            details.append({"type": kind, "loc": loc, "input": value})
+        else:
+            error = PydanticCustomError("json_schema", "{message}", {"message": message})
+            details.append({"type": error, "loc": loc, "input": value})
+
+    for error in errors:
+        path = tuple(error.absolute_path)
+        instance = error.instance
+        required = error.validator_value
+        if (
+            error.validator == "required"
+            and isinstance(instance, dict)
+            and isinstance(required, list)
+        ):
+            for name in required:
+                if name not in instance:
+                    add("missing", (*path, name), instance)
+        elif (
+            error.validator == "additionalProperties"
+            and isinstance(instance, dict)
+            and isinstance(error.schema, dict)
+            and "patternProperties" not in error.schema
+        ):
+            known = error.schema.get("properties", {})
+            for name in instance:
+                if name not in known:
+                    add("extra_forbidden", (*path, name), instance[name])
+        else:
+            add("json_schema", path, instance, error.message)
+    return details

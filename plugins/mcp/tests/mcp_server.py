@@ -1,0 +1,248 @@
+"""A real MCP server for the tests, built with the MCP SDK's server side.
+
+Run over stdio (`python mcp_server.py`) or streamable HTTP (`python mcp_server.py --http
+PORT`). With `MCP_TEST_CONN_LOG` set, each process appends its pid to that file when it
+starts: over stdio one process is one connection, so the file counts connections, and the
+line count is the process's generation. Calls of `slow_read`/`slow_write` hang in the
+first generation (or up to MCP_TEST_HANG_GENERATIONS) until the test kills the process,
+and answer at once in later ones; past MCP_TEST_LAST_GENERATION the server will not start.
+Rendezvous happen inside the server (`wait_started`, `gather`), so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+from pathlib import Path
+
+
+def generation() -> int:
+    log = os.environ.get("MCP_TEST_CONN_LOG")
+    if not log:
+        return 1
+    return len(Path(log).read_text().split())
+
+
+if __name__ == "__main__":
+    # Before the SDK is imported, so a process that is refused starts (and fails) fast.
+    if os.environ.get("MCP_TEST_CONN_LOG"):
+        with open(os.environ["MCP_TEST_CONN_LOG"], "a") as out:
+            out.write(f"{os.getpid()}\n")
+    last = os.environ.get("MCP_TEST_LAST_GENERATION")
+    if last and generation() > int(last):
+        sys.exit(3)  # a server that cannot start again
+
+import anyio  # noqa: E402
+from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.server.mcpserver import MCPServer as SDKServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from mcp.types import (  # noqa: E402
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
+
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+        "0000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+    )
+).decode()
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
+
+
+def hangs() -> bool:
+    """Whether slow_read/slow_write hang in this process (MCP_TEST_HANG_GENERATIONS, default 1)."""
+    return generation() <= int(os.environ.get("MCP_TEST_HANG_GENERATIONS", "1"))
+
+
+def build(name: str) -> SDKServer:
+    server = SDKServer(name, log_level="WARNING")
+    started: list[str] = []
+    calls: dict[str, int] = {}
+    changed = anyio.Event()
+    arrivals: dict[str, int] = {}
+    everyone_here: dict[str, anyio.Event] = {}
+
+    def mark(tag: str) -> None:
+        nonlocal changed
+        started.append(tag)
+        changed.set()
+        changed = anyio.Event()
+
+    @server.tool(annotations=READ_ONLY)
+    def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        calls["add"] = calls.get("add", 0) + 1
+        return a + b
+
+    @server.tool(annotations=READ_ONLY)
+    def stats() -> dict[str, int]:
+        """How many times each counted tool ran."""
+        return calls
+
+    @server.tool(annotations=READ_ONLY)
+    def pid() -> int:
+        """The server's process id."""
+        return os.getpid()
+
+    @server.tool(name="dotted.name", annotations=READ_ONLY)
+    def dotted() -> str:
+        """A tool whose MCP name is not a valid Messages-API name."""
+        return "dotted"
+
+    @server.tool()
+    def picture() -> list[TextContent | ImageContent]:
+        """A caption and a 1x1 PNG."""
+        return [
+            TextContent(type="text", text="a red pixel"),
+            ImageContent(type="image", data=PNG, mimeType="image/png"),
+        ]
+
+    @server.tool()
+    def odd_picture() -> CallToolResult:
+        """An SVG image (the API cannot take it) and one with broken base64."""
+        return CallToolResult(
+            content=[
+                ImageContent(type="image", data="PHN2Zy8+", mimeType="image/svg+xml"),
+                ImageContent(type="image", data="not base64!", mimeType="image/png"),
+            ]
+        )
+
+    @server.tool()
+    def resources() -> CallToolResult:
+        """An embedded text resource, an embedded PDF, a JSON blob and a link."""
+        return CallToolResult(
+            content=[
+                EmbeddedResource(
+                    type="resource",
+                    resource=TextResourceContents(
+                        uri="file:///notes.txt", text="hello notes", mimeType="text/plain"
+                    ),
+                ),
+                EmbeddedResource(
+                    type="resource",
+                    resource=BlobResourceContents(
+                        uri="file:///doc.pdf",
+                        blob=base64.b64encode(b"%PDF-1.4 tiny").decode(),
+                        mimeType="application/pdf",
+                    ),
+                ),
+                EmbeddedResource(
+                    type="resource",
+                    resource=BlobResourceContents(
+                        uri="file:///data.json",
+                        blob=base64.b64encode(b'{"k": 1}').decode(),
+                        mimeType="application/json",
+                    ),
+                ),
+                ResourceLink(
+                    type="resource_link",
+                    name="report",
+                    uri="file:///report.csv",
+                    mimeType="text/csv",
+                ),
+            ]
+        )
+
+    @server.tool()
+    def structured_only() -> CallToolResult:
+        """Only structured content, no text."""
+        return CallToolResult(content=[], structured_content={"temperature": 21, "unit": "c"})
+
+    @server.tool()
+    def nothing() -> CallToolResult:
+        """An empty result."""
+        return CallToolResult(content=[])
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Always fails with the message."""
+        raise ToolError(message)
+
+    @server.tool(annotations=READ_ONLY)
+    async def slow_read(tag: str) -> str:
+        """Read-only; hangs in the first generation."""
+        mark(tag)
+        if hangs():
+            await anyio.sleep_forever()
+        return f"read {tag} in generation {generation()}"
+
+    @server.tool()
+    async def slow_write(tag: str) -> str:
+        """Not idempotent; hangs in the first generation."""
+        mark(tag)
+        if hangs():
+            await anyio.sleep_forever()
+        return f"wrote {tag} in generation {generation()}"
+
+    @server.tool()
+    async def block(tag: str) -> str:
+        """Hangs until cancelled."""
+        mark(tag)
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    @server.tool(annotations=READ_ONLY)
+    async def wait_started(count: int) -> str:
+        """Return once `count` hanging calls have started; their tags, comma-separated."""
+        while len(started) < count:
+            await changed.wait()
+        return ",".join(started)
+
+    @server.tool(annotations=READ_ONLY)
+    async def gather(group: str, size: int, index: int) -> str:
+        """Return only once `size` calls of the same group are in progress at once."""
+        arrivals[group] = arrivals.get(group, 0) + 1
+        event = everyone_here.setdefault(group, anyio.Event())
+        if arrivals[group] >= size:
+            event.set()
+        await event.wait()
+        return f"{name}:{group}:{index}"
+
+    @server.tool()
+    async def add_tool(ctx: Context) -> str:
+        """Add the tool `late` and announce the change."""
+
+        def late() -> str:
+            """Added while running."""
+            return "late"
+
+        server.add_tool(late)
+        await ctx.notify_tools_changed()  # listeners on the 2026 protocol
+        try:
+            await ctx.session.send_tool_list_changed()  # earlier protocol versions
+        except Exception:
+            pass
+        return "added"
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--name", default="test-server")
+    args = parser.parse_args()
+    server = build(args.name)
+    if args.http is None:
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+
+
+if __name__ == "__main__":
+    main()

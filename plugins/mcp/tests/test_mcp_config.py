@@ -1,0 +1,183 @@
+"""Declaring servers in code and reading them from `mcpServers` config files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentloop import ConfigurationError
+
+from agentloop_mcp import MCPConfigError, MCPServer, load_config, parse_config
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "mcp.md"
+
+
+def write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "mcp.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_servers_in_code() -> None:
+    local = MCPServer.stdio("/usr/bin/my-server", ["--root", "/data"], env={"K": "v"}, prefix="fs")
+    assert (local.name, local.transport, local.command, local.args) == (
+        "my-server",
+        "stdio",
+        "/usr/bin/my-server",
+        ("--root", "/data"),
+    )
+    assert local.env == {"K": "v"} and local.prefix == "fs"
+    assert local.describe() == "/usr/bin/my-server --root /data"
+    remote = MCPServer.http("https://tools.example.com/mcp", headers={"Authorization": "Bearer t"})
+    assert (remote.name, remote.transport, remote.url) == (
+        "tools_example_com",
+        "http",
+        "https://tools.example.com/mcp",
+    )
+    assert remote.describe() == "https://tools.example.com/mcp"  # headers are not shown
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        pytest.param(lambda: MCPServer.http("ftp://x/mcp"), "http:// or https://", id="scheme"),
+        pytest.param(lambda: MCPServer.http("http:///mcp"), "http:// or https://", id="no-host"),
+        pytest.param(lambda: MCPServer.stdio(""), "needs a command", id="no-command"),
+        pytest.param(lambda: MCPServer.stdio("x", "a b"), "list of strings", id="args-string"),
+        pytest.param(lambda: MCPServer.stdio("x", prefix="a.b"), "prefix 'a.b'", id="prefix"),
+        pytest.param(lambda: MCPServer.stdio("x", name="a b"), "name 'a b'", id="name"),
+        pytest.param(lambda: MCPServer.stdio("x", timeout=0), "timeout", id="timeout"),
+    ],
+)
+def test_bad_declarations(make: Any, message: str) -> None:
+    with pytest.raises(MCPConfigError, match=re.escape(message)):
+        make()
+    assert issubclass(MCPConfigError, ConfigurationError)
+
+
+def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_TEST_TOKEN", "s3cret")
+    monkeypatch.delenv("MCP_TEST_UNSET", raising=False)
+    path = write(
+        tmp_path,
+        {
+            "mcpServers": {
+                "files": {
+                    "command": "npx",
+                    "args": ["-y", "files-server", "${MCP_TEST_UNSET:-/srv}"],
+                    "env": {"TOKEN": "${MCP_TEST_TOKEN}"},
+                    "prefix": "fs",
+                    "alwaysAllow": ["read"],  # another client's key: ignored
+                },
+                "search": {
+                    "type": "http",
+                    "url": "https://search.example.com/mcp",
+                    "headers": {"Authorization": "Bearer ${MCP_TEST_TOKEN}"},
+                    "timeout": 5,
+                },
+                "old": {"command": "old-server", "disabled": True},
+            }
+        },
+    )
+    files, search = load_config(path)
+    assert files == MCPServer.stdio(
+        "npx", ["-y", "files-server", "/srv"], env={"TOKEN": "s3cret"}, name="files", prefix="fs"
+    )
+    assert search == MCPServer.http(
+        "https://search.example.com/mcp",
+        headers={"Authorization": "Bearer s3cret"},
+        name="search",
+        timeout=5,
+    )
+
+
+def test_the_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "t")
+    blocks = re.findall(r"```json\n(.*?)```", DOCS.read_text(), re.DOTALL)
+    example = next(json.loads(b) for b in blocks if "mcpServers" in b)
+    servers = parse_config(example)
+    assert [s.transport for s in servers] == ["stdio", "http"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        pytest.param("{not json", "not valid JSON (line 1, column 2)", id="json"),
+        pytest.param([], "expected a JSON object with an 'mcpServers' object", id="list"),
+        pytest.param({}, "'mcpServers' must be an object of servers (missing)", id="missing"),
+        pytest.param({"mcpServers": []}, "(a list)", id="servers-list"),
+        pytest.param(
+            {"mcpServers": {"a": "npx"}},
+            "mcpServers.a: expected an object, got a string",
+            id="entry",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {}}}, "mcpServers.a: give either 'command'", id="neither"
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "url": "http://h/mcp"}}}, "give either", id="both"
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": 3}}},
+            "mcpServers.a.command: expected a non-empty string",
+            id="command",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "args": "y"}}},
+            "mcpServers.a.args: expected a list of strings",
+            id="args",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}},
+            "mcpServers.a.env: expected an object of strings",
+            id="env",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"url": "http://h/mcp", "headers": []}}},
+            "mcpServers.a.headers",
+            id="headers",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"url": "h/mcp"}}},
+            "mcpServers.a: MCP server 'a': url must be",
+            id="url",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}},
+            "unsupported type 'sse' (use streamable HTTP)",
+            id="sse",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"type": "stdio", "url": "http://h/mcp"}}},
+            "type 'stdio' needs a 'command'",
+            id="type-stdio",
+        ),
+        pytest.param(
+            {"mcpServers": {"a b": {"command": "x"}}}, "mcpServers.a b: server names use", id="name"
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "timeout": "5"}}},
+            "mcpServers.a.timeout: expected a number",
+            id="timeout",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "${MCP_TEST_NEVER_SET}"}}},
+            "mcpServers.a.command: environment variable MCP_TEST_NEVER_SET is not set",
+            id="variable",
+        ),
+    ],
+)
+def test_bad_config_files_say_where_and_why(tmp_path: Path, data: Any, message: str) -> None:
+    path = write(tmp_path, data)
+    with pytest.raises(MCPConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(str(path))
+    assert message in str(caught.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(MCPConfigError, match="cannot read the MCP config"):
+        load_config(tmp_path / "nope.json")

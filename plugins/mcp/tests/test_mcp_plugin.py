@@ -1,0 +1,126 @@
+"""The pluggy plugin: `AGENTLOOP_MCP_CONFIG` names the servers; tools run from any loop."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import anyio
+import pytest
+from _mcp_support import SERVER_SCRIPT, ConnectionLog, pid_alive
+from agentloop import Agent, PluginManager
+from agentloop.testing import ScriptedProvider, reply, tool_call
+
+import agentloop_mcp.plugin
+from agentloop_mcp import list_config_tools
+from agentloop_mcp.background import close_all
+
+
+@pytest.fixture
+def config(tmp_path: Path, conn_log: ConnectionLog) -> Path:
+    path = tmp_path / "mcp.json"
+    server = {
+        "command": sys.executable,
+        "args": [str(SERVER_SCRIPT)],
+        "env": {"MCP_TEST_CONN_LOG": str(conn_log.path)},
+        "prefix": "t",
+    }
+    path.write_text(json.dumps({"mcpServers": {"test": server}}))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _close_shared() -> Iterator[None]:
+    yield
+    close_all()
+
+
+def manager() -> PluginManager:
+    pm = PluginManager()
+    pm.register(agentloop_mcp.plugin, name="mcp")
+    return pm
+
+
+def test_registered_under_the_agentloop_entry_point_group() -> None:
+    found = {ep.name: ep.value for ep in metadata.entry_points(group="agentloop")}
+    assert found["mcp"] == "agentloop_mcp.plugin"
+
+
+def test_without_a_config_the_plugin_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(agentloop_mcp.plugin.CONFIG_ENV_VAR, raising=False)
+    pm = manager()
+    assert pm.tools() == []
+    assert pm.failures == []
+
+
+async def test_config_servers_tools_run_in_an_agent(
+    config: Path, conn_log: ConnectionLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLOOP_MCP_CONFIG", str(config))
+    tools = manager().select(plugins=["mcp"])
+    assert "t_echo" in [t.name for t in tools]
+    assert all(t.source == "mcp" for t in tools)
+    # A second manager (another plugin_tools() call) shares the same servers.
+    assert [t.name for t in manager().select(plugins=["mcp"])] == [t.name for t in tools]
+    assert len(conn_log.pids()) == 1
+
+    script = [
+        reply(
+            tool_call("t_echo", {"text": "hi"}),
+            tool_call("t_add", {"a": 2, "b": 3}),
+            tool_call("t_add", {"a": "2"}),
+            tool_call("t_fail", {"message": "nope"}),
+        ),
+        reply("done"),
+    ]
+    agent = Agent(provider=ScriptedProvider(script), tools=tools)
+    result = await agent.run("go")
+    assert [(c.output, c.is_error) for c in result.tool_calls] == [
+        ("hi", False),
+        ("5", False),
+        (
+            "Invalid input for tool 't_add'. Fix these and call it again:\n"
+            "- a: '2' is not of type 'integer' (got \"2\")\n"
+            "- b: required argument is missing",
+            True,
+        ),
+        ("Error executing tool fail: nope", True),
+    ]
+
+    # A call cut off on the agent's side is cancelled on the source's loop too.
+    by_name = {t.name: t for t in tools}
+    with anyio.move_on_after(0.5) as scope:
+        await by_name["t_block"](tag="b")
+    assert scope.cancelled_caught
+    assert await by_name["t_echo"](text="after") == "after"
+
+    [pid] = conn_log.pids()
+    close_all()
+    assert not pid_alive(pid)
+
+
+def test_a_bad_config_is_a_plugin_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_MCP_CONFIG", str(tmp_path / "missing.json"))
+    pm = manager()
+    assert pm.tools() == []
+    [failure] = pm.failures
+    assert failure.name == "mcp"
+    assert "cannot read the MCP config" in failure.error
+
+
+def test_list_config_tools_for_the_command_line(config: Path, conn_log: ConnectionLog) -> None:
+    infos = {info.name: info for info in list_config_tools(config)}
+    echo = infos["t_echo"]
+    assert (echo.server, echo.mcp_name, echo.description, echo.retryable) == (
+        "test",
+        "echo",
+        "Return the text unchanged.",
+        True,
+    )
+    assert infos["t_dotted_name"].mcp_name == "dotted.name"
+    assert infos["t_add"].retryable is False
+    [pid] = conn_log.pids()
+    assert not pid_alive(pid)  # listed, then stopped
