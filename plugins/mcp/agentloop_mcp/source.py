@@ -17,7 +17,8 @@ from types import TracebackType
 import anyio
 import anyio.abc
 import structlog
-from agentloop import ConfigurationError, DuplicateToolError, Tool
+from agentloop import ConfigurationError, Tool
+from agentloop.errors import DuplicateToolError
 
 from .config import MCPConfigError, MCPServer
 from .connection import MCPConnectError, ServerConnection

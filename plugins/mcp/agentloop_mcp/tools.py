@@ -15,8 +15,9 @@ import anyio
 import jsonschema
 import mcp.types as mcp_types
 import structlog
-from agentloop import RunContext, Tool, ToolDefinition
+from agentloop import RunContext, Tool
 from agentloop.messages import ContentBlock
+from agentloop.tools import ToolDefinition
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from .connection import ServerConnection

@@ -7,8 +7,9 @@ from collections.abc import Callable
 import anyio
 from _mcp_support import ConnectionLog, HTTPServerProcess, pid_alive
 from agentloop import Agent, RunResult
-from agentloop.agent import CANCELLED_MESSAGE
-from agentloop.messages import lint_history, parse_history
+from agentloop.history import lint_history
+from agentloop.messages import parse_history
+from agentloop.run import CANCELLED_MESSAGE
 from agentloop.testing import ScriptedProvider, reply, tool_call
 
 from agentloop_mcp import MCPServer, MCPToolSource

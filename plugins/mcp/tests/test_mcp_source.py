@@ -8,7 +8,8 @@ from collections.abc import Callable
 import anyio
 import pytest
 from _mcp_support import ConnectionLog, HTTPServerProcess
-from agentloop import ConfigurationError, DuplicateToolError, ToolError
+from agentloop import ConfigurationError, ToolError
+from agentloop.errors import DuplicateToolError
 from agentloop.messages import DocumentBlock, ImageBlock, TextBlock
 from agentloop.registry import ExecutionContext, ToolRegistry
 from agentloop.tools import ToolCall
