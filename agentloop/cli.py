@@ -42,8 +42,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
-_REPORTED_BY_THE_COMMAND = frozenset({"run.error"})
-"""Events whose news the command prints itself as its error line."""
+_REPORTED_BY_THE_COMMAND = frozenset({"run.error", "plugin.load_failed"})
+"""Events whose news the command prints itself: as its error line (a failed run, a failed
+plugin the command uses), or in `agentloop plugins` (every plugin that failed)."""
 
 _T = TypeVar("_T")
 
@@ -116,6 +117,15 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     )
     tools.add_argument("--schema", action="store_true", help="show each tool's JSON schema")
     tools.add_argument("--json", action="store_true", help="print JSON (includes schemas)")
+    tools.add_argument(
+        "--plugin",
+        action="append",
+        dest="plugins",
+        metavar="NAME",
+        help="list only this plugin's tools (repeatable)",
+    )
+    # The options that configure a plugin's tools for a run configure what is listed.
+    manager.call_each("agentloop_run_options", parser=tools)
     tools.set_defaults(handler=partial(tools_command, manager=manager))
 
     manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
@@ -229,9 +239,9 @@ def configure_logging(
 ) -> None:
     """Send log events to stderr: console lines on a terminal, JSON lines with `json_logs`.
 
-    Warnings and errors are shown (but not `run.error`, which the command reports as its
-    error line); every event with `verbose` or `json_logs`. With `progress`, a line per
-    model request and per tool call is written there.
+    Warnings and errors are shown (but not `run.error` and `plugin.load_failed`, which the
+    commands report themselves); every event with `verbose` or `json_logs`. With
+    `progress`, a line per model request and per tool call is written there.
     """
     everything = verbose or json_logs
     processors: list[Any] = [structlog.contextvars.merge_contextvars]
@@ -403,7 +413,11 @@ def choose_tools(
     """
     if plugins is None and tools is None:
         plugins = [name for name, setup in setups.items() if setup.exposed_by_default]
-    return manager.select(plugins=plugins, tools=tools)
+    chosen = manager.select(plugins=plugins, tools=tools)
+    failed = [f for f in manager.failures if plugins is not None and f.name in plugins]
+    if failed:
+        raise ConfigurationError(f"plugin {failed[0].name!r} failed: {failed[0].error}")
+    return chosen
 
 
 def run_deps(exposed: Mapping[str, RunSetup]) -> dict[str, Any] | None:
@@ -583,7 +597,11 @@ def _switched_off(manager: PluginManager) -> dict[str, str]:
 
 def tools_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     """`agentloop tools`: every plugin tool with its plugin (and schema)."""
-    catalogue = manager.tools()
+    run_setups(manager, args)  # plugins read their options (e.g. a config file) here
+    if args.plugins:
+        catalogue = choose_tools(manager, {}, plugins=args.plugins, tools=None)
+    else:
+        catalogue = manager.tools()
     if args.json:
         print(json.dumps([_tool_json(t) for t in catalogue], indent=2))
         return EXIT_OK

@@ -72,7 +72,7 @@ def agentloop_register_commands(
 
 @hookspec
 def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
-    """Add options to `agentloop run`.
+    """Add options to `agentloop run` (and to `agentloop tools`, which lists what they configure).
 
     Called once per invocation of the command, for each loaded plugin on its own, while
     the `run` parser is built. Add the options the plugin reads back in
@@ -91,12 +91,13 @@ def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
 def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
     """Say what the plugin contributes to an `agentloop run`.
 
-    Called once per `agentloop run`, for each loaded plugin on its own, after the
-    arguments are parsed and before the tools are chosen. Keep it cheap and free of side
-    effects: validating the plugin's options belongs in `RunSetup.deps`, which is called
-    only when the run exposes the plugin's tools. Not `firstresult`: every plugin's
-    implementation is called. A plugin whose implementation raises is recorded in
-    `PluginManager.failures` and contributes nothing.
+    Called once per `agentloop run` (and `agentloop tools`), for each loaded plugin on its
+    own, after the arguments are parsed and before the tools are chosen (so a plugin whose
+    tools depend on an option, such as a config file, can read it here). Keep it cheap
+    and free of side effects beyond that: validating the plugin's options belongs in
+    `RunSetup.deps`, which is called only when the run exposes the plugin's tools. Not
+    `firstresult`: every plugin's implementation is called. A plugin whose implementation
+    raises is recorded in `PluginManager.failures` and contributes nothing.
 
     :param args: the parsed arguments of `agentloop run`, the plugin's options included.
     :return: a `RunSetup`, or None to contribute nothing.

@@ -124,3 +124,33 @@ def test_list_config_tools_for_the_command_line(config: Path, conn_log: Connecti
     assert infos["t_add"].retryable is False
     [pid] = conn_log.pids()
     assert not pid_alive(pid)  # listed, then stopped
+
+
+def test_the_tools_command_lists_a_config_servers_tools(config: Path) -> None:
+    """`agentloop tools --plugin mcp --mcp-config FILE`, as a user runs it."""
+    import os
+    import subprocess
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AGENTLOOP_PLUGINS", "AGENTLOOP_MCP_CONFIG")
+    }
+    command = [sys.executable, "-m", "agentloop", "tools", "--plugin", "mcp", "--mcp-config"]
+    done = subprocess.run(
+        [*command, str(config), "--json"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    assert listed and {t["plugin"] for t in listed} == {"mcp"}
+    assert all(t["name"].startswith("t_") for t in listed)
+
+    missing = subprocess.run(
+        [*command, str(config.parent / "nope.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "nope.json" in missing.stderr
