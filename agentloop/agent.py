@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import anyio
 import structlog
+from opentelemetry.trace import TracerProvider
 
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
@@ -30,6 +31,7 @@ from agentloop.result import RunResult, StopReason
 from agentloop.run import CANCELLED_MESSAGE, RunState, base_exception_in
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolCall, ToolDefinition, ToolResult
+from agentloop.tracing import record_response, record_run, tracing_for
 from agentloop.turn import CONTINUE, Emit, Turn
 
 __all__ = ("DEFAULT_MODEL", "Agent")
@@ -66,6 +68,8 @@ class Agent:
         stop_sequences: Sequence[str] | None = None,
         on_tool_error: Literal["continue", "stop"] = "continue",
         params: Mapping[str, Any] | None = None,
+        name: str = "agentloop",
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """Configure an agent.
 
@@ -93,6 +97,9 @@ class Agent:
                 in the history.
             params: Further request fields, passed through as they are (`temperature`,
                 `top_p`, `service_tier`, `betas`, `extra_headers`, ...).
+            name: The agent's name in traces (`invoke_agent {name}`).
+            tracer_provider: Where the run's OpenTelemetry spans go; by default the
+                global tracer provider, which records nothing until an SDK is set up.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -135,6 +142,8 @@ class Agent:
         self.stop_sequences = stop_sequences
         self.on_tool_error = on_tool_error
         self.params = dict(params or {})
+        self.name = name
+        self.tracer_provider = tracer_provider
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -247,7 +256,21 @@ class Agent:
         return run
 
     async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
-        """The loop with its logging; completes the history if the run ends early."""
+        """The loop with its logging and its span; completes the history if it ends early."""
+        run.tracing = tracing_for(self.tracer_provider)
+        if run.tracing is None:
+            return await self._drive_logged(run, emit)
+        provider = _provider_name(self.provider)
+        with run.tracing.run(self.name, self.model, provider, run.id) as span:
+            try:
+                result = await self._drive_logged(run, emit)
+            finally:
+                done = run.final or run.partial
+                if done is not None:
+                    record_run(span, done)
+        return result
+
+    async def _drive_logged(self, run: RunState, emit: Emit | None) -> RunResult:
         run.log.info("run.start", model=self.model, tools=len(self.registry))
         if emit is not None:
             await emit(RunStarted(run.id))
@@ -335,10 +358,14 @@ class Agent:
         self, run: RunState, request: ModelRequest, turn: Turn, emit: Emit | None
     ) -> ModelResponse:
         started = time.perf_counter()
-        if emit is not None and isinstance(self.provider, StreamingProvider):
-            response = await self.provider.stream(request, turn.on_event)
+        if run.tracing is None:
+            response = await self._ask(request, turn, emit)
         else:
-            response = await self.provider.complete(request)
+            provider = _provider_name(self.provider)
+            tracing = run.tracing
+            with tracing.chat(provider, self.model, self.max_tokens, request.messages) as span:
+                response = await self._ask(request, turn, emit)
+                record_response(span, response, tracing.capture_content)
         run.log.info(
             "model.request",
             round=run.rounds,
@@ -349,6 +376,11 @@ class Agent:
             stop_reason=response.stop_reason,
         )
         return response
+
+    async def _ask(self, request: ModelRequest, turn: Turn, emit: Emit | None) -> ModelResponse:
+        if emit is not None and isinstance(self.provider, StreamingProvider):
+            return await self.provider.stream(request, turn.on_event)
+        return await self.provider.complete(request)
 
     def _build_request(self, run: RunState) -> ModelRequest:
         return ModelRequest(
@@ -409,3 +441,9 @@ def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"an external tool needs a name: {definition!r}")
     return name
+
+
+def _provider_name(provider: Provider) -> str:
+    """The provider's name for traces (`gen_ai.provider.name`)."""
+    name = getattr(provider, "name", None)
+    return name if isinstance(name, str) else type(provider).__name__

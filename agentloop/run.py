@@ -17,6 +17,7 @@ from .history import History
 from .providers.base import ModelResponse
 from .result import RunResult, StopReason, ToolCallRecord, Usage
 from .tools import ToolCall, ToolResult
+from .tracing import Tracing
 
 __all__ = ("CANCELLED_MESSAGE", "RunState", "base_exception_in")
 
@@ -46,6 +47,8 @@ class RunState:
         """The result handed over when the run ended early."""
         self.final: RunResult | None = None
         """The result of a run that finished."""
+        self.tracing: Tracing | None = None
+        """The run's spans, when a tracer provider records them."""
         self.external: tuple[Any, ...] = ()
         """Definitions of external tools announced with each request."""
         self.external_names: frozenset[str] = frozenset()

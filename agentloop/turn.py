@@ -28,6 +28,7 @@ from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelRes
 from agentloop.registry import ExecutionContext, ToolRegistry, bind_call_context
 from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult, sendable
+from agentloop.tracing import fail
 
 __all__ = ("CONTINUE", "Emit", "Turn")
 
@@ -109,7 +110,17 @@ class Turn:
 
     async def _call(self, call: ToolCall) -> None:
         bind_call_context(self.context, call)
-        await self.finished(await self.registry.run_call(call, self.context))
+        tracing = self.run.tracing
+        if tracing is None:
+            await self.finished(await self.registry.run_call(call, self.context))
+            return
+        with tracing.tool(call.name, call.id, call.input) as span:
+            result = await self.registry.run_call(call, self.context)
+            if result.is_error:
+                fail(span, "tool_error", result.text[:200])
+            if tracing.capture_content:
+                span.set_attribute("gen_ai.tool.call.result", result.text)
+        await self.finished(result)
 
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""

@@ -33,6 +33,9 @@ class AnthropicProvider:
     the body as it is.
     """
 
+    name = "anthropic"
+    """The provider's name in traces (`gen_ai.provider.name`)."""
+
     def __init__(
         self,
         client: anthropic.AsyncAnthropic | None = None,
@@ -307,7 +310,14 @@ def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
         headers[header] = str(value)
     headers.update(fields.pop("extra_headers", None) or {})
     query.update(fields.pop("extra_query", None) or {})
-    options: dict[str, Any] = {"headers": headers}
+    options: dict[str, Any] = {
+        "headers": headers,
+        # The SDK's own span of the call (when its tracing is on), nested in agentloop's
+        # `chat` span: the transport's view (URL, status, request id, retries).
+        "span_name": "anthropic.messages.create",
+        "span_route": "/v1/messages",
+        "span_attributes": {"gen_ai.request.model": request.model},
+    }
     if query:
         options["params"] = query
     if "timeout" in fields:

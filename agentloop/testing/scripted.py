@@ -531,6 +531,9 @@ class ScriptedProvider:
     error it stands for (see `Fault.to_error`); a slow one first waits its delay.
     """
 
+    name = "scripted"
+    """The provider's name in traces (`gen_ai.provider.name`)."""
+
     def __init__(self, script: Script | ScriptedModel) -> None:
         """Create a provider from a script or an existing `ScriptedModel`."""
         self.model = script if isinstance(script, ScriptedModel) else ScriptedModel(script)
