@@ -228,18 +228,18 @@ class OpenAIChatProvider:
         assembler = ChatStreamAssembler(
             on_event, compat=self.compat, taken=_taken_ids(request.messages, self.compat)
         )
+        # The SDK hands the response back unread (its retries and errors still apply);
+        # its events are read here, and every reader is closed when the stream ends,
+        # whichever event loop runs it.
+        options["headers"][_RAW_RESPONSE] = "stream"
         try:
-            stream = await self.client.post(
-                "/chat/completions",
-                cast_to=object,
-                content=content,
-                options=options,
-                stream=True,
-                stream_cls=sdk.AsyncStream[object],
+            response = await self.client.post(
+                "/chat/completions", cast_to=httpx2.Response, content=content, options=options
             )
-            async with stream:
-                async for chunk in stream:
-                    await assembler.feed(chunk)
+            try:
+                await _read_events(response, assembler)
+            finally:
+                await response.aclose()
         except sdk.APIError as exc:
             raise self._translate(exc, request) from exc
         except httpx2.TransportError as exc:
@@ -310,6 +310,35 @@ def provider_from_options(
         key = "not-needed"
     client = sdk.AsyncOpenAI(base_url=url, api_key=key)
     return OpenAIChatProvider(client, compat=compat, stream=stream)
+
+
+_RAW_RESPONSE = "X-Stainless-Raw-Response"
+"""The `openai` SDK's request header for "return the HTTP response unread"."""
+
+
+async def _read_events(response: httpx2.Response, assembler: ChatStreamAssembler) -> None:
+    """Feed each server-sent event's JSON to `assembler`, up to `[DONE]`.
+
+    The body is read to its end even after `[DONE]` (servers end it there), so the
+    HTTP client's readers finish rather than being left for the garbage collector.
+    """
+    data: list[str] = []
+    done = False
+    async for line in response.aiter_lines():
+        if done:
+            continue
+        if line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+            continue
+        if line or not data:
+            continue  # another field (event:, id:, a comment), or nothing to dispatch
+        payload, data = "\n".join(data), []
+        if payload.strip() == "[DONE]":
+            done = True
+        else:
+            await assembler.feed(json.loads(payload))
+    if data and "\n".join(data).strip() != "[DONE]":  # a last event without its blank line
+        await assembler.feed(json.loads("\n".join(data)))
 
 
 def _connection_lost(exc: Exception) -> errors.APIConnectionError:
@@ -939,8 +968,9 @@ class ChatStreamAssembler:
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 self.finish_reason = finish
-                await self._close_text()
+                # Calls first: a call that was waiting for this chunk starts at once.
                 await self._close_calls(cut=finish == "length")
+                await self._close_text()
 
     async def finish(self) -> ModelResponse:
         """The whole response, once the stream has ended.
