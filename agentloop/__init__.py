@@ -23,6 +23,7 @@ from .plugins import PluginManager as PluginManager
 from .plugins import plugin_tools as plugin_tools
 from .providers.anthropic import AnthropicProvider as AnthropicProvider
 from .providers.base import Provider as Provider
+from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
 from .result import RunResult as RunResult
 from .result import ToolCallRecord as ToolCallRecord
 from .result import Usage as Usage
@@ -41,6 +42,7 @@ __all__ = (
     "ConfigurationError",
     "HistoryError",
     "Message",
+    "OpenAIChatProvider",
     "PluginManager",
     "Provider",
     "ProviderError",

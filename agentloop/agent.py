@@ -77,7 +77,9 @@ class Agent:
             model: Model name sent with each request.
             provider: Where requests go; by default an `AnthropicProvider` over `client`.
             client: An `anthropic.AsyncAnthropic` to use (base_url, retries, headers and
-                timeouts are its own); ignored when `provider` is given.
+                timeouts are its own), or an `openai.AsyncOpenAI` (then requests go to
+                its Chat Completions endpoint, see `OpenAIChatProvider`); ignored when
+                `provider` is given.
             system: System prompt, a string or a list of text blocks.
             tools: Tools (functions are wrapped with `tool`), or a ready `ToolRegistry`.
             max_rounds: Most model requests one run may make; when reached the run stops
@@ -122,9 +124,9 @@ class Agent:
                 f"tools must be a list of tools or functions, not {type(tools).__name__}"
             )
         if provider is None:
-            from .providers.anthropic import AnthropicProvider
+            from .providers import provider_for
 
-            provider = AnthropicProvider(client)
+            provider = provider_for(client)
         elif not callable(getattr(provider, "complete", None)):
             raise ConfigurationError(f"provider {provider!r} has no complete() method")
         self.model = model

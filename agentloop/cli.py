@@ -103,6 +103,20 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         action="store_true",
         help="run on a plugin's offline model even with an API key",
     )
+    model = run.add_argument_group("model provider")
+    model.add_argument(
+        "--provider",
+        choices=("anthropic", "openai"),
+        default="anthropic",
+        help="the Messages API (default), or a Chat Completions server (Ollama, vLLM, ...)",
+    )
+    model.add_argument("--base-url", metavar="URL", help="the provider's base URL")
+    model.add_argument("--api-key", metavar="KEY", help="the provider's API key")
+    model.add_argument(
+        "--compat",
+        choices=("openai", "ollama", "vllm", "llamacpp"),
+        help="with --provider openai: the server's quirks preset",
+    )
     manager.call_each("agentloop_run_options", parser=run)
     run.set_defaults(handler=partial(run_command, manager=manager))
 
@@ -331,7 +345,15 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     exposed = {name: setup for name, setup in setups.items() if name in sources}
     deps = run_deps(exposed)
     provider: Provider
-    if args.offline or not os.environ.get("ANTHROPIC_API_KEY"):
+    if args.provider == "openai" and not args.offline:
+        from .providers.openai import provider_from_options
+
+        provider = provider_from_options(args.base_url, args.api_key, args.compat)
+    elif args.compat:
+        raise ConfigurationError("--compat applies to --provider openai only")
+    elif args.base_url or args.api_key:
+        provider = AnthropicProvider(base_url=args.base_url, api_key=args.api_key)
+    elif args.offline or not os.environ.get("ANTHROPIC_API_KEY"):
         owner, provider = offline_model(exposed, tools, sources)
         if not args.offline:
             print(
@@ -378,8 +400,10 @@ async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunR
     try:
         return await agent.run(prompt, deps=deps)
     finally:
-        if isinstance(provider, AnthropicProvider):
-            await provider.client.close()
+        client = getattr(provider, "client", None)
+        close = getattr(client, "close", None)
+        if close is not None:
+            await close()
 
 
 def run_setups(manager: PluginManager, args: argparse.Namespace) -> dict[str, RunSetup]:

@@ -270,12 +270,20 @@ class _Turn:
 
 
 def _turns(messages: Sequence[Message], offset: int = 0) -> list[_Turn]:
+    """The turns of `messages` as the Messages API receives them.
+
+    Thinking blocks without a signature are never sent (see `Message.signed_only`), so
+    they are not checked; a message holding nothing else is not sent at all.
+    """
     turns: list[_Turn] = []
     for index, message in enumerate(messages, offset):
-        if isinstance(message.content, str):
-            blocks: list[Any] = [TextBlock(text=message.content)]
+        sent = message.signed_only
+        if sent is None:
+            continue
+        if isinstance(sent.content, str):
+            blocks: list[Any] = [TextBlock(text=sent.content)]
         else:
-            blocks = list(message.content)
+            blocks = list(sent.content)
         if turns and turns[-1].role == message.role:
             turns[-1].blocks.extend((index, b) for b in blocks)
         else:
@@ -403,6 +411,8 @@ class HistoryLinter:
         ):
             self._reset()
         turns = _turns(messages[self._start :], self._start)
+        if not turns:  # nothing but unsigned thinking, which is never sent
+            raise HistoryError("at least one message is required", path="messages")
         state = self._state.copy()
         # The last two turns are read again next time (the last may still grow):
         # remember where they start and what came before them.

@@ -10,14 +10,16 @@ not send are not invented), and a block type this version does not know passes t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .errors import HistoryError
+
+_T = TypeVar("_T")
 
 __all__ = (
     "SERVER_TOOL_RESULT_TYPES",
@@ -75,11 +77,22 @@ class DocumentBlock(_Block):
 
 
 class ThinkingBlock(_Block):
-    """Extended thinking; `signature` must go back byte-exact with the text it signs."""
+    """Extended thinking; `signature` must go back byte-exact with the text it signs.
+
+    A block without a signature (`signature` absent or null) holds reasoning text from a
+    server that returns it unsigned (`reasoning_content` of a Chat Completions server). It
+    is kept in the history but never sent to the Messages API, which would refuse it:
+    see `Message.signed_only`.
+    """
 
     type: Literal["thinking"] = "thinking"
     thinking: str
-    signature: str
+    signature: str | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        """Whether this is reasoning text without a signature (never sent to Anthropic)."""
+        return self.signature is None
 
 
 class RedactedThinkingBlock(_Block):
@@ -248,6 +261,38 @@ class Message(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
     @cached_property
+    def signed_only(self) -> Message | None:
+        """This message as the Messages API may receive it (computed once).
+
+        Thinking blocks without a signature (reasoning text another vendor returned) are
+        left out: the API refuses them. The message itself when it has none; None when
+        nothing else is left (the message is then not sent at all).
+        """
+        if isinstance(self.content, str) or not any(
+            isinstance(b, ThinkingBlock) and b.unsigned for b in self.content
+        ):
+            return self
+        kept = [b for b in self.content if not (isinstance(b, ThinkingBlock) and b.unsigned)]
+        return Message.of_blocks(self.role, kept) if kept else None
+
+    def converted(self, key: Hashable, convert: Callable[[Message], _T]) -> _T:
+        """`convert(self)`, computed once per `key` and kept with this message.
+
+        A provider that sends another wire format keeps its form of each message here,
+        under a key of its own (its format and options), so a long history is converted
+        once rather than on every request. The cache lives and dies with the message;
+        copies start without it.
+        """
+        cache: dict[Hashable, Any] | None = self.__dict__.get("_converted")
+        if cache is None:
+            cache = self.__dict__["_converted"] = {}
+        try:
+            return cast("_T", cache[key])
+        except KeyError:
+            value = cache[key] = convert(self)
+            return value
+
+    @cached_property
     def wire_json(self) -> bytes:
         """The wire form as JSON bytes (computed once), for building request bodies.
 
@@ -275,8 +320,8 @@ class Message(BaseModel):
 
 def _uncached(message: Message) -> Message:
     """`message` without the cached wire forms it was copied with."""
-    message.__dict__.pop("wire", None)
-    message.__dict__.pop("wire_json", None)
+    for name in ("wire", "wire_json", "signed_only", "_converted"):
+        message.__dict__.pop(name, None)
     return message
 
 

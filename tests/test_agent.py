@@ -28,6 +28,7 @@ def lint_all(requests: list[dict[str, Any]]) -> None:
         lint_history(parse_history(body["messages"]), thinking=bool(body.get("thinking")))
 
 
+@pytest.mark.both_formats
 async def test_max_rounds_stops_with_every_tool_use_answered(http_agent: Any) -> None:
     def always_calls(body: dict[str, Any]) -> dict[str, Any]:
         return reply("again", tool_call("echo", {"value": "x"}))
@@ -42,6 +43,7 @@ async def test_max_rounds_stops_with_every_tool_use_answered(http_agent: Any) ->
     assert result.text == "again"
 
 
+@pytest.mark.both_formats
 async def test_messages_round_trip_through_json_and_continue(http_agent: Any) -> None:
     script = [reply(tool_call("echo", {"value": "a"})), reply("first"), reply("second")]
     agent, server = http_agent(script, tools=[echo])
@@ -49,7 +51,7 @@ async def test_messages_round_trip_through_json_and_continue(http_agent: Any) ->
     history = json.loads(json.dumps(first.messages))
     second = await agent.run("two", history=history)
     assert second.text == "second"
-    sent = server.requests[-1]["messages"]
+    sent = server.model.requests[-1]["messages"]
     assert sent[: len(history)] == history
     assert sent[-1] == {"role": "user", "content": "two"}
     assert second.messages[: len(history)] == history
@@ -137,6 +139,7 @@ async def test_terminal_stop_reasons_end_the_run(stop_reason: str) -> None:
         assert record.is_error and stop_reason in record.output
 
 
+@pytest.mark.both_formats
 async def test_max_tokens_cut_off_tool_use_is_never_executed(http_agent: Any) -> None:
     ran: list[str] = []
 
@@ -161,7 +164,7 @@ async def test_max_tokens_cut_off_tool_use_is_never_executed(http_agent: Any) ->
         (True, TRUNCATED_MESSAGE),
     ]
     assert result.text == "recovered" and result.stop_reason == "end_turn"
-    lint_all(server.requests)
+    lint_all(server.model.requests)
 
 
 async def test_max_tokens_on_text_ends_the_run() -> None:
@@ -261,6 +264,7 @@ async def test_on_tool_error_stop_raises_with_a_complete_history() -> None:
     assert len(provider.requests) == 1
 
 
+@pytest.mark.both_formats
 async def test_provider_error_carries_the_partial_result(http_agent: Any) -> None:
     overloaded = RawResponse(
         529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}

@@ -517,3 +517,41 @@ def test_transcript_lists_text_calls_and_results() -> None:
         "assistant -> greet(name='Ada')",
         "tool greet [error] <- " + "x" * 67 + "...",
     ]
+
+
+def test_run_on_a_chat_completions_server(
+    plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agentloop run --provider openai --base-url URL --model NAME`, as for Ollama."""
+    from agentloop.testing import ChatCompletionsServer, reply, tool_call
+
+    script = [reply(tool_call("greet", {"name": "Ada"})), reply("Greeted.")]
+    with ChatCompletionsServer(script) as server:
+        code = main(
+            [
+                "run",
+                "hi",
+                "--provider",
+                "openai",
+                "--base-url",
+                server.base_url + "/v1",
+                "--model",
+                "qwen3:8b",
+                "--compat",
+                "ollama",
+                "--json",
+            ]
+        )
+        assert code == 0, capsys.readouterr().err
+        result = json.loads(capsys.readouterr().out)
+        assert result["text"] == "Greeted." and result["tool_calls"][0]["output"] == "Hello, Ada!"
+        assert server.requests[0]["model"] == "qwen3:8b"
+
+
+def test_compat_without_the_openai_provider_is_a_usage_error(
+    plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "hi", "--compat", "ollama"]) == 2
+    assert (
+        capsys.readouterr().err == "agentloop: error: --compat applies to --provider openai only\n"
+    )

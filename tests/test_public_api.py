@@ -23,6 +23,7 @@ PUBLIC = (
     "ConfigurationError",
     "HistoryError",
     "Message",
+    "OpenAIChatProvider",
     "PluginManager",
     "Provider",
     "ProviderError",

@@ -19,6 +19,7 @@ def fanout(name: str, inputs: list[dict[str, Any]], final: str = "done") -> list
     return [reply(*[tool_call(name, i) for i in inputs]), reply(final)]
 
 
+@pytest.mark.both_formats
 async def test_fifty_calls_run_in_one_turn_in_parallel(http_agent: Any) -> None:
     arrived = 0
     everyone = anyio.Event()
@@ -49,10 +50,11 @@ async def test_fifty_calls_run_in_one_turn_in_parallel(http_agent: Any) -> None:
     assert not any(c.is_error for c in result.tool_calls)
     # The whole turn's tool work fits well inside twice one call's time.
     assert max(e for _, e in windows) - min(s for s, _ in windows) < 0.4
-    results = server.requests[1]["messages"][-1]["content"]
+    results = server.model.requests[1]["messages"][-1]["content"]
     assert [r["tool_use_id"] for r in results] == [c.tool_use_id for c in result.tool_calls]
 
 
+@pytest.mark.both_formats
 async def test_concurrency_cap_is_never_exceeded(http_agent: Any) -> None:
     in_flight = 0
     most = 0
@@ -110,6 +112,7 @@ async def test_shared_limiter_caps_across_runs(serve: Any) -> None:
     assert most <= 3
 
 
+@pytest.mark.both_formats
 async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(
     http_agent: Any,
 ) -> None:
@@ -163,6 +166,7 @@ async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(
     assert elapsed < 5
 
 
+@pytest.mark.both_formats
 async def test_blocking_sync_tools_run_in_parallel_threads(http_agent: Any) -> None:
     barrier = threading.Barrier(6, timeout=5)
     threads: set[int] = set()
@@ -253,6 +257,7 @@ async def crash() -> str:
         ),
     ],
 )
+@pytest.mark.both_formats
 async def test_failures_become_actionable_error_results(
     http_agent: Any, call: dict[str, Any], expected: tuple[str, bool]
 ) -> None:
@@ -261,10 +266,10 @@ async def test_failures_become_actionable_error_results(
     assert result.stop_reason == "end_turn"
     (record,) = result.tool_calls
     assert (record.output, record.is_error) == expected
-    block = server.requests[1]["messages"][-1]["content"][0]
+    block = server.model.requests[1]["messages"][-1]["content"][0]
     assert block["tool_use_id"] == call["id"]
     assert block.get("is_error", False) is expected[1]
-    for body in server.requests:
+    for body in server.model.requests:
         lint_history(parse_history(body["messages"]))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import STREAMING  # the kinds of the `streaming_provider` fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,8 +102,11 @@ def test_events_arrive_in_the_documented_order_over_sse(backend: str) -> None:
     )
 
 
+@pytest.mark.parametrize("kind", STREAMING)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_tool_starts_while_the_message_is_still_streaming(backend: str) -> None:
+def test_tool_starts_while_the_message_is_still_streaming(
+    backend: str, kind: str, streaming_provider: Any
+) -> None:
     order: list[str] = []
 
     async def main() -> Any:
@@ -126,12 +130,11 @@ def test_tool_starts_while_the_message_is_still_streaming(backend: str) -> None:
                     await first_started.wait()
                 order.append("stream resumed")
 
-        provider = SteppedProvider(
-            [reply(tool_call("first"), tool_call("waits"), text("tail")), reply("done")], hook
-        )
-        agent = Agent(provider=provider, tools=[first, waits])
-        async with agent.run_stream("go") as stream:
-            events = [e async for e in stream]
+        script = [reply(tool_call("first"), tool_call("waits"), text("tail")), reply("done")]
+        async with streaming_provider(kind, script, hook) as provider:
+            agent = Agent(provider=provider, tools=[first, waits])
+            async with agent.run_stream("go") as stream:
+                events = [e async for e in stream]
         return events, stream.result
 
     events, result = run_on(backend, main)
@@ -141,7 +144,13 @@ def test_tool_starts_while_the_message_is_still_streaming(backend: str) -> None:
     assert [c.output for c in result.tool_calls] == ["one", "two"]
 
 
-async def test_cut_off_tool_use_is_never_run_while_streaming() -> None:
+# Over HTTP in the Messages format the scripted server sends whole input even for a
+# max_tokens reply, so only the in-process double can show a cut-off block there; a Chat
+# Completions call is cut off by the `length` finish chunk itself.
+@pytest.mark.parametrize("kind", ["stepped", "openai-sse"])
+async def test_cut_off_tool_use_is_never_run_while_streaming(
+    kind: str, streaming_provider: Any
+) -> None:
     ran: list[str] = []
 
     @tool
@@ -157,9 +166,10 @@ async def test_cut_off_tool_use_is_never_run_while_streaming() -> None:
         ),
         reply("again"),
     ]
-    agent = Agent(provider=SteppedProvider(script, truncate_last_input=True), tools=[record])
-    async with agent.run_stream("go") as stream:
-        events = [e async for e in stream]
+    async with streaming_provider(kind, script, truncate_last_input=True) as provider:
+        agent = Agent(provider=provider, tools=[record])
+        async with agent.run_stream("go") as stream:
+            events = [e async for e in stream]
     assert ran == ["whole"]
     result = stream.result
     assert result is not None
@@ -171,7 +181,10 @@ async def test_cut_off_tool_use_is_never_run_while_streaming() -> None:
     lint_history(parse_history(result.messages))
 
 
-async def test_a_failing_stream_cancels_eager_calls_and_answers_them() -> None:
+@pytest.mark.parametrize("kind", STREAMING)
+async def test_a_failing_stream_cancels_eager_calls_and_answers_them(
+    kind: str, streaming_provider: Any
+) -> None:
     tool_started = anyio.Event()
     cancelled = False
 
@@ -191,11 +204,11 @@ async def test_a_failing_stream_cancels_eager_calls_and_answers_them() -> None:
                 await tool_started.wait()
             raise ServerError("500 api_error: stream broke", status_code=500)
 
-    agent = Agent(
-        provider=SteppedProvider([reply(tool_call("forever"), text("more"))], hook), tools=[forever]
-    )
-    with pytest.raises(ServerError) as info:
-        await _consume(agent)
+    script = [reply(tool_call("forever"), text("more"))]
+    async with streaming_provider(kind, script, hook) as provider:
+        agent = Agent(provider=provider, tools=[forever])
+        with pytest.raises(ServerError) as info:
+            await _consume(agent)
     assert cancelled
     partial = info.value.result
     assert partial is not None and partial.stop_reason == "error"
@@ -260,14 +273,16 @@ def test_cancel_stops_tools_and_the_request_quickly(backend: str) -> None:
     lint_history(parse_history(result.messages))
 
 
-async def test_cancel_after_turn_lets_the_turn_finish() -> None:
+@pytest.mark.parametrize("kind", STREAMING)
+async def test_cancel_after_turn_lets_the_turn_finish(kind: str, streaming_provider: Any) -> None:
     script = [reply(tool_call("echo", {"value": "a"})), reply("never")]
     model = ScriptedModel(script)
-    agent = Agent(provider=SteppedProvider(model), tools=[echo])
-    async with agent.run_stream("go") as stream:
-        async for event in stream:
-            if isinstance(event, ToolCallReady):
-                stream.cancel(after_turn=True)
+    async with streaming_provider(kind, model) as provider:
+        agent = Agent(provider=provider, tools=[echo])
+        async with agent.run_stream("go") as stream:
+            async for event in stream:
+                if isinstance(event, ToolCallReady):
+                    stream.cancel(after_turn=True)
     result = stream.result
     assert result is not None and result.stop_reason == "cancelled"
     assert [c.output for c in result.tool_calls] == ["a"] and not result.tool_calls[0].is_error
@@ -275,7 +290,10 @@ async def test_cancel_after_turn_lets_the_turn_finish() -> None:
     lint_history(parse_history(result.messages))
 
 
-async def test_an_outer_cancel_scope_hands_over_the_partial_result() -> None:
+@pytest.mark.parametrize("kind", STREAMING)
+async def test_an_outer_cancel_scope_hands_over_the_partial_result(
+    kind: str, streaming_provider: Any
+) -> None:
     in_tool = anyio.Event()
 
     @tool
@@ -284,23 +302,22 @@ async def test_an_outer_cancel_scope_hands_over_the_partial_result() -> None:
         await anyio.sleep_forever()
         return "never"
 
-    agent = Agent(
-        provider=SteppedProvider([reply(text("working"), tool_call("hang"))]), tools=[hang]
-    )
     partial: list[Any] = []
+    async with streaming_provider(kind, [reply(text("working"), tool_call("hang"))]) as provider:
+        agent = Agent(provider=provider, tools=[hang])
 
-    async def guarded() -> None:
-        try:
-            await agent.run("go")
-        except anyio.get_cancelled_exc_class() as exc:
-            partial.append(exc.result)  # type: ignore[attr-defined]
-            raise
+        async def guarded() -> None:
+            try:
+                await agent.run("go")
+            except anyio.get_cancelled_exc_class() as exc:
+                partial.append(exc.result)  # type: ignore[attr-defined]
+                raise
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(guarded)
-        with anyio.fail_after(5):
-            await in_tool.wait()
-        group.cancel_scope.cancel()
+        async with anyio.create_task_group() as group:
+            group.start_soon(guarded)
+            with anyio.fail_after(5):
+                await in_tool.wait()
+            group.cancel_scope.cancel()
     (result,) = partial
     assert result.stop_reason == "cancelled" and result.usage.requests == 1
     assert result.tool_calls[0].output == CANCELLED_MESSAGE

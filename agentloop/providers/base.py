@@ -53,7 +53,7 @@ class ModelRequest:
     they never replace the fields above."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
-        """The request body as JSON bytes: `messages` plus `fields` (default: the rest).
+        """The Messages API body as JSON bytes: `messages` plus `fields` (default: the rest).
 
         Each message's JSON is computed once and reused by every later request of the
         run, so building a body costs little more than joining bytes, however long the
@@ -64,18 +64,26 @@ class ModelRequest:
             head = json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
         except UnicodeEncodeError:  # lone surrogates: escaped, as the API writes them
             head = json.dumps(rest, separators=(",", ":")).encode()
-        messages = b",".join(m.wire_json for m in self.messages)
+        messages = b",".join(m.wire_json for m in self._sent())
         return b'{"messages":[' + messages + (b"]," + head[1:] if len(head) > 2 else b"]}")
 
+    def _sent(self) -> list[Message]:
+        """The messages as the Messages API receives them: without unsigned thinking."""
+        return [s for m in self.messages if (s := m.signed_only) is not None]
+
     def to_wire(self, *, messages: bool = True) -> dict[str, Any]:
-        """The Messages API request body."""
+        """The Messages API request body.
+
+        Thinking blocks without a signature (reasoning text from a Chat Completions
+        server) stay in the history but are left out here: the API refuses them.
+        """
         body: dict[str, Any] = {
             **self.params,
             "model": self.model,
             "max_tokens": self.max_tokens,
         }
         if messages:
-            body["messages"] = [m.wire for m in self.messages]
+            body["messages"] = [m.wire for m in self._sent()]
         optional = {
             "system": self.system,
             "tools": [t.to_wire() if isinstance(t, ToolDefinition) else dict(t) for t in self.tools]

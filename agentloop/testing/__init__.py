@@ -3,14 +3,16 @@
 `ScriptedProvider` answers in process (`SteppedProvider` streams the answers event by
 event, with a hook to hold the stream at any point); `MessagesServer` serves the same
 script over HTTP on 127.0.0.1 (JSON and SSE) so the real `AsyncAnthropic` client and
-`AnthropicProvider` are exercised end to end. All check every request's history with the
-linter.
+`AnthropicProvider` are exercised end to end; `ChatCompletionsServer` serves the same
+scripts in the Chat Completions format for `AsyncOpenAI` and `OpenAIChatProvider`. All
+check every request's history with the linter.
 
 Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failures
 (`Fault.rate_limited(retry_after=0.2)`, `Fault.dropped()`, `Fault.stream_error(...)`, ...)
 and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
 """
 
+from .chat_server import ChatCompletionsServer as ChatCompletionsServer
 from .scripted import Fault as Fault
 from .scripted import Paced as Paced
 from .scripted import RawResponse as RawResponse
@@ -26,6 +28,7 @@ from .server import sse_events as sse_events
 from .stepped import SteppedProvider as SteppedProvider
 
 __all__ = (
+    "ChatCompletionsServer",
     "Fault",
     "MessagesServer",
     "Paced",

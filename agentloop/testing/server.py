@@ -261,12 +261,15 @@ class MessagesServer:
     ```
     """
 
+    _handler: type[_Handler] = _Handler
+    """The request handler: the wire format this server speaks."""
+
     def __init__(
         self, script: Script | ScriptedModel, *, host: str = "127.0.0.1", port: int = 0
     ) -> None:
         """Create (but do not start) a server answering from `script`."""
         self.model = script if isinstance(script, ScriptedModel) else ScriptedModel(script)
-        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd = _HTTPServer((host, port), self._handler)
         self._httpd.model = self.model
         self._httpd.received = []
         self._httpd.recorded = []
