@@ -249,7 +249,13 @@ def _credential(request: Request) -> str | None:
 
 
 def _new_id(prefix: str) -> str:
-    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+    """`prefix` and 24 random base62 characters (from one read of the system's randomness)."""
+    number = int.from_bytes(secrets.token_bytes(18), "big")
+    chars = []
+    for _ in range(24):
+        number, digit = divmod(number, 62)
+        chars.append(_ID_ALPHABET[digit])
+    return prefix + "".join(chars)
 
 
 class Gateway:
