@@ -20,7 +20,15 @@ from pydantic import TypeAdapter
 from agentloop import errors
 from agentloop.messages import ContentBlock
 
-from .base import BlockDelta, BlockStart, BlockStop, ModelRequest, ModelResponse, StreamEvent
+from .base import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    MessageStart,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+)
 
 __all__ = ("AnthropicProvider",)
 
@@ -156,6 +164,7 @@ class AnthropicProvider:
                 kind = event.type
                 if kind == "message_start":
                     message.start(_wire(event.message))
+                    await on_event(MessageStart(_wire(event.message)))
                 elif kind == "content_block_start":
                     state.delivered = True
                     block = _wire(event.content_block)

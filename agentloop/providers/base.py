@@ -23,6 +23,7 @@ __all__ = (
     "BlockDelta",
     "BlockStart",
     "BlockStop",
+    "MessageStart",
     "ModelRequest",
     "ModelResponse",
     "Provider",
@@ -185,6 +186,17 @@ class Provider(Protocol):
 
 
 @dataclass(frozen=True)
+class MessageStart:
+    """A streamed response began: its head as the API sent it (`id`, `model`, `usage`, ...).
+
+    Sent once per response attempt, before its first block; a consumer that only wants
+    blocks can ignore it.
+    """
+
+    message: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class BlockStart:
     """A content block began; for a tool_use, `block` carries its id and name."""
 
@@ -215,7 +227,7 @@ class BlockStop:
     """False when a tool_use's input JSON did not parse: the block was cut off."""
 
 
-StreamEvent = Union[BlockStart, BlockDelta, BlockStop]  # noqa: UP007
+StreamEvent = Union[MessageStart, BlockStart, BlockDelta, BlockStop]  # noqa: UP007
 """What a streaming provider reports while a response arrives."""
 
 

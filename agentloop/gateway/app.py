@@ -1,0 +1,673 @@
+"""The gateway: an Anthropic-compatible `POST /v1/messages` in front of the agent loop.
+
+A request is checked and authenticated, its hidden turns are found in the session store,
+and the same `Agent` machinery as any agentloop run takes it from there: the gateway's
+tools run inside the loop, the client's tools (the request's `tools`) are handed back.
+The client gets one assistant message (JSON or SSE) with its own calls only; whatever
+the client cannot see is stored for the request that continues the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import string
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from agentloop.agent import Agent
+from agentloop.errors import (
+    ConfigurationError,
+    HistoryError,
+    MissingAPIKeyError,
+    ProviderError,
+)
+from agentloop.registry import ToolRegistry
+from agentloop.result import RunResult
+from agentloop.tools import Tool
+
+from .sessions import Session, Sessions, Thread, continue_history
+from .stores import DEFAULT_STORE, Store, open_store
+from .upstream import Upstream, UpstreamProvider, forwarded_headers
+from .visible import PING, VisibleStream, sse, visible_message
+
+__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "Gateway", "GatewayConfig")
+
+GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
+"""Comma-separated client keys the gateway admits when it has its own upstream key."""
+SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
+"""The server secret session keys are derived with (else one is made and kept in the store)."""
+
+_log = structlog.get_logger("agentloop.gateway")
+
+# Request fields the Agent takes as its own options; every other field goes upstream as
+# it is (through `params`).
+_AGENT_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "thread",
+    }
+)
+# Names the provider reads as request options rather than body fields: a client field of
+# that name is sent in the body through `extra_body`.
+_OPTION_NAMES = frozenset(
+    {
+        "extra_headers",
+        "extra_query",
+        "extra_body",
+        "timeout",
+        "betas",
+        "user_profile_id",
+        "workspace_id",
+    }
+)
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    """How a gateway runs (what `agentloop serve` builds from its options)."""
+
+    upstream: str
+    """Base URL of the Messages API to forward to (e.g. `https://api.anthropic.com`)."""
+    store: str = DEFAULT_STORE
+    """Session store URL: `sqlite:///PATH`, `redis://HOST:PORT/DB` or `memory://`."""
+    session_ttl: float = 3600.0
+    """Seconds a stored session is kept after it was last written."""
+    tools: Sequence[Tool] = ()
+    """The gateway's own tools (run inside the loop, never shown to the client)."""
+    max_rounds: int = 10
+    """Most upstream requests for one client request."""
+    tool_concurrency: int = 8
+    """Most calls of the gateway's tools in flight at once, per request."""
+    tool_timeout: float = 30.0
+    """Seconds a tool call may take, unless the tool sets its own."""
+    upstream_key: str | None = None
+    """The gateway's own upstream API key; when set, clients must present a gateway key."""
+    gateway_keys: frozenset[str] = frozenset()
+    """The client keys admitted when `upstream_key` is set."""
+    secret: bytes | None = None
+    """Secret for session keys; by default made and kept in the store."""
+    ping_interval: float = 5.0
+    """Seconds of silence after which a stream gets a `ping` event."""
+    upstream_timeout: float | None = None
+    """Seconds the SDK waits for an upstream response (its default when None)."""
+    deps: Any = None
+    """Passed to every run as `deps` (what the gateway's tools receive)."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:
+        """A config from `options` and the environment.
+
+        Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`
+        and `AGENTLOOP_GATEWAY_SECRET`.
+
+        Raises:
+            ConfigurationError: an upstream key is set but no gateway key is.
+        """
+        env = os.environ if environ is None else environ
+        upstream_key = env.get("ANTHROPIC_API_KEY") or None
+        keys = frozenset(k.strip() for k in env.get(GATEWAY_KEYS_ENV, "").split(",") if k.strip())
+        if upstream_key and not keys:
+            raise ConfigurationError(
+                f"ANTHROPIC_API_KEY is set, so clients must present a gateway key: set "
+                f"{GATEWAY_KEYS_ENV} to a comma-separated list of keys"
+            )
+        secret = env.get(SECRET_ENV)
+        return cls(
+            upstream_key=upstream_key,
+            gateway_keys=keys,
+            secret=secret.encode() if secret else None,
+            **options,
+        )
+
+
+class _Refusal(Exception):
+    """A request answered with an API error before any upstream request."""
+
+    def __init__(
+        self, status: int, kind: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.details = details
+
+
+@dataclass
+class _ThreadCall:
+    parent: Thread | None
+    fields: dict[str, Any]
+    added: list[Any]
+    """The visible messages this request adds to the thread (before the reply)."""
+
+
+@dataclass
+class _Call:
+    """One client request, ready to run."""
+
+    scope: str
+    """The client's credential: what its sessions are scoped by."""
+    agent: Agent
+    provider: UpstreamProvider
+    history: list[dict[str, Any]]
+    """The upstream history the run starts from."""
+    visible: list[Any]
+    """The conversation as the client sees it."""
+    session: Session | None
+    client_tools: list[Any]
+    client_names: frozenset[str]
+    stream: bool
+    request_id: str
+    thread: _ThreadCall | None = None
+    reply_id: str | None = None
+
+
+def _error_body(kind: str, message: str, request_id: str, details: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if details is not None:
+        error["details"] = details
+    return {"type": "error", "error": error, "request_id": request_id}
+
+
+def _json(
+    status: int, data: Any, request_id: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    try:
+        body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        body = json.dumps(data, separators=(",", ":")).encode()
+    return Response(
+        body,
+        status,
+        headers={**(headers or {}), "request-id": request_id},
+        media_type="application/json",
+    )
+
+
+_STATUS_OF = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def _failure(exc: Exception, request_id: str, provider: UpstreamProvider) -> _Failure:
+    """How a failed run is answered: with the upstream's own error where there is one."""
+    if isinstance(exc, MissingAPIKeyError):
+        body = _error_body("authentication_error", "x-api-key header is required", request_id)
+        return _Failure(401, body, {})
+    if isinstance(exc, ProviderError):
+        body = exc.body
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            # The upstream's answer, unchanged (an error event inside a stream has no
+            # status of its own: it gets the one its type has).
+            status = exc.status_code or _STATUS_OF.get(body["error"].get("type"), 500)
+            return _Failure(status, body, provider.error_headers)
+        body = _error_body("api_error", f"upstream request failed: {exc}", request_id)
+        return _Failure(502, body, {})
+    if isinstance(exc, (HistoryError, ConfigurationError)):
+        return _Failure(400, _error_body("invalid_request_error", str(exc), request_id), {})
+    _log.error("gateway.internal_error", error=repr(exc), exc_info=exc)
+    return _Failure(500, _error_body("api_error", "internal gateway error", request_id), {})
+
+
+def _credential(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    auth = request.headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def _new_id(prefix: str) -> str:
+    """`prefix` and 24 random base62 characters (from one read of the system's randomness)."""
+    number = int.from_bytes(secrets.token_bytes(18), "big")
+    chars = []
+    for _ in range(24):
+        number, digit = divmod(number, 62)
+        chars.append(_ID_ALPHABET[digit])
+    return prefix + "".join(chars)
+
+
+class Gateway:
+    """The gateway's state (tools, store, upstream clients) and its ASGI app."""
+
+    def __init__(self, config: GatewayConfig, *, store: Store | None = None) -> None:
+        """A gateway for `config`; `store` replaces the one `config.store` names.
+
+        Raises:
+            ConfigurationError: the store URL or a limit cannot work.
+        """
+        self.config = config
+        self.registry = ToolRegistry(config.tools)
+        self.internal = frozenset(self.registry.names)
+        self.store = store or open_store(config.store, ttl=config.session_ttl)
+        self.sessions: Sessions | None = None
+        self.upstream: Upstream | None = None
+        # Checked once here, so a bad limit fails at startup, not on each request.
+        Agent(
+            provider=_Unused(),
+            tools=self.registry,
+            max_rounds=config.max_rounds,
+            tool_concurrency=config.tool_concurrency,
+            tool_timeout=config.tool_timeout,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the store, read (or make) the secret, make the upstream clients."""
+        await self.store.open()
+        secret = self.config.secret or await self.store.secret()
+        self.sessions = Sessions(self.store, secret)
+        self.upstream = Upstream(self.config.upstream, timeout=self.config.upstream_timeout)
+        _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
+
+    async def aclose(self) -> None:
+        """Close the upstream clients and the store."""
+        if self.upstream is not None:
+            await self.upstream.aclose()
+            self.upstream = None
+        await self.store.aclose()
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.start()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._purge_forever)
+                yield
+                group.cancel_scope.cancel()
+        finally:
+            await self.aclose()
+
+    async def _purge_forever(self) -> None:
+        interval = min(max(self.config.session_ttl / 2, 0.05), 60.0)
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self.store.purge()
+            except Exception as exc:  # a store hiccup must not stop the gateway
+                _log.warning("gateway.purge_failed", error=repr(exc))
+
+    def app(self) -> Starlette:
+        """The ASGI application (its lifespan opens and closes the gateway)."""
+
+        async def not_found(request: Request, exc: Exception) -> Response:
+            status = exc.status_code if isinstance(exc, HTTPException) else 404
+            kind = "not_found_error" if status == 404 else "invalid_request_error"
+            message = f"{request.method} {request.url.path} is not served here"
+            return _json(status, _error_body(kind, message, _new_id("req_")), _new_id("req_"))
+
+        return Starlette(
+            routes=[
+                Route("/v1/messages", self.messages, methods=["POST"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+            ],
+            exception_handlers={404: not_found, 405: not_found},
+            lifespan=self._lifespan,
+        )
+
+    async def healthz(self, request: Request) -> Response:
+        """200 once the store is open."""
+        ready = self.sessions is not None
+        return _json(200 if ready else 503, {"status": "ok" if ready else "starting"}, "")
+
+    # ------------------------------------------------------------------ /v1/messages
+
+    async def messages(self, request: Request) -> Response:
+        """`POST /v1/messages`: one client request, answered as the API would."""
+        request_id = _new_id("req_")
+        try:
+            call = await self._prepare(request, request_id)
+        except _Refusal as refusal:
+            body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
+            return _json(refusal.status, body, request_id)
+        if call.stream:
+            return _StreamResponse(self, call)
+        try:
+            result = await call.agent.run(
+                None, history=call.history, deps=self.config.deps, external_tools=call.client_tools
+            )
+        except Exception as exc:
+            failure = _failure(exc, request_id, call.provider)
+            _log.info("gateway.failed", status=failure.status, error=str(exc))
+            return _json(failure.status, failure.body, request_id, failure.headers)
+        message = await self._finish(call, result)
+        return _json(200, message, request_id)
+
+    async def _prepare(self, request: Request, request_id: str) -> _Call:
+        assert self.sessions is not None and self.upstream is not None
+        scope, upstream_credential = self._authenticate(request)
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            raise _Refusal(
+                400, "invalid_request_error", f"the body is not valid JSON: {exc}"
+            ) from None
+        if not isinstance(body, dict):
+            raise _Refusal(400, "invalid_request_error", "the body must be a JSON object")
+        thread = await self._thread(body, scope)
+        for name, kind in (("model", str), ("max_tokens", int), ("messages", list)):
+            if name not in body:
+                raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
+            if not isinstance(body[name], kind) or isinstance(body[name], bool):
+                raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
+        visible: list[Any] = body["messages"]
+        client_tools = body.get("tools") or []
+        names = self._client_tool_names(client_tools)
+        session = await self._find_session(scope, visible)
+        history = (
+            continue_history(session, visible[_last_assistant(visible) + 1 :])
+            if session is not None
+            else list(visible)
+        )
+        first, later = self.upstream.providers(upstream_credential)
+        provider = UpstreamProvider(first, later)
+        params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
+        extra_body = {k: params.pop(k) for k in list(params) if k in _OPTION_NAMES}
+        if extra_body:
+            params["extra_body"] = extra_body
+        headers = forwarded_headers(request.headers)
+        if headers:
+            params["extra_headers"] = headers
+        if request.query_params:
+            params["extra_query"] = dict(request.query_params)
+        try:
+            agent = Agent(
+                body["model"],
+                provider=provider,
+                system=body.get("system"),
+                tools=self.registry,
+                max_rounds=self.config.max_rounds,
+                max_tokens=body["max_tokens"],
+                tool_concurrency=self.config.tool_concurrency,
+                tool_timeout=self.config.tool_timeout,
+                tool_choice=body.get("tool_choice"),
+                thinking=body.get("thinking"),
+                metadata=body.get("metadata"),
+                stop_sequences=body.get("stop_sequences"),
+                params=params,
+            )
+        except ConfigurationError as exc:
+            raise _Refusal(400, "invalid_request_error", str(exc)) from None
+        return _Call(
+            scope=scope,
+            agent=agent,
+            provider=provider,
+            history=history,
+            visible=visible,
+            session=session,
+            client_tools=list(client_tools),
+            client_names=names,
+            stream=body.get("stream") is True,
+            request_id=request_id,
+            thread=thread,
+            reply_id=_new_id("msg_") if thread is not None else None,
+        )
+
+    def _authenticate(self, request: Request) -> tuple[str, str]:
+        """The client's credential (its session scope) and the credential sent upstream."""
+        presented = _credential(request)
+        config = self.config
+        if config.upstream_key:
+            if presented is None or presented not in config.gateway_keys:
+                raise _Refusal(401, "authentication_error", "invalid x-api-key")
+            return presented, config.upstream_key
+        if presented is None:
+            raise _Refusal(401, "authentication_error", "x-api-key header is required")
+        return presented, presented
+
+    def _client_tool_names(self, tools: Any) -> frozenset[str]:
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise _Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
+        names = [t.get("name") for t in tools]
+        if not all(isinstance(n, str) and n for n in names):
+            raise _Refusal(400, "invalid_request_error", "tools: every tool needs a name")
+        clash = sorted(set(names) & self.internal)
+        if clash:
+            raise _Refusal(
+                400,
+                "invalid_request_error",
+                f"tools: {', '.join(clash)} is the name of a tool this gateway runs itself; "
+                "rename the client tool",
+            )
+        return frozenset(n for n in names if isinstance(n, str))
+
+    async def _find_session(self, scope: str, visible: list[Any]) -> Session | None:
+        assert self.sessions is not None
+        end = _last_assistant(visible)
+        if end < 0:
+            return None
+        return await self.sessions.load(self.sessions.key(scope, visible[: end + 1]))
+
+    async def _thread(self, body: dict[str, Any], scope: str) -> _ThreadCall | None:
+        """Expand a message-thread request into a whole conversation (in place)."""
+        assert self.sessions is not None
+        thread = body.pop("thread", None)
+        if thread is None:
+            return None
+        kind = thread.get("type") if isinstance(thread, dict) else None
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise _Refusal(400, "invalid_request_error", "messages: Field required")
+        if kind == "create":
+            fields: dict[str, Any] = {k: body[k] for k in ("system", "tools") if k in body}
+            return _ThreadCall(None, fields, list(messages))
+        if kind != "continue":
+            raise _Refusal(400, "invalid_request_error", "thread.type: must be create or continue")
+        previous = thread.get("previous_message_id")
+        if not isinstance(previous, str) or not previous:
+            raise _Refusal(400, "invalid_request_error", "thread.previous_message_id: required")
+        repeated = [k for k in ("system", "tools") if k in body]
+        if repeated:
+            raise _Refusal(
+                400,
+                "invalid_request_error",
+                f"{' and '.join(repeated)}: a thread keeps the values it was created with; "
+                "a continue request cannot send them",
+                {"error_code": "thread_fingerprint_mismatch"},
+            )
+        parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
+        if parent is None:
+            raise _Refusal(
+                404,
+                "not_found_error",
+                f"no thread holds a response with id {previous!r}",
+                {"error_code": "thread_not_found"},
+            )
+        body.update(parent.fields)
+        body["messages"] = [*parent.messages, *messages]
+        return _ThreadCall(parent, parent.fields, list(messages))
+
+    async def _finish(self, call: _Call, result: RunResult) -> dict[str, Any]:
+        """The client's message for a finished run; stores what the client cannot see."""
+        assert self.sessions is not None
+        responses = call.provider.responses
+        message = visible_message(responses, result, reply_id=call.reply_id)
+        reply = {"role": "assistant", "content": message["content"]}
+        hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)
+        if hidden:
+            key = self.sessions.key(call.scope, [*call.visible, reply])
+            await self.sessions.save(key, result.messages, parent=call.session, held=result.held)
+        if call.thread is not None and call.reply_id is not None:
+            await self.sessions.save_thread(
+                self.sessions.thread_key(call.scope, call.reply_id),
+                [*call.thread.added, reply],
+                parent=call.thread.parent,
+                fields=call.thread.fields,
+            )
+        _log.info(
+            "gateway.reply",
+            request_id=call.request_id,
+            rounds=result.rounds,
+            stop_reason=message["stop_reason"],
+            hidden=hidden,
+        )
+        return message
+
+
+def _last_assistant(messages: Sequence[Any]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            return i
+    return -1
+
+
+class _Unused:
+    """A provider that is never called (for checking options at startup)."""
+
+    async def complete(self, request: Any) -> Any:
+        raise RuntimeError("not a real provider")
+
+
+_Item = tuple[str, Any]
+
+
+class _StreamResponse(Response):
+    """One SSE message for the whole run, its status decided by the first upstream answer.
+
+    The HTTP status is sent once the upstream's stream opened: an upstream error before
+    that is answered as the API would (its status and error body); after it, as the
+    API's `error` event.
+    """
+
+    def __init__(self, gateway: Gateway, call: _Call) -> None:
+        self.gateway = gateway
+        self.call = call
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
+        view = VisibleStream(self.call.client_names, reply_id=self.call.reply_id)
+
+        async def on_event(round_: int, event: Any) -> None:
+            data = view.feed(round_, event)
+            if data:
+                send_items.send_nowait(("data", data))
+
+        self.call.provider.on_event = on_event
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._run, send_items, view)
+            group.start_soon(self._watch, receive, group.cancel_scope)
+            try:
+                await self._write(items, scope, send)
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _run(self, send_items: Any, view: VisibleStream) -> None:
+        call = self.call
+        with send_items:
+            try:
+                async with call.agent.run_stream(
+                    None,
+                    history=call.history,
+                    deps=self.gateway.config.deps,
+                    external_tools=call.client_tools,
+                ) as stream:
+                    async for _ in stream:
+                        pass
+                result = stream.result
+                assert result is not None
+                await self.gateway._finish(call, result)
+                send_items.send_nowait(("end", view.finish(call.provider.responses, result)))
+            except Exception as exc:
+                send_items.send_nowait(("error", exc))
+
+    @staticmethod
+    async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                scope.cancel()
+                return
+
+    async def _write(self, items: Any, scope: Scope, send: Send) -> None:
+        started = False
+        interval = self.gateway.config.ping_interval
+        request_id = self.call.request_id
+
+        async def start() -> None:
+            nonlocal started
+            started = True
+            headers = [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                (b"request-id", request_id.encode()),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        async def body(data: bytes, more: bool = True) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": more})
+
+        async with items:
+            while True:
+                item: _Item | None = None
+                with anyio.move_on_after(interval if started else math.inf):
+                    try:
+                        item = await items.receive()
+                    except anyio.EndOfStream:
+                        item = ("closed", None)
+                if item is None:
+                    await body(PING)
+                    continue
+                kind, value = item
+                if kind == "data":
+                    if not started:
+                        await start()
+                    await body(value)
+                elif kind == "end":
+                    if not started:
+                        await start()
+                    await body(value, more=False)
+                    return
+                elif kind == "error":
+                    failure = _failure(value, request_id, self.call.provider)
+                    _log.info(
+                        "gateway.failed", status=failure.status, error=str(value), streamed=started
+                    )
+                    if not started:
+                        response = _json(failure.status, failure.body, request_id, failure.headers)
+                        await response(scope, _no_receive, send)
+                        return
+                    error = {"type": "error", "error": failure.body["error"]}
+                    await body(sse("error", error), more=False)
+                    return
+                else:  # the run task ended without a word (cancelled)
+                    if started:
+                        await body(b"", more=False)
+                    return
+
+
+async def _no_receive() -> Any:
+    return {"type": "http.disconnect"}

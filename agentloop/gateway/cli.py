@@ -1,0 +1,201 @@
+"""The `agentloop serve` command: the gateway on uvicorn.
+
+`add_serve_command` adds the subcommand to the `agentloop` parser; `serve_command` runs
+it: it selects the gateway's tools from the installed plugins (as `agentloop run`
+does), builds a `Gateway` and serves it until SIGTERM or Ctrl-C, letting the requests in
+flight finish first (for at most `SHUTDOWN_GRACE` seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+from agentloop.errors import ConfigurationError
+from agentloop.plugins import default_manager
+
+from .stores import DEFAULT_STORE
+
+__all__ = ("SHUTDOWN_GRACE", "add_serve_command", "serve_command")
+
+SHUTDOWN_GRACE = 30.0
+"""Seconds requests in flight may take to finish after SIGTERM before they are closed."""
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return number
+
+
+def _port(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {value}")
+    return number
+
+
+def add_serve_command(subparsers: Any, **parser_options: Any) -> None:
+    """Add `serve` to an argparse subparsers object (`parser.add_subparsers()`).
+
+    `parser_options` go to `add_parser` (e.g. `parents=[...]` for shared options).
+    """
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve an Anthropic-compatible /v1/messages that runs the plugins' tools",
+        description=(
+            "Serve POST /v1/messages in front of an Anthropic-compatible upstream. The "
+            "selected plugin tools run inside the gateway; the request's own tools go back "
+            "to the client. Without ANTHROPIC_API_KEY, each client's key is forwarded "
+            "upstream; with it, clients must present a key from AGENTLOOP_GATEWAY_KEYS."
+        ),
+        **parser_options,
+    )
+    serve.add_argument("--upstream", required=True, metavar="URL", help="upstream base URL")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=_port, default=8787, help="port to listen on")
+    serve.add_argument(
+        "--plugin",
+        action="append",
+        dest="plugins",
+        metavar="NAME",
+        help="run this plugin's tools inside the gateway (repeatable)",
+    )
+    serve.add_argument(
+        "--tool",
+        action="append",
+        dest="tools",
+        metavar="NAME",
+        help="run only these tools (repeatable; within --plugin when both are given)",
+    )
+    serve.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        metavar="URL",
+        help=f"session store: sqlite:///PATH, redis://HOST:PORT/DB or memory:// "
+        f"(default: {DEFAULT_STORE})",
+    )
+    serve.add_argument(
+        "--session-ttl",
+        type=_positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="seconds a stored session is kept (default: 3600)",
+    )
+    serve.add_argument(
+        "--max-rounds", type=_positive_int, default=10, help="upstream requests per request"
+    )
+    serve.add_argument(
+        "--tool-concurrency", type=_positive_int, default=8, help="tool calls at once"
+    )
+    serve.add_argument(
+        "--tool-timeout", type=_positive_float, default=30.0, help="seconds per tool call"
+    )
+    serve.set_defaults(handler=serve_command)
+
+
+def _quiet_logs(verbose: bool) -> None:
+    """Log the gateway's and the runs' events to stderr: warnings only unless verbose."""
+    if structlog.is_configured():
+        return  # the `agentloop` command (or the application) already chose
+    level = logging.INFO if verbose else logging.WARNING
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _server_class(uvicorn: Any) -> Any:
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        """uvicorn's server, exiting 0 after a graceful stop.
+
+        uvicorn raises the signal again once it has shut down, so the process dies of it
+        (status -15); a gateway stopped by SIGTERM has finished its requests and exits 0.
+        """
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the gateway until it is stopped; returns the exit code."""
+    try:
+        import uvicorn
+
+        from .app import Gateway, GatewayConfig
+    except ImportError as exc:
+        print(
+            f"agentloop serve: {exc.name or exc} is missing; "
+            "install it with: pip install 'agentloop-runner[gateway]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        tools = default_manager().select(plugins=args.plugins, tools=args.tools)
+        config = GatewayConfig.from_env(
+            upstream=args.upstream,
+            store=args.store,
+            session_ttl=args.session_ttl,
+            tools=tools,
+            max_rounds=args.max_rounds,
+            tool_concurrency=args.tool_concurrency,
+            tool_timeout=args.tool_timeout,
+        )
+        gateway = Gateway(config)
+    except ConfigurationError as exc:
+        print(f"agentloop serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    verbose = bool(getattr(args, "verbose", False))
+    _quiet_logs(verbose)
+    server = _server_class(uvicorn)(
+        uvicorn.Config(
+            gateway.app(),
+            host=args.host,
+            port=args.port,
+            lifespan="on",
+            log_level="info" if verbose else "warning",
+            access_log=verbose,
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
+        )
+    )
+    names = ", ".join(t.name for t in tools) or "none"
+    print(
+        f"agentloop gateway on http://{args.host}:{args.port} -> {args.upstream} "
+        f"(tools: {names}; store: {args.store})",
+        file=sys.stderr,
+        flush=True,
+    )
+    server.run()
+    return EXIT_OK if server.started else EXIT_FAILED

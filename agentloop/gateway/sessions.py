@@ -1,0 +1,264 @@
+"""Sessions: the hidden turns of a conversation, found again from what the client sends.
+
+The client only ever sees (and sends back) the visible conversation. After a run that had
+hidden turns, the gateway stores the upstream history under a key derived from the
+visible conversation up to the reply it returned and the client's credential, through an
+HMAC with the server secret. The next request's prefix (up to its last assistant
+message) derives the same key, so the gateway can rebuild the upstream history: the
+stored one plus the client's new messages. Snapshots are immutable and stored as deltas
+(the keys of their ancestors and the messages they add), so a retried request, a
+regenerated answer or a branch from any earlier reply all find their hidden turns.
+
+Message threads use the same snapshots: a thread record holds the visible messages a
+reply added, keyed by the reply's id, so a `continue` request can be expanded to the
+whole visible conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .stores import Store
+
+__all__ = (
+    "Session",
+    "Sessions",
+    "Thread",
+    "canonical_json",
+    "continue_history",
+)
+
+_FORMAT = 1
+
+
+def canonical_json(messages: Sequence[Any]) -> bytes:
+    """The visible conversation as bytes that do not depend on how a client wrote it.
+
+    Keys are sorted and whitespace dropped; a string content is one text block; null
+    fields and `cache_control` markers (clients move them from request to request) are
+    left out of blocks, at every depth that holds blocks. Tool inputs are kept as they are.
+    """
+    normal = [_message(m) for m in messages]
+    return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def _message(message: Any) -> Any:
+    if not isinstance(message, Mapping):
+        return message
+    return {"role": message.get("role"), "content": _content(message.get("content"))}
+
+
+def _content(content: Any) -> Any:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if isinstance(content, list):
+        return [_block(b) for b in content]
+    return content
+
+
+def _block(block: Any) -> Any:
+    if not isinstance(block, Mapping):
+        return block
+    return {
+        k: _content(v) if k == "content" else v
+        for k, v in block.items()
+        if v is not None and k != "cache_control"
+    }
+
+
+@dataclass(frozen=True)
+class Session:
+    """A stored upstream history, found by the key of its visible conversation."""
+
+    key: str
+    ancestors: tuple[str, ...]
+    """Keys of the snapshots this one extends, oldest first."""
+    messages: list[dict[str, Any]]
+    """The whole upstream history, hidden turns included, up to the stored reply."""
+    held: list[dict[str, Any]] = field(default_factory=list)
+    """`tool_result` blocks of the gateway's own calls in the last assistant message,
+    waiting for the client's results (a mixed turn)."""
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A stored message thread up to one reply."""
+
+    key: str
+    ancestors: tuple[str, ...]
+    messages: list[dict[str, Any]]
+    """The visible conversation, the reply included."""
+    fields: dict[str, Any]
+    """The fields a thread keeps from its `create` request (`system`, `tools`)."""
+
+
+class Sessions:
+    """Derives session keys and reads and writes snapshots in a `Store`."""
+
+    def __init__(self, store: Store, secret: bytes) -> None:
+        """Use `store`, deriving keys with `secret`."""
+        self.store = store
+        self._secret = secret
+
+    def _key(self, kind: bytes, credential: str, payload: bytes) -> str:
+        scope = credential.encode("utf-8", "surrogatepass")
+        message = b"%s\0%d:%s\0%s" % (kind, len(scope), scope, payload)
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def key(self, credential: str, visible: Sequence[Any]) -> str:
+        """The key of a visible conversation (ending with an assistant reply) for a client."""
+        return self._key(b"session", credential, canonical_json(visible))
+
+    def thread_key(self, credential: str, reply_id: str) -> str:
+        """The key of a thread's record for the reply `reply_id`, for a client."""
+        return self._key(b"thread", credential, reply_id.encode("utf-8", "surrogatepass"))
+
+    async def _chain(self, key: str) -> list[dict[str, Any]] | None:
+        """The records from the root to `key`, or None if any is gone."""
+        (raw,) = await self.store.get_many([key])
+        if raw is None:
+            return None
+        record = json.loads(raw)
+        if record.get("v") != _FORMAT:
+            return None
+        up = list(record.get("up") or [])
+        earlier = await self.store.get_many(up) if up else []
+        if any(value is None for value in earlier):
+            return None  # an ancestor expired: the snapshot cannot be rebuilt
+        return [*(json.loads(v) for v in earlier if v is not None), record]
+
+    async def load(self, key: str) -> Session | None:
+        """The session stored under `key`, or None."""
+        chain = await self._chain(key)
+        if chain is None:
+            return None
+        messages = [m for record in chain for m in record.get("add") or []]
+        return Session(
+            key, tuple(chain[-1].get("up") or []), messages, list(chain[-1].get("held") or [])
+        )
+
+    async def save(
+        self,
+        key: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        parent: Session | None,
+        held: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Store the upstream history `messages` under `key`, as a delta on `parent`.
+
+        `messages` must extend `parent.messages`; if it does not (a prefill merged into
+        the parent's last message), the whole history is stored on its own.
+        """
+        up: list[str] = []
+        added: Sequence[Mapping[str, Any]] = messages
+        if parent is not None and _extends(messages, parent.messages):
+            up = [*parent.ancestors, parent.key]
+            added = messages[len(parent.messages) :]
+        record = {"v": _FORMAT, "up": up, "add": list(added), "held": list(held)}
+        await self.store.put(key, _dump(record), refresh=up)
+
+    async def load_thread(self, key: str) -> Thread | None:
+        """The thread record stored under `key`, or None."""
+        chain = await self._chain(key)
+        if chain is None:
+            return None
+        messages = [m for record in chain for m in record.get("add") or []]
+        fields = dict(chain[0].get("fields") or {})
+        return Thread(key, tuple(chain[-1].get("up") or []), messages, fields)
+
+    async def save_thread(
+        self,
+        key: str,
+        added: Sequence[Mapping[str, Any]],
+        *,
+        parent: Thread | None,
+        fields: Mapping[str, Any],
+    ) -> None:
+        """Store a thread's reply.
+
+        `added` is what the reply adds to `parent`: the request's messages and the reply;
+        a new thread (no parent) stores its whole conversation and its `fields`.
+        """
+        up = [*parent.ancestors, parent.key] if parent is not None else []
+        record: dict[str, Any] = {"v": _FORMAT, "up": up, "add": list(added)}
+        if parent is None:
+            record["fields"] = dict(fields)
+        await self.store.put(key, _dump(record), refresh=up)
+
+
+def _extends(messages: Sequence[Mapping[str, Any]], prefix: Sequence[Mapping[str, Any]]) -> bool:
+    if len(messages) < len(prefix):
+        return False
+    return not prefix or messages[len(prefix) - 1] == prefix[-1]
+
+
+def _dump(record: Mapping[str, Any]) -> bytes:
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # lone surrogates: escaped
+        return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
+
+
+def continue_history(session: Session, new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The upstream history for a request that continues `session` with `new` messages.
+
+    After a mixed turn, the first new user message becomes the one message answering
+    every call of the stored assistant message in the model's order: the held results of
+    the gateway's own calls and the client's results, then whatever else the client
+    wrote. A new user message right after a stored user message is merged into it.
+    """
+    history = [dict(m) for m in session.messages]
+    rest = [dict(m) for m in new]
+    if session.held and rest and rest[0].get("role") == "user" and history:
+        rest[0] = {**rest[0], "content": _answer_all(history[-1], session.held, rest[0])}
+    if rest and history and history[-1].get("role") == "user" and rest[0].get("role") == "user":
+        merged = _blocks(history[-1].get("content")) + _blocks(rest[0].get("content"))
+        history[-1] = {**history[-1], "content": merged}
+        rest = rest[1:]
+    return history + rest
+
+
+def _answer_all(
+    assistant: Mapping[str, Any], held: Sequence[Mapping[str, Any]], user: Mapping[str, Any]
+) -> list[Any]:
+    blocks = _blocks(user.get("content"))
+    theirs = {
+        b.get("tool_use_id"): b
+        for b in blocks
+        if isinstance(b, Mapping) and b.get("type") == "tool_result"
+    }
+    ours = {b.get("tool_use_id"): b for b in held}
+    ordered: list[Any] = []
+    used: set[Any] = set()
+    for block in _blocks(assistant.get("content")):
+        if not isinstance(block, Mapping) or block.get("type") != "tool_use":
+            continue
+        call = block.get("id")
+        result = ours.get(call) or theirs.get(call)
+        if result is not None:
+            ordered.append(result)
+            used.add(call)
+    others = [
+        b
+        for b in blocks
+        if not (
+            isinstance(b, Mapping)
+            and b.get("type") == "tool_result"
+            and b.get("tool_use_id") in used
+        )
+    ]
+    return ordered + others

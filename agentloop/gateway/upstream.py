@@ -1,0 +1,161 @@
+"""The upstream side of the gateway: the Messages API the gateway forwards to.
+
+Requests go out through `AnthropicProvider` over the SDK's `AsyncAnthropic`, one client
+per upstream credential sharing one connection pool. The first model request of a client
+request is sent without retries, so an upstream error reaches the client as it was (its
+own retry logic reads it); the hidden rounds after it are retried by the SDK, since the
+client cannot retry those on its own. Every response is recorded, and while streaming
+every event is reported to the gateway too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anthropic
+
+from agentloop.errors import ProviderError
+from agentloop.providers.anthropic import AnthropicProvider
+from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
+
+__all__ = (
+    "HIDDEN_ROUND_RETRIES",
+    "THREADS_BETA_PREFIX",
+    "Upstream",
+    "UpstreamProvider",
+    "forwarded_headers",
+    "retry_headers",
+)
+
+HIDDEN_ROUND_RETRIES = 2
+"""SDK retries of the model requests of hidden rounds (the first one has none)."""
+
+THREADS_BETA_PREFIX = "message-threads-"
+"""The `anthropic-beta` value a client sends for message threads, which the gateway
+serves itself and keeps from the upstream."""
+
+_DROPPED_HEADERS = frozenset({"anthropic-beta"})
+
+OnEvent = Callable[[int, StreamEvent], Awaitable[None]]
+"""Called with the round (from 0) and each streamed event."""
+
+
+class Upstream:
+    """The clients for one upstream URL, one pair per credential (cached)."""
+
+    def __init__(self, base_url: str, *, timeout: float | None = None, cache: int = 256) -> None:
+        """Clients for `base_url`; at most `cache` credentials keep their clients."""
+        options: dict[str, Any] = {"base_url": base_url, "max_retries": 0}
+        if timeout is not None:
+            options["timeout"] = timeout
+        # The base client never sends its own placeholder credential: every request
+        # goes through a copy carrying the credential chosen for it.
+        self._base = anthropic.AsyncAnthropic(api_key="unset", **options)
+        self._clients: OrderedDict[str, tuple[AnthropicProvider, AnthropicProvider]] = OrderedDict()
+        self._cache = cache
+
+    def providers(self, credential: str) -> tuple[AnthropicProvider, AnthropicProvider]:
+        """The providers for `credential`: without retries, and with them."""
+        pair = self._clients.get(credential)
+        if pair is None:
+            first = self._base.with_options(api_key=credential, max_retries=0)
+            later = first.with_options(max_retries=HIDDEN_ROUND_RETRIES)
+            pair = (AnthropicProvider(first), AnthropicProvider(later))
+            self._clients[credential] = pair
+            while len(self._clients) > self._cache:
+                self._clients.popitem(last=False)
+        else:
+            self._clients.move_to_end(credential)
+        return pair
+
+    async def aclose(self) -> None:
+        """Close the shared connection pool."""
+        self._clients.clear()
+        await self._base.close()
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The API headers (`anthropic-*`) of a client request, to send upstream unchanged.
+
+    The message-threads beta is left out: the gateway serves threads itself and sends
+    the upstream whole histories.
+    """
+    out = {
+        k: v for k, v in headers.items() if k.startswith("anthropic-") and k not in _DROPPED_HEADERS
+    }
+    betas = headers.get("anthropic-beta")
+    if betas is not None:
+        kept = [b.strip() for b in betas.split(",") if b.strip()]
+        kept = [b for b in kept if not b.startswith(THREADS_BETA_PREFIX)]
+        if kept:
+            out["anthropic-beta"] = ",".join(kept)
+    return out
+
+
+class UpstreamProvider:
+    """The provider of one client request: records each response, reports streamed events."""
+
+    def __init__(
+        self,
+        first: AnthropicProvider,
+        later: AnthropicProvider,
+        on_event: OnEvent | None = None,
+    ) -> None:
+        """Send the first request with `first`, later ones with `later`."""
+        self.first = first
+        self.later = later
+        self.on_event = on_event
+        self.responses: list[ModelResponse] = []
+        self.error_headers: dict[str, str] = {}
+        """Headers of the last upstream error answer that clients' retry logic reads."""
+
+    def _provider(self) -> AnthropicProvider:
+        return self.later if self.responses else self.first
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` as one JSON request."""
+        try:
+            response = await self._provider().complete(request)
+        except ProviderError as exc:
+            self.error_headers = retry_headers(exc)
+            raise
+        self.responses.append(response)
+        return response
+
+    async def stream(
+        self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
+    ) -> ModelResponse:
+        """Stream `request`, reporting each event to the gateway, then to the run."""
+        round_ = len(self.responses)
+        report = self.on_event
+
+        async def tee(event: StreamEvent) -> None:
+            if report is not None:
+                await report(round_, event)
+            await on_event(event)
+
+        try:
+            response = await self._provider().stream(request, tee)
+        except ProviderError as exc:
+            self.error_headers = retry_headers(exc)
+            raise
+        self.responses.append(response)
+        return response
+
+
+_RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
+
+
+def retry_headers(exc: ProviderError) -> dict[str, str]:
+    """The headers of an upstream error answer that clients' retry logic reads."""
+    response = getattr(exc.__cause__, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return {}
+    return {
+        k.lower(): v
+        for k, v in headers.items()
+        if k.lower() in _RETRY_HEADERS or k.lower().startswith("anthropic-ratelimit-")
+    }

@@ -1,0 +1,209 @@
+"""Helpers for the gateway tests: the gateway as a real process, a real Redis, a scripted upstream.
+
+The gateway's own tools come from `tests/gateway_plugin`, a real distribution installed
+into a private folder that only the gateway processes put on their path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from agentloop.testing import Fault, MessagesServer, RecordedRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "tests" / "gateway_plugin"
+
+CLIENT_TOOL = {
+    "name": "client_tool",
+    "description": "A tool the client runs itself.",
+    "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+}
+
+PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "-q")
+REDIS_OPTIONS = ("--save", "", "--appendonly", "no", "--daemonize", "no")
+
+_ENV_DROPPED = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "AGENTLOOP_GATEWAY_KEYS",
+    "AGENTLOOP_GATEWAY_SECRET",
+    "AGENTLOOP_PLUGINS",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def install_plugin(target: Path) -> Path:
+    """Install the test tools' distribution into `target` (a private site folder)."""
+    source = target.parent / "gateway_plugin_src"
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    done = subprocess.run(
+        [*PIP, "install", "--no-deps", "--target", str(target), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target
+
+
+class Upstream:
+    """A `MessagesServer` (which lints every history) whose answers each test scripts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Any] | Callable[[dict[str, Any]], Any] = []
+        self._mark = 0
+        self.server = MessagesServer(self._answer).start()
+
+    def _answer(self, body: dict[str, Any]) -> Any:
+        with self._lock:
+            if callable(self._items):
+                return self._items(body)
+            if not self._items:
+                return Fault.http_error(500, "api_error", "the test scripted no more answers")
+            return self._items.pop(0)
+
+    def script(self, *items: Any, function: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """Answer the next requests with `items` in order (or with `function`)."""
+        with self._lock:
+            self._items = function if function is not None else list(items)
+            self._mark = len(self.server.recorded)
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def recorded(self) -> list[RecordedRequest]:
+        """Requests received since the last `script`."""
+        return self.server.recorded[self._mark :]
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.recorded]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+@dataclass
+class GatewayProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self, api_key: str = "sk-client-a", **options: Any) -> anthropic.AsyncAnthropic:
+        options.setdefault("max_retries", 0)
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=api_key, **options)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+def start_gateway(
+    upstream: str,
+    site: Path,
+    log_dir: Path,
+    *,
+    store: str = "memory://",
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> GatewayProcess:
+    """`python -m agentloop.gateway` with the test tools; returns once /healthz answers 200."""
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if k not in _ENV_DROPPED}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(site), environment.get("PYTHONPATH", "")) if p
+    )
+    environment.update(env or {})
+    command = [sys.executable, "-m", "agentloop.gateway", "--upstream", upstream]
+    command += ["--port", str(port), "--plugin", "gwtest", "--store", store, *args]
+    log = log_dir / f"gateway-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=environment, stdout=out, stderr=subprocess.STDOUT)
+    gateway = GatewayProcess(f"http://127.0.0.1:{port}", process, log)
+    wait_until_healthy(gateway)
+    return gateway
+
+
+def wait_until_healthy(gateway: GatewayProcess, timeout: float = 60) -> None:
+    """Poll /healthz until it answers 200 (the process must not exit meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gateway.process.poll() is not None:
+            pytest.fail(
+                f"the gateway exited with {gateway.process.returncode}:\n{gateway.output()}"
+            )
+        try:
+            if httpx2.get(gateway.url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.05)
+    gateway.stop(signal.SIGKILL)
+    pytest.fail(f"the gateway did not become healthy:\n{gateway.output()}")
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A real `redis-server` on a free port, without persistence; its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is not installed (.ci/run installs it)")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", *REDIS_OPTIONS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("redis-server did not start")
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def dump(blocks: Sequence[Any]) -> list[dict[str, Any]]:
+    """SDK content blocks as the JSON dicts a request would carry."""
+    return [b.to_dict() if hasattr(b, "to_dict") else dict(b) for b in blocks]
