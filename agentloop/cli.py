@@ -28,6 +28,7 @@ import structlog
 from . import __version__
 from .agent import DEFAULT_MODEL, Agent
 from .errors import AgentloopError, ConfigurationError
+from .gateway.cli import add_serve_command, serve_command
 from .hookspecs import RunSetup
 from .plugins import ENV_VAR, PluginManager, default_manager, installed_plugins, pinned_plugins
 from .providers.anthropic import AnthropicProvider
@@ -142,8 +143,29 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     manager.call_each("agentloop_run_options", parser=tools)
     tools.set_defaults(handler=partial(tools_command, manager=manager))
 
+    serve = add_serve_command(commands, parents=[common], allow_abbrev=False)
+    # The gateway's tools take the same plugin options as a run's.
+    manager.call_each("agentloop_run_options", parser=serve)
+    serve.set_defaults(handler=partial(serve_with_plugins, manager=manager))
+
     manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
     return parser
+
+
+def serve_with_plugins(args: argparse.Namespace, *, manager: PluginManager) -> int:
+    """`agentloop serve`: the gateway, with the chosen plugins' tools and their `deps`.
+
+    Unlike `agentloop run`, a gateway exposes no plugin by default: only what `--plugin`
+    and `--tool` name.
+    """
+    setups = run_setups(manager, args)
+    tools: list[Tool] = []
+    deps = None
+    if args.plugins is not None or args.tools is not None:
+        tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
+        sources = {t.source for t in tools}
+        deps = run_deps({name: s for name, s in setups.items() if name in sources})
+    return serve_command(args, tools=tools, deps=deps)
 
 
 class _Commands:

@@ -8,8 +8,11 @@ client declares its own tool, `client_tool`.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +27,10 @@ from _gateway import (
     GatewayProcess,
     Upstream,
     dump,
+    free_port,
     install_plugin,
     start_gateway,
+    wait_until_healthy,
 )
 
 from agentloop.testing import Fault, reply, tool_call
@@ -663,3 +668,41 @@ def _wait_until_refused(url: str) -> None:
         except OSError:
             return
         time.sleep(0.02)
+
+
+def serve_cortex(upstream: Upstream, logs: Path, root: Path) -> GatewayProcess:
+    """`agentloop serve --plugin cortex --cortex-root ROOT --persona ada`, healthy."""
+    port = free_port()
+    command = [sys.executable, "-m", "agentloop", "serve", "--upstream", upstream.url]
+    command += ["--port", str(port), "--store", "memory://", "--plugin", "cortex"]
+    command += ["--cortex-root", str(root), "--persona", "ada"]
+    log = logs / f"serve-{port}.log"
+    dropped = ("ANTHROPIC_API_KEY", "AGENTLOOP_PLUGINS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    served = GatewayProcess(f"http://127.0.0.1:{port}", process, log)
+    wait_until_healthy(served)
+    return served
+
+
+async def test_the_agentloop_command_serves_a_plugin_with_its_options(
+    upstream: Upstream, logs: Path, tmp_path: Path
+) -> None:
+    """`agentloop serve --plugin cortex`: the plugin's options reach its tools as `deps`."""
+    root = tmp_path / "cortex-root"
+    served = serve_cortex(upstream, logs, root)
+    try:
+        upstream.script(
+            reply(tool_call("write_file", {"filename": "memory.md", "content": "# Notes\n"})),
+            reply("Written."),
+        )
+        client = served.client()
+        message = await client.messages.create(
+            model="m", max_tokens=100, messages=[{"role": "user", "content": "Note it."}]
+        )
+        await client.close()
+        assert message.content[0].text == "Written."  # type: ignore[union-attr]
+        assert (root / "ada" / "memory.md").read_text() == "# Notes\n"
+    finally:
+        assert served.stop() == 0, served.output()

@@ -127,3 +127,73 @@ async def test_a_client_that_goes_away_cancels_the_run() -> None:
         with anyio.fail_after(10):
             await served.cancelled.wait()
         assert len(served.upstream.requests) == 1, "no further round was asked for"
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+@asynccontextmanager
+async def gateway_on(config: GatewayConfig) -> AsyncIterator[str]:
+    gateway = Gateway(config)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        url = f"http://127.0.0.1:{port}"
+        await anyio.to_thread.run_sync(_wait_healthy, url)
+        try:
+            yield url
+        finally:
+            server.should_exit = True
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@pytest.mark.parametrize("recording", [False, True], ids=["no-sdk", "sdk"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_clients_trace_context_reaches_the_run_and_the_upstream(
+    recording: bool, stream: bool
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    upstream = MessagesServer([reply(tool_call("lookup", {"key": "k"})), reply("Found it.")])
+    upstream.start()
+    config = GatewayConfig(
+        upstream=upstream.base_url,
+        store="memory://",
+        tools=[lookup],
+        tracer_provider=provider if recording else None,
+    )
+    headers = {**HEADERS, "traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
+    body = {**BODY, "stream": stream, "messages": [{"role": "user", "content": "Look k up."}]}
+    try:
+        async with gateway_on(config) as url, httpx2.AsyncClient(timeout=30) as http:
+            response = await http.post(url + "/v1/messages", json=body, headers=headers)
+            assert response.status_code == 200, response.text
+    finally:
+        upstream.stop()
+    sent = [r.headers.get("traceparent", "") for r in upstream.recorded]
+    assert len(sent) == 2 and all(h.split("-")[1] == TRACE_ID for h in sent), sent
+    spans = exporter.get_finished_spans()
+    if not recording:
+        assert spans == ()
+        assert all(h.split("-")[2] == CLIENT_SPAN for h in sent)
+        return
+    (run,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert format(run.context.trace_id, "032x") == TRACE_ID
+    assert run.parent is not None and format(run.parent.span_id, "016x") == CLIENT_SPAN
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert {h.split("-")[2] for h in sent} == {format(c.context.span_id, "016x") for c in chats}
+    assert [s.name for s in spans if s.name.startswith("execute_tool")] == ["execute_tool lookup"]

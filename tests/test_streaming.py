@@ -10,7 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import STREAMING  # the kinds of the `streaming_provider` fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from agentloop.events import (
     ToolInputDelta,
     ToolResultEvent,
 )
+from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop
 from agentloop.run import CANCELLED_MESSAGE
@@ -38,7 +38,8 @@ from agentloop.testing import (
     text,
     tool_call,
 )
-from agentloop.turn import TRUNCATED_MESSAGE
+
+STREAMING = ["stepped", "anthropic-sse", "openai-sse"]  # the `streaming_provider` kinds (conftest)
 
 BACKENDS = [pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")]
 

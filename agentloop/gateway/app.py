@@ -14,13 +14,16 @@ import math
 import os
 import secrets
 import string
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
+from opentelemetry.context import Context
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -116,6 +119,8 @@ class GatewayConfig:
     """Seconds the SDK waits for an upstream response (its default when None)."""
     deps: Any = None
     """Passed to every run as `deps` (what the gateway's tools receive)."""
+    tracer_provider: Any = None
+    """Where the runs' OpenTelemetry spans go (the global tracer provider when None)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:
@@ -183,6 +188,24 @@ class _Call:
     request_id: str
     thread: _ThreadCall | None = None
     reply_id: str | None = None
+    trace: Context | None = None
+    """The W3C trace context the client sent (`traceparent`), which the run continues."""
+
+
+@contextmanager
+def continued_trace(call: _Call) -> Iterator[None]:
+    """Make the client's trace context current while its run lasts.
+
+    The run's spans and its upstream requests then continue the client's trace.
+    """
+    if call.trace is None:
+        yield
+        return
+    token = otel_context.attach(call.trace)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _error_body(kind: str, message: str, request_id: str, details: Any = None) -> dict[str, Any]:
@@ -355,9 +378,13 @@ class Gateway:
         if call.stream:
             return _StreamResponse(self, call)
         try:
-            result = await call.agent.run(
-                None, history=call.history, deps=self.config.deps, external_tools=call.client_tools
-            )
+            with continued_trace(call):
+                result = await call.agent.run(
+                    None,
+                    history=call.history,
+                    deps=self.config.deps,
+                    external_tools=call.client_tools,
+                )
         except Exception as exc:
             failure = _failure(exc, request_id, call.provider)
             _log.info("gateway.failed", status=failure.status, error=str(exc))
@@ -417,6 +444,8 @@ class Gateway:
                 metadata=body.get("metadata"),
                 stop_sequences=body.get("stop_sequences"),
                 params=params,
+                name="agentloop-gateway",
+                tracer_provider=self.config.tracer_provider,
             )
         except ConfigurationError as exc:
             raise _Refusal(400, "invalid_request_error", str(exc)) from None
@@ -433,6 +462,7 @@ class Gateway:
             request_id=request_id,
             thread=thread,
             reply_id=_new_id("msg_") if thread is not None else None,
+            trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
         )
 
     def _authenticate(self, request: Request) -> tuple[str, str]:
@@ -589,14 +619,15 @@ class _StreamResponse(Response):
         call = self.call
         with send_items:
             try:
-                async with call.agent.run_stream(
-                    None,
-                    history=call.history,
-                    deps=self.gateway.config.deps,
-                    external_tools=call.client_tools,
-                ) as stream:
-                    async for _ in stream:
-                        pass
+                with continued_trace(call):
+                    async with call.agent.run_stream(
+                        None,
+                        history=call.history,
+                        deps=self.gateway.config.deps,
+                        external_tools=call.client_tools,
+                    ) as stream:
+                        async for _ in stream:
+                            pass
                 result = stream.result
                 assert result is not None
                 await self.gateway._finish(call, result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
@@ -21,6 +22,7 @@ import structlog
 
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
+from agentloop.tools import Tool
 
 from .stores import DEFAULT_STORE
 
@@ -35,32 +37,42 @@ EXIT_USAGE = 2
 
 
 def _positive_int(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
     return number
 
 
 def _positive_float(value: str) -> float:
-    number = float(value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
     if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
     return number
 
 
 def _port(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
     if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port number: {value}")
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value!r}")
     return number
 
 
-def add_serve_command(subparsers: Any, **parser_options: Any) -> None:
+def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.ArgumentParser:
     """Add `serve` to an argparse subparsers object (`parser.add_subparsers()`).
 
     `parser_options` go to `add_parser` (e.g. `parents=[...]` for shared options).
+    Returns the command's parser, for plugins' options.
     """
-    serve = subparsers.add_parser(
+    serve: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
         help="serve an Anthropic-compatible /v1/messages that runs the plugins' tools",
         description=(
@@ -112,6 +124,7 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> None:
         "--tool-timeout", type=_positive_float, default=30.0, help="seconds per tool call"
     )
     serve.set_defaults(handler=serve_command)
+    return serve
 
 
 def _quiet_logs(verbose: bool) -> None:
@@ -149,8 +162,15 @@ def _server_class(uvicorn: Any) -> Any:
     return Server
 
 
-def serve_command(args: argparse.Namespace) -> int:
-    """Run the gateway until it is stopped; returns the exit code."""
+def serve_command(
+    args: argparse.Namespace, *, tools: list[Tool] | None = None, deps: Any = None
+) -> int:
+    """Run the gateway until it is stopped; returns the exit code.
+
+    `tools` are the gateway's own tools (by default those `--plugin` / `--tool` select
+    from the installed plugins); `deps` is what every run's tools receive (the
+    `agentloop` command builds it from the plugins' options, as for `agentloop run`).
+    """
     try:
         import uvicorn
 
@@ -163,8 +183,10 @@ def serve_command(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        tools = default_manager().select(plugins=args.plugins, tools=args.tools)
+        if tools is None:
+            tools = default_manager().select(plugins=args.plugins, tools=args.tools)
         config = GatewayConfig.from_env(
+            deps=deps,
             upstream=args.upstream,
             store=args.store,
             session_ttl=args.session_ttl,

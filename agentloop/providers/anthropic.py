@@ -15,6 +15,7 @@ from typing import Any
 import anthropic
 import anyio
 import httpx2
+from opentelemetry import propagate, trace
 from pydantic import TypeAdapter
 
 from agentloop import errors
@@ -317,6 +318,8 @@ def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
         if name == "betas":
             value = ",".join(str(v) for v in ([value] if isinstance(value, str) else value))
         headers[header] = str(value)
+    if trace.get_current_span().get_span_context().is_valid:
+        propagate.inject(headers)  # W3C trace context: the upstream continues this trace
     headers.update(fields.pop("extra_headers", None) or {})
     query.update(fields.pop("extra_query", None) or {})
     options: dict[str, Any] = {
