@@ -108,6 +108,9 @@ class Turn:
         bind_call_context(self.context, call)
         await self.finished(await self.registry.run_call(call, self.context))
 
+    async def _batch(self, calls: list[ToolCall]) -> None:
+        await self.registry.execute(calls, self.context, on_result=self.finished)
+
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""
         self.results[result.tool_use_id] = result
@@ -131,6 +134,7 @@ class Turn:
         self.run.add_response(response)
         calls = [ToolCall.from_block(b) for b in response.tool_uses]
         blocked = self._not_runnable(response, calls)
+        batch: list[ToolCall] = []
         for call in calls:
             if call.id in self.started:
                 continue
@@ -141,7 +145,11 @@ class Turn:
                     await self.emit(
                         ToolCallReady(self.run.rounds, call.id, call.name, call.input, False)
                     )
-                self.start(call)
+                self.started.add(call.id)
+                batch.append(call)
+        if batch:
+            # One batch: far cheaper per call than a task each (see ToolRegistry.execute).
+            self.group.start_soon(self._batch, batch)
         return calls
 
     def _not_runnable(self, response: ModelResponse, calls: Sequence[ToolCall]) -> dict[str, str]:
