@@ -101,7 +101,6 @@ class _Run:
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
         self.limiter = anyio.CapacityLimiter(agent.tool_concurrency)
-        self.threads = anyio.CapacityLimiter(agent.tool_concurrency)
         self.log = _log.bind(run_id=self.id)
         thinking = bool(agent.thinking) and (agent.thinking or {}).get("type") != "disabled"
         self.linter = HistoryLinter(
@@ -355,7 +354,7 @@ class Agent:
             self.tool_timeout,
             run.deps,
             self.tool_limiter,
-            run.threads,
+            None,  # worker threads: the event loop's thread_limiter(), shared by every run
             run.log.bind(round=run.rounds),
         )
         failure: Exception | None = None

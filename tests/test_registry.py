@@ -816,3 +816,51 @@ async def test_each_call_of_a_batch_logs_with_its_own_id() -> None:
         await registry.execute(calls, context())
     inside = {(e["tool_use_id"], e["n"]) for e in logs_seen if e["event"] == "inside"}
     assert inside == {(c.id, c.input["n"]) for c in calls}
+
+
+async def test_concurrent_runs_share_one_cap_on_worker_threads(serve: Any) -> None:
+    from agentloop.registry import thread_limiter
+
+    threads = thread_limiter()
+    threads.total_tokens = 3
+    release = threading.Event()
+    lock = threading.Lock()
+    full = anyio.Event()
+    running = peak = 0
+
+    @tool
+    def blocks(n: int) -> int:
+        """Blocks until released."""
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            if running == 3:
+                anyio.from_thread.run_sync(full.set)
+        release.wait(5)
+        with lock:
+            running -= 1
+        return n
+
+    server = serve(
+        lambda body: fanout("blocks", [{"n": i} for i in range(3)])[len(body["messages"]) // 2]
+    )
+    agent = Agent(client=server.client(), tools=[blocks], tool_concurrency=8)
+    results: list[Any] = []
+
+    async def one_run() -> None:
+        results.append(await agent.run("go"))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(4):
+                group.start_soon(one_run)
+            with anyio.fail_after(5):
+                await full.wait()
+            await anyio.wait_all_tasks_blocked()
+            assert (running, threads.borrowed_tokens) == (3, 3)
+            assert threads.statistics().tasks_waiting == 9
+            release.set()
+    finally:
+        release.set()
+    assert peak == 3 and [r.stop_reason for r in results] == ["end_turn"] * 4
