@@ -327,7 +327,7 @@ class Agent:
             self.tool_timeout,
             run.deps,
             self.tool_limiter,
-            run.threads,
+            None,  # worker threads: the event loop's thread_limiter(), shared by every run
             run.log.bind(round=run.rounds),
         )
         failure: Exception | None = None

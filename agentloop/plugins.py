@@ -304,13 +304,7 @@ class _Registrar:
         elif name is None and description is None and timeout is None and eager is None:
             new = copy.copy(item)  # a module-level Tool may be shared: give ours the source
         else:
-            new = Tool(
-                item.function,
-                name=name or item.name,
-                description=item.description if description is None else description,
-                timeout=item.timeout if timeout is None else timeout,
-                eager=item.eager if eager is None else eager,
-            )
+            new = item.replace(name=name, description=description, timeout=timeout, eager=eager)
         new.source = self.plugin
         self.found.append(new)
         return new

@@ -37,7 +37,6 @@ class RunState:
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
         self.limiter = anyio.CapacityLimiter(tool_concurrency)
-        self.threads = anyio.CapacityLimiter(tool_concurrency)
         self.log = log.bind(run_id=self.id)
         self.turn: Any = None
         """The round under way (a `Turn`): what `end_early` must close after a failure."""

@@ -7,6 +7,7 @@ that pass between the response, the registry and the history.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
@@ -14,16 +15,14 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, overload
 
-import anyio
-import anyio.to_thread
+import docstring_parser
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from ._docstrings import parse_docstring
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ToolError
 from .messages import (
     ContentBlock,
     DocumentBlock,
@@ -172,7 +171,60 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
+# Google style as docstring_parser reads it, plus the sections that also list parameters.
+_GOOGLE = docstring_parser.google.GoogleParser(
+    sections=[
+        *docstring_parser.google.DEFAULT_SECTIONS,
+        *(
+            docstring_parser.google.Section(
+                title, "param", docstring_parser.google.SectionType.MULTIPLE
+            )
+            for title in ("Keyword Args", "Keyword Arguments", "Other Args", "Other Parameters")
+        ),
+    ]
+)
+_STYLES: tuple[Callable[[str], docstring_parser.Docstring], ...] = (
+    docstring_parser.rest.parse,
+    _GOOGLE.parse,
+    docstring_parser.numpydoc.parse,
+)
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The description (summary and body, no sections) and each parameter's text."""
+    if not doc:
+        return "", {}
+    parsed: list[docstring_parser.Docstring] = []
+    for parse in _STYLES:
+        try:
+            parsed.append(parse(doc))
+        except Exception:  # a style that cannot read it is not its style
+            continue
+    if not parsed:
+        return doc.strip(), {}
+    # The style that finds the most sections is the one the docstring is written in.
+    best = max(parsed, key=lambda d: len(d.meta))
+    parts = [p for p in (best.short_description, best.long_description) if p]
+    description = ("\n\n" if best.blank_after_short_description else "\n").join(parts)
+    params: dict[str, str] = {}
+    for param in best.params:
+        if param.args[0] == "attribute" or not param.description:
+            continue
+        # "x, y: ..." documents both; "*args" and "\\*args" name `args`.
+        for name in param.arg_name.split(","):
+            name = name.strip().replace("\\", "").lstrip("*")
+            if name.isidentifier():
+                params.setdefault(name, " ".join(param.description.split()))
+    return description.strip(), params
+
+
 Executor = Callable[[str, dict[str, Any]], "tuple[bool, str] | Awaitable[tuple[bool, str]]"]
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004
+    )
 
 
 class Tool:
@@ -190,6 +242,8 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         eager: bool = True,
+        abandon: bool = True,
+        input_schema: Mapping[str, Any] | None = None,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -197,34 +251,59 @@ class Tool:
             function: The function to call; sync or async.
             name: Name the model sees; defaults to the function's name.
             description: Defaults to the docstring (without its parameter sections).
-            timeout: Seconds a call may take; defaults to the agent's `tool_timeout`.
+            timeout: Seconds a call may take (more than 0; `math.inf` for no limit);
+                defaults to the agent's `tool_timeout`.
             eager: Whether a streamed call may start before the whole message arrived.
+            abandon: For a sync function: whether a call that outlives its timeout (or its
+                cancelled run) may leave its thread running in the background. `False`
+                waits for the function to return first, so its effects have landed before
+                the model hears of the timeout. Async functions are always cancelled.
+            input_schema: The input's JSON schema, when the signature does not describe
+                it: the function is then called with the input dict as its one argument,
+                unvalidated (validating it is the function's job).
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
         self.function = function
         self.name: str = name or str(getattr(function, "__name__", ""))
+        self.is_async = _is_async(function)
+        self.timeout, self.eager, self.abandon = timeout, eager, abandon
+        self._check()
+        self.source: str | None = None
+        """The plugin that registered this tool, if any."""
+        self._context_param: str | None = None
+        self._positional: list[str] = []
+        docstring, params = _parse_docstring(inspect.getdoc(function))
+        self.description: str = docstring if description is None else description
+        self._model: type[BaseModel] | None = None
+        if input_schema is None:
+            self._model = self._build_model(params)
+            self.input_schema: dict[str, Any] = self._json_schema(self._model)
+        else:
+            self.input_schema = dict(input_schema)
+        self.definition = ToolDefinition(self.name, self.description, self.input_schema)
+        self.__doc__ = function.__doc__
+        self.__name__ = self.name
+
+    def _check(self) -> None:
         if not self.name or not _valid_name(self.name):
             raise ConfigurationError(
                 f"invalid tool name {self.name!r}: use 1-128 letters, digits, '_' or '-'"
             )
-        self.timeout = timeout
-        self.eager = eager
-        self.source: str | None = None
-        """The plugin that registered this tool, if any."""
-        self.is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
-            getattr(function, "__call__", None)  # noqa: B004
-        )
-        docs = parse_docstring(inspect.getdoc(function))
-        self.description: str = docs.description if description is None else description
-        self._context_param: str | None = None
-        self._positional: list[str] = []
-        self._model = self._build_model(docs.params)
-        self.input_schema: dict[str, Any] = _strip_titles(self._model.model_json_schema())
-        self.input_schema.setdefault("properties", {})
-        self.definition = ToolDefinition(self.name, self.description, self.input_schema)
-        self.__doc__ = function.__doc__
-        self.__name__ = self.name
+        timeout = self.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise ConfigurationError(
+                f"tool {self.name!r}: timeout must be a number of seconds above 0 "
+                f"(math.inf for no limit), not {timeout!r}"
+            )
+        if self.is_async and not self.abandon:
+            raise ConfigurationError(
+                f"tool {self.name!r}: abandon=False is for sync tools; an async tool is "
+                "cancelled at its next await (shield a section with "
+                "anyio.CancelScope(shield=True) if it must complete)"
+            )
 
     def _build_model(self, param_docs: Mapping[str, str]) -> type[BaseModel]:
         try:
@@ -256,13 +335,33 @@ class Tool:
             )
             fields[param.name] = (annotation, info)
         try:
-            return create_model(
-                f"{self.name}_input",
-                __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-                **fields,
-            )
+            return self._model_of(fields)
         except Exception as exc:
             raise ConfigurationError(f"tool {self.name!r}: cannot build its schema: {exc}") from exc
+
+    def _model_of(self, fields: Mapping[str, Any]) -> type[BaseModel]:
+        return create_model(
+            f"{self.name}_input",
+            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **fields,
+        )
+
+    def _json_schema(self, model: type[BaseModel]) -> dict[str, Any]:
+        try:
+            schema: dict[str, Any] = _strip_titles(model.model_json_schema())
+        except Exception as exc:
+            # Name the parameter: the model's own error names only the type.
+            for name, info in model.model_fields.items():
+                try:
+                    self._model_of({name: (info.annotation, info)}).model_json_schema()
+                except Exception:
+                    raise ConfigurationError(
+                        f"tool {self.name!r}: parameter {name!r} has a type that cannot be "
+                        f"described in JSON schema to the model ({exc})"
+                    ) from exc
+            raise ConfigurationError(f"tool {self.name!r}: cannot build its schema: {exc}") from exc
+        schema.setdefault("properties", {})
+        return schema
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""
@@ -271,91 +370,57 @@ class Tool:
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
+    def replace(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        eager: bool | None = None,
+        abandon: bool | None = None,
+    ) -> Tool:
+        """A copy with the given options changed (and no `source`); the rest is kept."""
+        new = copy.copy(self)
+        new.name = self.name if name is None else name
+        new.description = self.description if description is None else description
+        new.timeout = self.timeout if timeout is None else timeout
+        new.eager = self.eager if eager is None else eager
+        new.abandon = self.abandon if abandon is None else abandon
+        new._check()
+        new.source = None
+        new.definition = replace(self.definition, name=new.name, description=new.description)
+        new.__name__ = new.name
+        return new
+
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check the model's input against the signature; return the call's arguments.
+
+        A tool made with an explicit `input_schema` takes its input as it is.
 
         Raises:
             pydantic.ValidationError: the input does not fit the schema.
         """
-        return dict(self._model.model_validate(arguments).__dict__)
+        if self._model is None:
+            return dict(arguments)
+        # The instance is thrown away, so its __dict__ is ours to hand on.
+        return self._model.model_validate(arguments).__dict__
 
-    async def invoke(
-        self,
-        arguments: dict[str, Any],
-        context: RunContext[Any],
-        *,
-        thread_limiter: anyio.CapacityLimiter | None = None,
-    ) -> Any:
-        """Run the function with validated `arguments` and return what it returned."""
+    def bind(
+        self, arguments: dict[str, Any], context: Callable[[], RunContext[Any]]
+    ) -> Callable[[], Any]:
+        """The call of the function with validated `arguments`, ready to run.
+
+        `context` makes the `RunContext` for a function that takes one (it is not called
+        otherwise). `arguments` (from `validate`) is used up.
+        """
+        if self._model is None:
+            return partial(self.function, arguments)
         if self._context_param is not None:
-            arguments = {**arguments, self._context_param: context}
-        args = [arguments.pop(name) for name in self._positional]
-        if self.is_async:
-            return await self.function(*args, **arguments)
-        return await anyio.to_thread.run_sync(
-            partial(self.function, *args, **arguments),
-            abandon_on_cancel=True,
-            limiter=thread_limiter,
-        )
-
-
-class _RawTool(Tool):
-    """A tool from a raw definition plus an executor `(name, input) -> (ok, text)`."""
-
-    def __init__(self, definition: Mapping[str, Any], executor: Executor) -> None:
-        try:
-            self.name = str(definition["name"])
-            schema = dict(definition.get("input_schema") or {"type": "object", "properties": {}})
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ConfigurationError(f"a raw tool definition needs a name: {definition!r}") from exc
-        if not _valid_name(self.name):
-            raise ConfigurationError(f"invalid tool name {self.name!r}")
-        self.function = executor
-        self.description = str(definition.get("description") or "")
-        self.input_schema = schema
-        self.timeout = None
-        self.eager = True
-        self.source = None
-        self.is_async = inspect.iscoroutinefunction(executor)
-        self._context_param = None
-        self._positional = []
-        extra = {
-            k: v for k, v in definition.items() if k not in ("name", "description", "input_schema")
-        }
-        self.definition = ToolDefinition(self.name, self.description, schema, extra)
-        self.__doc__ = self.description
-        self.__name__ = self.name
-
-    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        # The executor owns validation for raw definitions; it reports problems as not-ok.
-        return dict(arguments)
-
-    async def invoke(
-        self,
-        arguments: dict[str, Any],
-        context: RunContext[Any],
-        *,
-        thread_limiter: anyio.CapacityLimiter | None = None,
-    ) -> Any:
-        if self.is_async:
-            outcome = await cast(Callable[..., Awaitable[Any]], self.function)(self.name, arguments)
-        else:
-            outcome = await anyio.to_thread.run_sync(
-                partial(self.function, self.name, arguments),
-                abandon_on_cancel=True,
-                limiter=thread_limiter,
-            )
-        try:
-            ok, text = outcome
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"executor for {self.name!r} must return (ok, text), got {outcome!r}"
-            ) from None
-        if not ok:
-            from .errors import ToolError
-
-            raise ToolError(str(text))
-        return str(text)
+            arguments[self._context_param] = context()
+        if self._positional:
+            args = [arguments.pop(name) for name in self._positional]
+            return partial(self.function, *args, **arguments)
+        return partial(self.function, **arguments)
 
 
 def raw_tools(definitions: Sequence[Mapping[str, Any]], executor: Executor) -> list[Tool]:
@@ -367,7 +432,52 @@ def raw_tools(definitions: Sequence[Mapping[str, Any]], executor: Executor) -> l
         executor: `executor(name, input) -> (ok, text)`, sync or async. `ok=False` sends
             `text` back as an `is_error` result.
     """
-    return [_RawTool(d, executor) for d in definitions]
+    tools = []
+    for definition in definitions:
+        try:
+            name = str(definition["name"])
+            schema = definition.get("input_schema") or {"type": "object", "properties": {}}
+            extra = {
+                k: v
+                for k, v in definition.items()
+                if k not in ("name", "description", "input_schema")
+            }
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigurationError(f"a raw tool definition needs a name: {definition!r}") from exc
+        made = Tool(
+            _executor_call(executor, name),
+            name=name,
+            description=str(definition.get("description") or ""),
+            input_schema=schema,
+        )
+        made.definition = replace(made.definition, extra=extra)
+        tools.append(made)
+    return tools
+
+
+def _executor_call(executor: Executor, name: str) -> Callable[[dict[str, Any]], Any]:
+    """A function of the input alone that runs `executor` for tool `name`, sync or async."""
+    if _is_async(executor):
+
+        async def run_async(arguments: dict[str, Any]) -> str:
+            return _outcome(name, await executor(name, arguments))  # type: ignore[misc]
+
+        return run_async
+
+    def run(arguments: dict[str, Any]) -> str:
+        return _outcome(name, executor(name, arguments))
+
+    return run
+
+
+def _outcome(name: str, outcome: Any) -> str:
+    try:
+        ok, text = outcome
+    except (TypeError, ValueError):
+        raise TypeError(f"executor for {name!r} must return (ok, text), got {outcome!r}") from None
+    if not ok:
+        raise ToolError(str(text))
+    return str(text)
 
 
 def _valid_name(name: str) -> bool:
@@ -383,6 +493,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     eager: bool = True,
+    abandon: bool = True,
 ) -> Tool: ...
 
 
@@ -393,6 +504,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     eager: bool = True,
+    abandon: bool = True,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -404,6 +516,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     eager: bool = True,
+    abandon: bool = True,
 ) -> Tool | Callable[[F], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
@@ -417,14 +530,23 @@ def tool(
         function: The function, when used bare.
         name: Name the model sees; defaults to the function's name.
         description: Overrides the docstring.
-        timeout: Seconds a call may run before it fails with "timed out".
+        timeout: Seconds a call may run before it fails with a timeout (more than 0).
         eager: Whether a streamed call may start before the whole message arrived.
+        abandon: For a sync function: `False` makes a timed-out or cancelled call wait
+            for the function to return instead of leaving its thread running.
     """
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "timeout": timeout,
+        "eager": eager,
+        "abandon": abandon,
+    }
     if function is not None:
-        return Tool(function, name=name, description=description, timeout=timeout, eager=eager)
+        return Tool(function, **options)
 
     def decorate(fn: F) -> Tool:
-        return Tool(fn, name=name, description=description, timeout=timeout, eager=eager)
+        return Tool(fn, **options)
 
     return decorate
 

@@ -97,7 +97,16 @@ def _agentloop_stream(client: AsyncAnthropic, scenario: Scenario, *, eager: bool
 
 
 def hand(client: AsyncAnthropic, scenario: Scenario) -> Run:
-    """The minimal hand-written loop (benchmarks/hand_loop.py)."""
+    """The minimal hand-written loop (benchmarks/hand_loop.py), calls in a task group."""
+    return _hand(client, scenario, gather=False)
+
+
+def hand_gather(client: AsyncAnthropic, scenario: Scenario) -> Run:
+    """The minimal hand-written loop with the calls run by `asyncio.gather`."""
+    return _hand(client, scenario, gather=True)
+
+
+def _hand(client: AsyncAnthropic, scenario: Scenario, *, gather: bool) -> Run:
     tools = {n: TOOLS[n] for n in scenario.tools}
     wire = definitions(scenario.tools)
 
@@ -110,6 +119,7 @@ def hand(client: AsyncAnthropic, scenario: Scenario) -> Run:
             definitions=wire,
             max_tokens=MAX_TOKENS,
             max_rounds=scenario.max_rounds,
+            gather=gather,
         )
         last = messages[-1]["content"]
         text = "".join(getattr(b, "text", "") for b in last) if isinstance(last, list) else ""
@@ -188,6 +198,7 @@ CONTENDERS: dict[str, Contender] = {
     "agentloop_eager": agentloop_eager,
     "agentloop_noneager": agentloop_noneager,
     "hand": hand,
+    "hand_gather": hand_gather,
     "sdk_runner": sdk_runner,
     "sdk_runner_eager": sdk_runner_eager,
     "pydantic_ai": pydantic_ai,

@@ -55,7 +55,15 @@ SCENARIOS: dict[str, Scenario] = {
             "S1", "fanout: 1 turn of 50 calls x 100 ms", ("wait",), (*ALL, "agentloop_cap8"), 5
         ),
         Scenario("S2", f"chain: {S2_TURNS} turns of 1 instant call", ("echo",), ALL, 9, 102),
-        Scenario("S3", "big fanout: 1 turn of 1000 instant calls", ("echo",), ALL, 7, 10, 1000),
+        Scenario(
+            "S3",
+            "big fanout: 1 turn of 1000 instant calls",
+            ("echo",),
+            (*ALL, "hand_gather"),
+            7,
+            10,
+            1000,
+        ),
         Scenario(
             "S4",
             "cap: 64 calls x 100 ms at tool_concurrency=8",

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 import pytest
+import structlog
 
-from agentloop import Agent, ToolError, lint_history, tool
+from agentloop import Agent, AnthropicProvider, ToolError, lint_history, tool
+from agentloop.events import ToolResultEvent
 from agentloop.messages import parse_history
-from agentloop.testing import reply, tool_call
+from agentloop.testing import MessagesServer, SteppedProvider, reply, tool_call
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 
 def fanout(name: str, inputs: list[dict[str, Any]], final: str = "done") -> list[dict[str, Any]]:
@@ -157,8 +165,12 @@ async def test_timeout_turns_a_hung_tool_into_an_error_and_siblings_succeed(
     elapsed = time.perf_counter() - started
     by_name = {c.name: c for c in result.tool_calls}
     assert by_name["hangs"].is_error and "timed out after 0.5 s" in by_name["hangs"].output
-    assert (
-        by_name["hangs_in_a_thread"].is_error and "timed out" in by_name["hangs_in_a_thread"].output
+    assert by_name["hangs"].output == "Tool 'hangs' timed out after 0.5 s and was stopped."
+    # A thread cannot be stopped: the model is told the call may still take effect.
+    assert by_name["hangs_in_a_thread"].is_error
+    assert by_name["hangs_in_a_thread"].output.startswith(
+        "Tool 'hangs_in_a_thread' did not finish within 0.5 s and is still running: "
+        "it may yet complete"
     )
     assert not by_name["quick"].is_error and by_name["quick"].output == "quick"
     assert by_name["own_timeout"].output == "slow but allowed"
@@ -298,3 +310,562 @@ async def test_execute_runs_a_batch_in_order_under_the_cap() -> None:
     assert [r.tool_use_id for r in results] == [c.id for c in calls]
     assert [r.content for r in results[:10]] == [str(n) for n in range(10)]
     assert results[-1].is_error and most == 3
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+def context(**options: Any) -> Any:
+    from agentloop.registry import ExecutionContext
+
+    values: dict[str, Any] = {
+        "run_id": "run",
+        "round": 1,
+        "limiter": anyio.CapacityLimiter(8),
+        "timeout": 5.0,
+        **options,
+    }
+    return ExecutionContext(**values)
+
+
+def calls_of(name: str, count: int, make: Any = lambda i: {}) -> list[Any]:
+    from agentloop import ToolCall
+
+    return [ToolCall(f"toolu_{name}_{i}", name, make(i)) for i in range(count)]
+
+
+async def test_a_sync_tool_that_times_out_is_not_said_to_be_stopped(http_agent: Any) -> None:
+    release, appended = threading.Event(), threading.Event()
+    items: list[str] = []
+
+    @tool(timeout=0.2)
+    def append(item: str) -> str:
+        """Append to the list (slowly)."""
+        release.wait(5)
+        items.append(item)
+        appended.set()
+        return "appended"
+
+    agent, _ = http_agent(
+        [reply(tool_call("append", {"item": "x"})), reply("done")], tools=[append]
+    )
+    try:
+        result = await agent.run("go")
+    finally:
+        release.set()
+    (record,) = result.tool_calls
+    assert record.is_error and "was stopped" not in record.output
+    assert record.output == (
+        "Tool 'append' did not finish within 0.2 s and is still running: it may yet complete, "
+        "so its effects may still happen. Check before calling it again."
+    )
+    # ... and so it does, after the run has ended.
+    assert await anyio.to_thread.run_sync(appended.wait, 5)
+    assert items == ["x"]
+
+
+async def test_a_tool_that_must_not_be_abandoned_finishes_before_the_model_is_told(
+    http_agent: Any,
+) -> None:
+    items: list[str] = []
+
+    @tool(timeout=0.05, abandon=False)
+    def append(item: str) -> str:
+        """Append to the list; takes longer than its timeout."""
+        time.sleep(0.3)  # the work itself, longer than the timeout
+        items.append(item)
+        return "appended"
+
+    agent, server = http_agent(
+        [reply(tool_call("append", {"item": "x"})), reply("done")], tools=[append]
+    )
+    result = await agent.run("go")
+    (record,) = result.tool_calls
+    assert items == ["x"]
+    assert record.is_error and record.duration >= 0.3
+    assert record.output.startswith(
+        "Tool 'append' did not finish within 0.05 s; it was left to finish (after 0.3"
+    )
+    assert record.output.endswith("so its effects have happened, but its output was discarded.")
+    assert server.requests[1]["messages"][-1]["content"][0]["is_error"] is True
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_tool_that_must_not_be_abandoned_holds_up_a_cancelled_run(backend: str) -> None:
+    items: list[str] = []
+
+    async def main() -> Any:
+        started = anyio.Event()
+
+        @tool(abandon=False)
+        def append(item: str) -> str:
+            """Append to the list; slow."""
+            anyio.from_thread.run_sync(started.set)
+            time.sleep(0.3)  # the work itself: the cancellation arrives meanwhile
+            items.append(item)
+            return "appended"
+
+        agent = Agent(
+            provider=SteppedProvider([reply(tool_call("append", {"item": "x"})), reply("no")]),
+            tools=[append],
+        )
+        async with agent.run_stream("go") as stream:
+            async for _ in stream:
+                if started.is_set():
+                    stream.cancel()
+                    break
+            await started.wait()
+            stream.cancel()
+        return stream.result
+
+    result = anyio.run(main, backend=backend)
+    assert items == ["x"], "the run ended only after the thread had returned"
+    assert result.stop_reason == "cancelled"
+
+
+async def test_a_timed_out_call_does_not_spoil_the_next_in_the_same_task() -> None:
+    from agentloop.registry import ToolRegistry
+
+    @tool(timeout=0.05)
+    async def hangs() -> str:
+        await anyio.sleep(5)
+        return "never"
+
+    @tool(timeout=0.05)
+    async def ignores_cancel() -> str:
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            return "ignored the cancellation"
+        return "never"
+
+    @tool(timeout=0.5)
+    async def short(n: int) -> int:
+        await anyio.sleep(0.01)
+        return n
+
+    registry = ToolRegistry([hangs, ignores_cancel, short])
+    calls = [*calls_of("hangs", 1), *calls_of("ignores_cancel", 1)]
+    calls += calls_of("short", 3, lambda i: {"n": i})
+    # A cap of 1: the calls run one after another in one task.
+    results = await registry.execute(calls, context(limiter=anyio.CapacityLimiter(1)))
+    assert [(r.content, r.is_error) for r in results] == [
+        ("Tool 'hangs' timed out after 0.05 s and was stopped.", True),
+        ("ignored the cancellation", False),
+        ("0", False),
+        ("1", False),
+        ("2", False),
+    ]
+
+
+# --------------------------------------------------------------------------- cancellations
+
+
+@tool
+async def raises_a_stale_cancellation() -> str:
+    """Re-raises a cancellation caught in a scope of its own, after that scope is gone."""
+    caught: BaseException | None = None
+    with anyio.CancelScope() as inner:
+        inner.cancel()
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class() as exc:
+            caught = exc
+    assert caught is not None
+    raise caught
+
+
+def _foreign_cancellation_run(backend: str, stream: bool, tools: list[Any]) -> Any:
+    async def main() -> Any:
+        both = anyio.Event()
+        arrived = 0
+
+        @tool
+        async def sibling() -> str:
+            """Waits until the other sibling runs too."""
+            nonlocal arrived
+            arrived += 1
+            if arrived == 2:
+                both.set()
+            with anyio.fail_after(5):
+                await both.wait()
+            return "fine"
+
+        calls = [tool_call(t.name) for t in tools]
+        script = [reply(tool_call("sibling"), *calls, tool_call("sibling")), reply("done")]
+        async with MessagesServer(script) as server:
+            agent = Agent(
+                provider=AnthropicProvider(server.client(), stream=stream),
+                tools=[sibling, *tools],
+            )
+            result = await agent.run("go")
+            lint_history(parse_history(server.requests[1]["messages"]))
+        return result
+
+    return anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_cancellation_the_tool_raised_itself_is_a_failure(backend: str, stream: bool) -> None:
+    result = _foreign_cancellation_run(backend, stream, [raises_a_stale_cancellation])
+    assert result.stop_reason == "end_turn"
+    outputs = {c.name: (c.is_error, c.output) for c in result.tool_calls}
+    assert outputs["sibling"] == (False, "fine")
+    assert outputs["raises_a_stale_cancellation"][0] is True
+    assert outputs["raises_a_stale_cancellation"][1].startswith(
+        "Tool 'raises_a_stale_cancellation' failed: Cancelled"
+    )
+    assert outputs["raises_a_stale_cancellation"][1].endswith(
+        "(raised by the tool; the call was not cancelled)"
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_asyncio_cancellations_a_tool_did_not_receive_are_failures(stream: bool) -> None:
+    import asyncio
+
+    @tool
+    async def raises_cancelled() -> str:
+        raise asyncio.CancelledError()
+
+    @tool
+    async def awaits_a_cancelled_future() -> str:
+        future = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(future.cancel)
+        return str(await future)
+
+    result = _foreign_cancellation_run(
+        "asyncio", stream, [raises_cancelled, awaits_a_cancelled_future]
+    )
+    assert result.stop_reason == "end_turn"
+    assert [(c.name, c.is_error, c.output) for c in result.tool_calls] == [
+        ("sibling", False, "fine"),
+        (
+            "raises_cancelled",
+            True,
+            "Tool 'raises_cancelled' failed: CancelledError "
+            "(raised by the tool; the call was not cancelled)",
+        ),
+        (
+            "awaits_a_cancelled_future",
+            True,
+            "Tool 'awaits_a_cancelled_future' failed: CancelledError "
+            "(raised by the tool; the call was not cancelled)",
+        ),
+        ("sibling", False, "fine"),
+    ]
+
+
+# --------------------------------------------------------------------------- BaseExceptions
+
+
+class Fatal(BaseException):
+    pass
+
+
+def _raiser(kind: type[BaseException], sync: bool) -> Any:
+    if sync:
+
+        def fatal() -> str:
+            raise kind("from the tool")
+
+        return tool(fatal)
+
+    async def fatal_async() -> str:
+        raise kind("from the tool")
+
+    return tool(name="fatal")(fatal_async)
+
+
+KINDS = [
+    pytest.param(SystemExit, id="SystemExit"),
+    pytest.param(KeyboardInterrupt, id="KeyboardInterrupt"),
+    pytest.param(GeneratorExit, id="GeneratorExit"),
+    pytest.param(Fatal, id="custom"),
+]
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_base_exceptions_of_a_tool_propagate_as_themselves(
+    backend: str, kind: type[BaseException], sync: bool
+) -> None:
+    from agentloop.registry import ToolRegistry
+
+    @tool
+    async def sibling(n: int) -> int:
+        await anyio.sleep(5)
+        return n
+
+    registry = ToolRegistry([sibling, _raiser(kind, sync)])
+
+    async def batch() -> None:
+        calls = [*calls_of("sibling", 2, lambda i: {"n": i}), *calls_of("fatal", 1)]
+        await registry.execute(calls, context())
+
+    async def first_of_a_batch() -> None:
+        await registry.execute([*calls_of("fatal", 1), *calls_of("sibling", 1)], context())
+
+    async def single() -> None:
+        await registry.run_call(calls_of("fatal", 1)[0], context())
+
+    for main in (batch, first_of_a_batch, single):
+        with pytest.raises(kind) as caught:
+            anyio.run(main, backend=backend)
+        assert type(caught.value) is kind and str(caught.value) == "from the tool"
+
+
+def test_reraise_base_exception_unwraps_nested_groups() -> None:
+    from agentloop.registry import reraise_base_exception
+
+    fatal = Fatal("inner")
+    group = BaseExceptionGroup("outer", [ValueError("x"), BaseExceptionGroup("inner", [fatal])])
+    with pytest.raises(Fatal) as caught:
+        reraise_base_exception(group)
+    assert caught.value is fatal
+    reraise_base_exception(ExceptionGroup("only errors", [ValueError("x")]))  # returns
+    reraise_base_exception(ValueError("not a group"))
+
+
+# --------------------------------------------------------------------------- slots
+
+
+async def test_a_timed_out_sync_call_keeps_its_slots_until_its_thread_returns(
+    http_agent: Any,
+) -> None:
+    release = threading.Event()
+    lock = threading.Lock()
+    running = peak = 0
+    slots = anyio.CapacityLimiter(2)
+
+    @tool(timeout=0.05)
+    def blocks(n: int) -> int:
+        """Blocks until released."""
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        release.wait(5)
+        with lock:
+            running -= 1
+        return n
+
+    agent, _ = http_agent(
+        fanout("blocks", [{"n": i} for i in range(6)]), tools=[blocks], tool_limiter=slots
+    )
+    timeouts = 0
+    try:
+        async with agent.run_stream("go") as stream:
+            async for event in stream:
+                if isinstance(event, ToolResultEvent) and event.is_error:
+                    timeouts += 1
+                    if timeouts == 2:
+                        await anyio.wait_all_tasks_blocked()
+                        # Both threads still run: their slots are still taken, and the
+                        # four other calls still wait for one.
+                        assert (running, slots.borrowed_tokens) == (2, 2)
+                        assert slots.statistics().tasks_waiting == 4
+                        release.set()
+    finally:
+        release.set()
+    result = stream.result
+    assert result is not None and peak == 2
+    assert [c.is_error for c in result.tool_calls] == [True, True, False, False, False, False]
+    assert slots.borrowed_tokens == 0
+
+
+async def test_worker_threads_are_capped_across_runs() -> None:
+    from agentloop.registry import ToolRegistry, thread_limiter
+
+    threads = thread_limiter()
+    assert threads.total_tokens == 40
+    threads.total_tokens = 3
+    release = threading.Event()
+    lock = threading.Lock()
+    running = peak = 0
+
+    @tool(timeout=0.05)
+    def blocks(n: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        release.wait(5)
+        with lock:
+            running -= 1
+        return n
+
+    registry = ToolRegistry([blocks])
+    timed_out = anyio.Event()
+    results: list[Any] = []
+
+    async def on_result(result: Any) -> None:
+        results.append(result)
+        if sum(r.is_error for r in results) == 3:
+            timed_out.set()
+
+    async def one_run(run: int) -> None:
+        # Each run its own context and caps, as agents make them; no thread limiter given.
+        await registry.execute(
+            calls_of(f"blocks{run}", 3, lambda i: {"n": i}),
+            context(run_id=f"run{run}"),
+            on_result=on_result,
+        )
+
+    registry._tools = {f"blocks{run}": blocks.replace(name=f"blocks{run}") for run in range(4)}
+    try:
+        async with anyio.create_task_group() as group:
+            for run in range(4):
+                group.start_soon(one_run, run)
+            with anyio.fail_after(5):
+                await timed_out.wait()
+            await anyio.wait_all_tasks_blocked()
+            # Three threads run (abandoned by their calls); nine calls wait for a thread.
+            assert (running, threads.borrowed_tokens) == (3, 3)
+            assert threads.statistics().tasks_waiting == 9
+            release.set()
+    finally:
+        release.set()
+    assert peak == 3 and len(results) == 12
+    assert sum(r.is_error for r in results) == 3  # waiting for a thread is not timed
+    assert threads.borrowed_tokens == 0
+
+
+# --------------------------------------------------------------------------- batches
+
+
+async def test_a_batch_of_instant_calls_runs_in_the_task_at_hand() -> None:
+    import contextvars
+
+    from agentloop.registry import ToolRegistry
+
+    seen = contextvars.ContextVar[str]("seen")
+    tasks: set[int] = set()
+    leaked: list[str] = []
+
+    @tool
+    async def instant(n: int) -> int:
+        tasks.add(len(anyio.get_running_tasks()))
+        leaked.append(seen.get("unset"))
+        seen.set(f"call {n}")  # a call's context is its own, as in a task of its own
+        return n
+
+    registry = ToolRegistry([instant])
+    calls = calls_of("instant", 100, lambda i: {"n": i})
+    before = len(anyio.get_running_tasks())
+    results = await registry.execute(calls, context(limiter=anyio.CapacityLimiter(64)))
+    assert [r.content for r in results] == [str(i) for i in range(100)]
+    assert tasks == {before} and leaked == ["unset"] * 100
+
+
+async def test_a_batch_starts_tasks_when_calls_wait() -> None:
+    from agentloop.registry import ToolRegistry
+
+    arrived = 0
+    everyone = anyio.Event()
+    order: list[str] = []
+
+    @tool
+    async def waits(n: int) -> int:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 5:
+            everyone.set()
+        with anyio.fail_after(5):
+            await everyone.wait()
+        order.append(f"wait {n}")
+        return n
+
+    @tool
+    async def instant(n: int) -> int:
+        order.append(f"instant {n}")
+        return n
+
+    registry = ToolRegistry([waits, instant])
+    calls = [*calls_of("waits", 5, lambda i: {"n": i}), *calls_of("instant", 2, lambda i: {"n": i})]
+    reported: list[str] = []
+
+    async def on_result(result: Any) -> None:
+        reported.append(result.tool_use_id)
+
+    results = await registry.execute(calls, context(), on_result=on_result)
+    assert [r.content for r in results] == ["0", "1", "2", "3", "4", "0", "1"]
+    assert sorted(reported) == sorted(c.id for c in calls)
+    # The instant calls did not wait for the waiting ones.
+    assert order[:2] == ["instant 0", "instant 1"]
+
+
+async def test_each_call_of_a_batch_logs_with_its_own_id() -> None:
+    from structlog.testing import capture_logs
+
+    from agentloop.registry import ToolRegistry
+
+    @tool
+    async def logs(n: int) -> int:
+        structlog.get_logger("tool").info("inside", n=n)
+        return n
+
+    @tool
+    def logs_in_a_thread(n: int) -> int:
+        structlog.get_logger("tool").info("inside", n=n)
+        return n
+
+    registry = ToolRegistry([logs, logs_in_a_thread])
+    calls = [
+        *calls_of("logs", 3, lambda i: {"n": i}),
+        *calls_of("logs_in_a_thread", 2, lambda i: {"n": i}),
+    ]
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs_seen:
+        await registry.execute(calls, context())
+    inside = {(e["tool_use_id"], e["n"]) for e in logs_seen if e["event"] == "inside"}
+    assert inside == {(c.id, c.input["n"]) for c in calls}
+
+
+async def test_concurrent_runs_share_one_cap_on_worker_threads(serve: Any) -> None:
+    from agentloop.registry import thread_limiter
+
+    threads = thread_limiter()
+    threads.total_tokens = 3
+    release = threading.Event()
+    lock = threading.Lock()
+    full = anyio.Event()
+    running = peak = 0
+
+    @tool
+    def blocks(n: int) -> int:
+        """Blocks until released."""
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            if running == 3:
+                anyio.from_thread.run_sync(full.set)
+        release.wait(5)
+        with lock:
+            running -= 1
+        return n
+
+    server = serve(
+        lambda body: fanout("blocks", [{"n": i} for i in range(3)])[len(body["messages"]) // 2]
+    )
+    agent = Agent(client=server.client(), tools=[blocks], tool_concurrency=8)
+    results: list[Any] = []
+
+    async def one_run() -> None:
+        results.append(await agent.run("go"))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(4):
+                group.start_soon(one_run)
+            with anyio.fail_after(5):
+                await full.wait()
+            await anyio.wait_all_tasks_blocked()
+            assert (running, threads.borrowed_tokens) == (3, 3)
+            assert threads.statistics().tasks_waiting == 9
+            release.set()
+    finally:
+        release.set()
+    assert peak == 3 and [r.stop_reason for r in results] == ["end_turn"] * 4

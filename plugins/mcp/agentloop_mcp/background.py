@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from agentloop import RunContext, Tool
+from agentloop import Tool
 from agentloop.messages import ContentBlock
 
 from .config import MCPServer, load_config
@@ -124,6 +124,8 @@ class _BridgedTool(Tool):
         self.is_async = True
         self._context_param = None
         self._positional = []
+        self.abandon = True
+        self._model = None
         self.__doc__ = inner.__doc__
         self.__name__ = inner.name
         self._portal = portal
@@ -135,18 +137,13 @@ class _BridgedTool(Tool):
         """Check the input against the server's schema (see `MCPTool.validate`)."""
         return self.inner.validate(arguments)
 
-    async def invoke(
-        self,
-        arguments: dict[str, Any],
-        context: RunContext[Any],
-        *,
-        thread_limiter: anyio.CapacityLimiter | None = None,
-    ) -> str | list[ContentBlock] | None:
-        """Run the call on the source's loop and wait for it here."""
-        return await self._forward(**arguments)
+    def __call__(self, **arguments: Any) -> Any:
+        """Call the tool directly, with its arguments by name (a coroutine)."""
+        return self._forward(arguments)
 
-    async def _forward(self, **arguments: Any) -> str | list[ContentBlock] | None:
-        future = self._portal.start_task_soon(partial(self.inner.function, **arguments))
+    async def _forward(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
+        """Run the call on the source's loop and wait for it here."""
+        future = self._portal.start_task_soon(partial(self.inner.function, arguments))
         try:
             result: str | list[ContentBlock] | None = await anyio.to_thread.run_sync(
                 future.result, abandon_on_cancel=True

@@ -27,8 +27,8 @@ import anyio.abc
 import anyio.lowlevel
 import httpx2
 import mcp.types as mcp_types
-import structlog
 from agentloop import AgentloopError, ToolError
+from agentloop.logs import get_logger
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -41,7 +41,7 @@ from .config import MCPServer
 
 __all__ = ("MCPConnectError", "ServerConnection")
 
-_log = structlog.get_logger("agentloop_mcp")
+_log = get_logger()
 
 NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""

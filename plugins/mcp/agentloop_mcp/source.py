@@ -16,9 +16,9 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
-import structlog
 from agentloop import ConfigurationError, Tool
 from agentloop.errors import DuplicateToolError
+from agentloop.logs import get_logger
 
 from .config import MCPConfigError, MCPServer
 from .connection import MCPConnectError, ServerConnection
@@ -26,7 +26,7 @@ from .tools import MCPTool
 
 __all__ = ("MCPToolSource",)
 
-_log = structlog.get_logger("agentloop_mcp")
+_log = get_logger()
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
 import jsonschema
 import mcp.types as mcp_types
-import structlog
-from agentloop import RunContext, Tool
+from agentloop import Tool
+from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
 from agentloop.tools import ToolDefinition
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
@@ -25,7 +24,7 @@ from .content import to_content
 
 __all__ = ("MCPTool",)
 
-_log = structlog.get_logger("agentloop_mcp")
+_log = get_logger()
 
 
 class MCPTool(Tool):
@@ -59,6 +58,8 @@ class MCPTool(Tool):
         self.is_async = True
         self._context_param = None
         self._positional = []
+        self.abandon = True
+        self._model = None
         self.definition = ToolDefinition(name, self.description, self.input_schema)
         self.__doc__ = self.description
         self.__name__ = name
@@ -86,21 +87,16 @@ class MCPTool(Tool):
             raise ValidationError.from_exception_data(f"{self.name}_input", _details(errors))
         return dict(arguments)
 
-    async def invoke(
-        self,
-        arguments: dict[str, Any],
-        context: RunContext[Any],
-        *,
-        thread_limiter: anyio.CapacityLimiter | None = None,
-    ) -> str | list[ContentBlock] | None:
+    def __call__(self, **arguments: Any) -> Any:
+        """Call the tool directly, with its arguments by name (a coroutine)."""
+        return self._call(arguments)
+
+    async def _call(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
         """Call the tool on its server; the result as tool_result content.
 
         Raises:
             ToolError: the server reported an error, or the call could not be completed.
         """
-        return await self._call(**arguments)
-
-    async def _call(self, **arguments: Any) -> str | list[ContentBlock] | None:
         result = await self._connection.call(self.mcp_name, arguments, retryable=self.retryable)
         return to_content(result, self.name)
 
