@@ -31,20 +31,16 @@ def fanout(name: str, inputs: list[dict[str, Any]], final: str = "done") -> list
 async def test_fifty_calls_run_in_one_turn_in_parallel(http_agent: Any) -> None:
     arrived = 0
     everyone = anyio.Event()
-    windows: list[tuple[float, float]] = []
 
     @tool
     async def wait_for_all(n: int) -> str:
         """Rendezvous: returns only once all 50 calls are in flight together."""
         nonlocal arrived
-        start = time.perf_counter()
         arrived += 1
         if arrived == 50:
             everyone.set()
         with anyio.fail_after(5):
             await everyone.wait()
-        await anyio.sleep(0.2)
-        windows.append((start, time.perf_counter()))
         return f"ok {n}"
 
     agent, server = http_agent(
@@ -56,8 +52,6 @@ async def test_fifty_calls_run_in_one_turn_in_parallel(http_agent: Any) -> None:
     assert result.stop_reason == "end_turn" and result.rounds == 2
     assert [c.output for c in result.tool_calls] == [f"ok {i}" for i in range(50)]
     assert not any(c.is_error for c in result.tool_calls)
-    # The whole turn's tool work fits well inside twice one call's time.
-    assert max(e for _, e in windows) - min(s for s, _ in windows) < 0.4
     results = server.model.requests[1]["messages"][-1]["content"]
     assert [r["tool_use_id"] for r in results] == [c.tool_use_id for c in result.tool_calls]
 
@@ -117,7 +111,7 @@ async def test_shared_limiter_caps_across_runs(serve: Any) -> None:
     async with anyio.create_task_group() as group:
         for _ in range(4):
             group.start_soon(agent.run, "go")
-    assert most <= 3
+    assert most == 3
 
 
 @pytest.mark.both_formats
@@ -329,7 +323,7 @@ def context(**options: Any) -> Any:
 
 
 def calls_of(name: str, count: int, make: Any = lambda i: {}) -> list[Any]:
-    from agentloop import ToolCall
+    from agentloop.tools import ToolCall
 
     return [ToolCall(f"toolu_{name}_{i}", name, make(i)) for i in range(count)]
 
