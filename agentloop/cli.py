@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -27,6 +26,7 @@ import structlog
 
 from . import __version__
 from .agent import DEFAULT_MODEL, Agent
+from .arguments import prompt, seconds, whole_number
 from .errors import AgentloopError, ConfigurationError
 from .gateway.cli import add_serve_command, serve_command
 from .hookspecs import RunSetup
@@ -77,7 +77,7 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", parents=[common], help="run an agent on a prompt", allow_abbrev=False
     )
-    run.add_argument("prompt", type=_prompt, help="what to ask")
+    run.add_argument("prompt", type=prompt, help="what to ask")
     run.add_argument("--model", default=DEFAULT_MODEL, help="model name")
     run.add_argument("--system", help="system prompt")
     run.add_argument(
@@ -94,10 +94,10 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         metavar="NAME",
         help="expose only these tools (repeatable)",
     )
-    run.add_argument("--max-rounds", type=_whole_number, default=10, help="model requests")
-    run.add_argument("--concurrency", type=_whole_number, default=8, help="tool calls at once")
-    run.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per tool call")
-    run.add_argument("--max-tokens", type=_whole_number, default=4096)
+    run.add_argument("--max-rounds", type=whole_number, default=10, help="model requests")
+    run.add_argument("--concurrency", type=whole_number, default=8, help="tool calls at once")
+    run.add_argument("--timeout", type=seconds, default=30.0, help="seconds per tool call")
+    run.add_argument("--max-tokens", type=whole_number, default=4096)
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument(
         "--offline",
@@ -190,32 +190,6 @@ class _Commands:
         )
         parser.set_defaults(handler=handler)
         return parser
-
-
-def _prompt(value: str) -> str:
-    if not value.strip():
-        raise argparse.ArgumentTypeError(f"expected some text to send, got {value!r}")
-    return value
-
-
-def _whole_number(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return number
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not (math.isfinite(number) and number > 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
-    return number
 
 
 def main(argv: Sequence[str] | None = None, *, manager: PluginManager | None = None) -> int:

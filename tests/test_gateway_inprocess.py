@@ -35,6 +35,23 @@ class Served:
 
 
 @asynccontextmanager
+async def gateway_on(config: GatewayConfig) -> AsyncIterator[str]:
+    gateway = Gateway(config)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        url = f"http://127.0.0.1:{port}"
+        await anyio.to_thread.run_sync(_wait_healthy, url)
+        try:
+            yield url
+        finally:
+            server.should_exit = True
+
+
+@asynccontextmanager
 async def serve_gateway() -> AsyncIterator[Served]:
     """The gateway on uvicorn in this task's task group (a fixture would cross tasks)."""
     started, release, cancelled = anyio.Event(), anyio.Event(), anyio.Event()
@@ -52,25 +69,17 @@ async def serve_gateway() -> AsyncIterator[Served]:
 
     upstream = MessagesServer([reply("Waiting.", tool_call("wait_here")), reply("Done waiting.")])
     upstream.start()
-    gateway = Gateway(
-        GatewayConfig(
-            upstream=upstream.base_url, store="memory://", tools=[wait_here], ping_interval=0.05
-        )
+    config = GatewayConfig(
+        upstream=upstream.base_url, store="memory://", tools=[wait_here], ping_interval=0.05
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
-    )
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        url = f"http://127.0.0.1:{port}"
-        await anyio.to_thread.run_sync(_wait_healthy, url)
-        try:
-            yield Served(url, upstream, started, release, cancelled)
-        finally:
-            release.set()
-            server.should_exit = True
-    upstream.stop()
+    try:
+        async with gateway_on(config) as url:
+            try:
+                yield Served(url, upstream, started, release, cancelled)
+            finally:
+                release.set()
+    finally:
+        upstream.stop()
 
 
 def _wait_healthy(url: str) -> None:
@@ -131,23 +140,6 @@ async def test_a_client_that_goes_away_cancels_the_run() -> None:
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
-
-
-@asynccontextmanager
-async def gateway_on(config: GatewayConfig) -> AsyncIterator[str]:
-    gateway = Gateway(config)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
-    )
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        url = f"http://127.0.0.1:{port}"
-        await anyio.to_thread.run_sync(_wait_healthy, url)
-        try:
-            yield url
-        finally:
-            server.should_exit = True
 
 
 @tool

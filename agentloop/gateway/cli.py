@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from agentloop.arguments import port, seconds, whole_number
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool
@@ -34,36 +34,6 @@ SHUTDOWN_GRACE = 30.0
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
-    return number
-
-
-def _port(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value!r}")
-    return number
 
 
 def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.ArgumentParser:
@@ -85,7 +55,7 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.add_argument("--upstream", required=True, metavar="URL", help="upstream base URL")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=_port, default=8787, help="port to listen on")
+    serve.add_argument("--port", type=port, default=8787, help="port to listen on")
     serve.add_argument(
         "--plugin",
         action="append",
@@ -109,20 +79,18 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.add_argument(
         "--session-ttl",
-        type=_positive_float,
+        type=seconds,
         default=3600.0,
         metavar="SECONDS",
         help="seconds a stored session is kept (default: 3600)",
     )
     serve.add_argument(
-        "--max-rounds", type=_positive_int, default=10, help="upstream requests per request"
+        "--max-rounds", type=whole_number, default=10, help="upstream requests per request"
     )
     serve.add_argument(
-        "--tool-concurrency", type=_positive_int, default=8, help="tool calls at once"
+        "--tool-concurrency", type=whole_number, default=8, help="tool calls at once"
     )
-    serve.add_argument(
-        "--tool-timeout", type=_positive_float, default=30.0, help="seconds per tool call"
-    )
+    serve.add_argument("--tool-timeout", type=seconds, default=30.0, help="seconds per tool call")
     serve.set_defaults(handler=serve_command)
     return serve
 
