@@ -26,9 +26,9 @@ from agentloop.history import History, HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
-from agentloop.registry import ExecutionContext, ToolRegistry
+from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
-from agentloop.run import CANCELLED_MESSAGE, RunState, base_exception_in
+from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolCall, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
@@ -224,7 +224,8 @@ class Agent:
                     finally:
                         stream.cancel()
         except BaseException as exc:
-            raise base_exception_in(exc) or exc from None
+            reraise_base_exception(exc)
+            raise
         if failure is not None:
             raise failure
 
@@ -343,7 +344,8 @@ class Agent:
                     failure = exc
                     group.cancel_scope.cancel()
         except BaseException as exc:
-            raise base_exception_in(exc) or exc from None
+            reraise_base_exception(exc)
+            raise
         if failure is not None:
             raise failure
         results = turn.complete(calls)

@@ -8,7 +8,7 @@ number of concurrent runs, and keeps the modules below the agent free of it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -19,7 +19,7 @@ from .result import RunResult, StopReason, ToolCallRecord, Usage
 from .tools import ToolCall, ToolResult
 from .tracing import Tracing
 
-__all__ = ("CANCELLED_MESSAGE", "RunState", "base_exception_in")
+__all__ = ("CANCELLED_MESSAGE", "RunState")
 
 CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
 
@@ -110,26 +110,3 @@ class RunState:
             pending=list(self.pending),
             held=list(self.held),
         )
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    inner = getattr(exc, "exceptions", None)
-    if isinstance(inner, Sequence) and isinstance(exc, BaseException):
-        for item in inner:
-            yield from _leaves(item)
-    else:
-        yield exc
-
-
-def base_exception_in(exc: BaseException) -> BaseException | None:
-    """The first exception in a (nested) exception group that must reach the caller as itself.
-
-    `KeyboardInterrupt`, `SystemExit` and other `BaseException`s raised by a tool end the
-    run; a task group wraps them, and the caller's `except KeyboardInterrupt` must still
-    catch them. Cancellations are not among them: they are the task group's own business.
-    """
-    cancelled = anyio.get_cancelled_exc_class()
-    for leaf in _leaves(exc):
-        if not isinstance(leaf, (Exception, cancelled)):
-            return leaf
-    return None
