@@ -57,6 +57,15 @@ def _agentloop(client: AsyncAnthropic, scenario: Scenario, cap: int) -> Run:
     return run
 
 
+def agentloop_untraced(client: AsyncAnthropic, scenario: Scenario) -> Run:
+    """agentloop with its tracing hooks stubbed out: the baseline for "tracing off costs
+    nothing" (S3), since `agentloop` itself runs with tracing off (no tracer provider)."""
+    import agentloop.agent
+
+    agentloop.agent.tracing_for = lambda provider: None  # type: ignore[assignment]
+    return _agentloop(client, scenario, scenario.tool_concurrency)
+
+
 def agentloop_eager(client: AsyncAnthropic, scenario: Scenario) -> Run:
     """agentloop's `run_stream` over SSE: each call starts when its block closes."""
     return _agentloop_stream(client, scenario, eager=True)
@@ -195,6 +204,7 @@ def pydantic_ai(client: AsyncAnthropic, scenario: Scenario) -> Run:
 CONTENDERS: dict[str, Contender] = {
     "agentloop": agentloop,
     "agentloop_cap8": agentloop_cap8,
+    "agentloop_untraced": agentloop_untraced,
     "agentloop_eager": agentloop_eager,
     "agentloop_noneager": agentloop_noneager,
     "hand": hand,

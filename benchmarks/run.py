@@ -264,7 +264,9 @@ def notes(rows: Sequence[Row]) -> str:
                 f"- S3 agentloop: {fmt(row.median)} µs of CPU per call; "
                 f"{ratio_to(row, rows, 'hand'):.2f}x the task-group hand loop (`hand`), "
                 f"{ratio_to(row, rows, 'hand_gather'):.2f}x the `asyncio.gather` hand loop "
-                "(`hand_gather`)."
+                "(`hand_gather`); "
+                f"{ratio_to(row, rows, 'agentloop_untraced'):.2f}x itself with the tracing "
+                "hooks stubbed out (`agentloop_untraced`): what tracing costs when it is off."
             )
         if name == "S4":
             out.append(

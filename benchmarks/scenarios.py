@@ -59,7 +59,7 @@ SCENARIOS: dict[str, Scenario] = {
             "S3",
             "big fanout: 1 turn of 1000 instant calls",
             ("echo",),
-            (*ALL, "hand_gather"),
+            (*ALL, "hand_gather", "agentloop_untraced"),
             7,
             10,
             1000,
