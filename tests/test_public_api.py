@@ -174,3 +174,21 @@ def test_the_core_names_no_plugin() -> None:
                     assert not alias.name.startswith("agentloop_"), (name, alias.name)
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 assert "agentloop_cortex" not in node.value, (name, node.lineno)
+
+
+def test_every_module_logs_through_the_silent_logger() -> None:
+    """A library is silent until the application configures logging: only `agentloop.logs`
+    may ask structlog for a logger (an unconfigured structlog prints to stdout)."""
+    offenders = []
+    for name, path in modules().items():
+        if name == "agentloop.logs":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("get_logger", "getLogger", "wrap_logger")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "structlog"
+            ):
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, offenders

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from opentelemetry.context import Context
@@ -38,6 +37,7 @@ from agentloop.errors import (
     MissingAPIKeyError,
     ProviderError,
 )
+from agentloop.logs import get_logger
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 from agentloop.tools import Tool
@@ -54,7 +54,7 @@ GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
 SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
 """The server secret session keys are derived with (else one is made and kept in the store)."""
 
-_log = structlog.get_logger("agentloop.gateway")
+_log = get_logger()
 
 # Request fields the Agent takes as its own options; every other field goes upstream as
 # it is (through `params`).
