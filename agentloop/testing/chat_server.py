@@ -549,6 +549,11 @@ def _error_body(kind: str, message: str, code: str | None = None) -> dict[str, A
 class _ChatHandler(_Handler):
     """Answers `POST /v1/chat/completions` from the script."""
 
+    _usage = False
+    """Whether the request asked for usage in its stream (`stream_options`)."""
+    _quirks: _Quirks
+    """The server quirks this request is answered with."""
+
     def do_POST(self) -> None:
         """Check the request, read it for the script, answer as a chat completion."""
         quirks = cast(_Quirks, getattr(self.server, "quirks"))  # noqa: B009
@@ -588,14 +593,16 @@ class _ChatHandler(_Handler):
             return
         options = body.get("stream_options") or {}
         usage = bool(isinstance(options, Mapping) and options.get("include_usage"))
+        self._usage, self._quirks = usage, quirks
         try:
-            self._chat_answer(answer, stream=bool(body.get("stream")), usage=usage, quirks=quirks)
+            self._answer(answer, stream=bool(body.get("stream")))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _chat_answer(self, answer: Answer, *, stream: bool, usage: bool, quirks: _Quirks) -> None:
+    def _answer(self, answer: Answer, *, stream: bool) -> None:
+        usage, quirks = self._usage, self._quirks
         if isinstance(answer, Fault):
-            self._chat_fault(answer, stream=stream, usage=usage, quirks=quirks)
+            self._fault(answer, stream=stream)
         elif isinstance(answer, Paced):
             if not stream:
                 if self._wait(answer.total_delay):
@@ -621,40 +628,18 @@ class _ChatHandler(_Handler):
         else:
             self._json(200, completion_of(answer, quirks))
 
-    def _chat_fault(self, fault: Fault, *, stream: bool, usage: bool, quirks: _Quirks) -> None:
-        answer = dict(fault.answer or {})
-        if fault.kind == "http_error":
-            headers = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
-            self._json(fault.status, _error_body(fault.error_type, fault.message), headers)
-        elif fault.kind == "dropped" or (fault.kind == "stream_ends_early" and not stream):
-            self._drop()
-        elif fault.kind == "slow":
-            if self._wait(fault.delay):
-                self._chat_answer(answer, stream=stream, usage=usage, quirks=quirks)
-            else:
-                self._drop()
-        elif fault.kind == "malformed_json":
-            if stream:
-                self._send(200, _MALFORMED_SSE, "text/event-stream")
-            else:
-                self._send(200, _MALFORMED_JSON, "application/json")
-        elif fault.kind == "stream_ends_early":
-            self._open_stream()
-            events = _timed(_cut(message_events(answer), fault.after_blocks))
-            self._write_chunks([c for _, c in chat_chunks(events, answer, quirks)])
-            if fault.clean_end:
-                self._close_stream()
-            else:
-                self._drop()
-        elif not stream:  # stream_error, asked for without streaming
-            status = 529 if fault.error_type == "overloaded_error" else 500
-            self._json(status, _error_body(fault.error_type, fault.message))
-        else:
-            self._open_stream()
-            events = _timed(_cut(message_events(answer), fault.after_blocks))
-            self._write_chunks([c for _, c in chat_chunks(events, answer, quirks)])
-            self._write_chunks([_error_body(fault.error_type, fault.message)])
-            self._close_stream()
+    malformed_json = _MALFORMED_JSON
+    malformed_sse = _MALFORMED_SSE
+
+    def _error_of(self, fault: Fault) -> Any:
+        return _error_body(fault.error_type, fault.message)
+
+    def _write_start(self, answer: dict[str, Any], blocks: int) -> None:
+        events = _timed(_cut(message_events(answer), blocks))
+        self._write_chunks([c for _, c in chat_chunks(events, answer, self._quirks)])
+
+    def _write_stream_error(self, fault: Fault) -> None:
+        self._write_chunks([_error_body(fault.error_type, fault.message)])
 
     def _write_chunks(self, chunks: Sequence[Chunk]) -> None:
         """Write chunks as HTTP chunks, one each, so each is flushed as it is written."""

@@ -150,11 +150,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(200, answer)
 
+    # -- faults, acted out the same way in every wire format (the hooks below say how)
+
+    malformed_json = _MALFORMED_JSON
+    """A cut-off JSON body, as this format's `Fault.malformed_json()` sends it."""
+    malformed_sse = _MALFORMED_SSE
+    """A cut-off stream event, as this format's `Fault.malformed_json()` streams it."""
+
     def _fault(self, fault: Fault, *, stream: bool) -> None:
         answer = dict(fault.answer or {})
         if fault.kind == "http_error":
             headers = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
-            self._json(fault.status, fault.error_body, headers)
+            self._json(fault.status, self._error_of(fault), headers)
         elif fault.kind == "dropped" or (fault.kind == "stream_ends_early" and not stream):
             self._drop()
         elif fault.kind == "slow":
@@ -164,25 +171,36 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drop()
         elif fault.kind == "malformed_json":
             if stream:
-                self._send(200, _MALFORMED_SSE, "text/event-stream")
+                self._send(200, self.malformed_sse, "text/event-stream")
             else:
-                self._send(200, _MALFORMED_JSON, "application/json")
+                self._send(200, self.malformed_json, "application/json")
         elif fault.kind == "stream_ends_early":
             self._open_stream()
-            self._write_events(_cut(message_events(answer), fault.after_blocks))
+            self._write_start(answer, fault.after_blocks)
             if fault.clean_end:
                 self._close_stream()
             else:
                 self._drop()
         elif not stream:  # stream_error, asked for without streaming
             status = 529 if fault.error_type == "overloaded_error" else 500
-            self._json(status, fault.error_body)
+            self._json(status, self._error_of(fault))
         else:
             self._open_stream()
-            self._write_events(_cut(message_events(answer), fault.after_blocks))
-            error = {"type": "error", "error": fault.error_body["error"]}
-            self._write_events([("error", error)])
+            self._write_start(answer, fault.after_blocks)
+            self._write_stream_error(fault)
             self._close_stream()
+
+    def _error_of(self, fault: Fault) -> Any:
+        """The error body of an error fault, in this format."""
+        return fault.error_body
+
+    def _write_start(self, answer: dict[str, Any], blocks: int) -> None:
+        """Stream the start of `answer`: up to the end of its first `blocks` blocks."""
+        self._write_events(_cut(message_events(answer), blocks))
+
+    def _write_stream_error(self, fault: Fault) -> None:
+        """The error a stream reports in its middle, in this format."""
+        self._write_events([("error", {"type": "error", "error": fault.error_body["error"]})])
 
     def _paced(self, paced: Paced, *, stream: bool) -> None:
         if not stream:
