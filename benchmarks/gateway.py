@@ -1,14 +1,16 @@
 """The gateway's overhead and its behaviour under load.
 
-    python -m benchmarks.gateway [--requests 400] [--conversations 200] [--no-write]
+    python -m benchmarks.gateway [--requests 1000] [--conversations 200] [--no-write]
 
-Three processes: a scripted Messages server (`agentloop.testing.MessagesServer`, which
+Four processes: a scripted Messages server (`agentloop.testing.MessagesServer`, which
 lints every history it receives), `python -m agentloop.gateway` in front of it with the
-test tools plugin and the default sqlite store, and this one as the client (the real
-`AsyncAnthropic`). It measures:
+test tools plugin and the default sqlite store, a bare forwarding hop (the baseline: a
+plain ASGI app on the same uvicorn that forwards the bytes with httpx2), and this one as
+the client (the real `AsyncAnthropic`). It measures:
 
 - passthrough: added latency of a plain request through the gateway against the same
-  request sent to the upstream directly (interleaved, sequential; p50 and p99);
+  request sent to the upstream directly, and through the bare hop (interleaved,
+  sequential; p50 and p99);
 - streaming: time to the first byte of an SSE response, through the gateway and direct;
 - load: 200 conversations at once, each a mixed turn (the gateway's `lookup` and the
   client's tool in one message) then the client's result and the final answer. Every
@@ -20,6 +22,7 @@ Writes `benchmarks/RESULTS-gateway.md` unless `--no-write`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import shutil
@@ -37,6 +40,7 @@ from typing import Any
 import anthropic
 import anyio
 import httpx2
+import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "gateway_plugin"
@@ -97,6 +101,45 @@ class _Sink(list):  # type: ignore[type-arg]
         pass
 
 
+def serve_forwarder(port: int, upstream: str) -> None:
+    """The baseline hop: a bare ASGI app on the gateway's uvicorn that forwards the bytes.
+
+    No SDK, no loop, no sessions: what any HTTP hop between the client and the
+    upstream costs on this machine, measured in the same run as the gateway.
+    """
+    client: httpx2.AsyncClient | None = None
+    kept = (b"x-api-key", b"anthropic-version", b"content-type")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal client
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            if client is not None:
+                await client.aclose()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if scope["path"] == "/healthz":
+            status, data = 200, b"ok"
+        else:
+            client = client or httpx2.AsyncClient(base_url=upstream)
+            headers = [(k, v) for k, v in scope["headers"] if k in kept]
+            answer = await client.post(scope["path"], content=body, headers=headers)
+            status, data = answer.status_code, answer.content
+        length = str(len(data)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -154,6 +197,15 @@ def start_processes(work: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]
     return upstream_url, gateway_url, [gateway, upstream]
 
 
+def start_forwarder(upstream_url: str) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    command = [sys.executable, "-m", "benchmarks.gateway", "--serve-forwarder", str(port)]
+    forwarder = subprocess.Popen([*command, "--upstream", upstream_url], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, forwarder)
+    return url, forwarder
+
+
 # --------------------------------------------------------------------------- measures
 
 
@@ -162,18 +214,20 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-async def passthrough(direct: str, gateway: str, n: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"direct": [], "gateway": []}
+async def passthrough(targets: dict[str, str], n: int) -> dict[str, list[float]]:
+    """`n` plain requests to each target, in a rotating order; seconds each."""
+    times: dict[str, list[float]] = {name: [] for name in targets}
     clients = {
-        "direct": anthropic.AsyncAnthropic(base_url=direct, api_key="sk-bench", max_retries=0),
-        "gateway": anthropic.AsyncAnthropic(base_url=gateway, api_key="sk-bench", max_retries=0),
+        name: anthropic.AsyncAnthropic(base_url=url, api_key="sk-bench", max_retries=0)
+        for name, url in targets.items()
     }
     for _ in range(20):  # warm up connections and code paths
         for client in clients.values():
             await client.messages.create(**PLAIN)
+    names = list(targets)
     for i in range(n):
-        order = ("direct", "gateway") if i % 2 else ("gateway", "direct")
-        for name in order:
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
             started = time.perf_counter()
             await clients[name].messages.create(**PLAIN)
             times[name].append(time.perf_counter() - started)
@@ -261,9 +315,18 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
+def server_stack() -> str:
+    """What uvicorn runs the gateway on here: its `auto` choice of HTTP parser and loop."""
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return f"uvicorn {uvicorn.__version__} ({http}, {loop})"
+
+
 def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str, Any]) -> str:
     added50 = quantile(pt["gateway"], 0.5) - quantile(pt["direct"], 0.5)
     added99 = quantile(pt["gateway"], 0.99) - quantile(pt["direct"], 0.99)
+    hop50 = quantile(pt["hop"], 0.5) - quantile(pt["direct"], 0.5)
+    hop99 = quantile(pt["hop"], 0.99) - quantile(pt["direct"], 0.99)
     ttfb50 = quantile(fb["gateway"], 0.5) - quantile(fb["direct"], 0.5)
     ttfb99 = quantile(fb["gateway"], 0.99) - quantile(fb["direct"], 0.99)
     all_ok = ld["ok"] == ld["conversations"]
@@ -278,9 +341,13 @@ def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str,
         "",
         f"- Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {cpus} CPUs; {platform.platform()}",
-        f"- Python {platform.python_version()}; anthropic {anthropic.__version__}",
-        "- Command: `python -m benchmarks.gateway` (upstream, gateway and client in three "
-        "processes on this machine; gateway store: sqlite)",
+        f"- Python {platform.python_version()}; anthropic {anthropic.__version__}; "
+        f"gateway server: {server_stack()}",
+        "- Command: `python -m benchmarks.gateway` (upstream, gateway, baseline hop and "
+        "client in four processes on this machine; gateway store: sqlite)",
+        "- The baseline hop is a bare ASGI app on the same uvicorn forwarding the bytes with "
+        "httpx2 (no SDK, no loop, no sessions), measured in the same rotation as the direct "
+        "and gateway requests.",
         "",
         "| Measure | Direct p50 | Direct p99 | Gateway p50 | Gateway p99 | Added p50 | Added p99 "
         "| Target | Verdict |",
@@ -289,6 +356,11 @@ def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str,
         f"| {ms(quantile(pt['direct'], 0.99))} | {ms(quantile(pt['gateway'], 0.5))} "
         f"| {ms(quantile(pt['gateway'], 0.99))} | {ms(added50)} | {ms(added99)} | ≤ 2 ms p50 added "
         f"| {verdict(added50 <= 0.002, f'{ms(added50)} ms')} |",
+        f"| baseline: a bare forwarding hop, ms ({len(pt['hop'])} each) "
+        f"| {ms(quantile(pt['direct'], 0.5))} | {ms(quantile(pt['direct'], 0.99))} "
+        f"| {ms(quantile(pt['hop'], 0.5))} | {ms(quantile(pt['hop'], 0.99))} "
+        f"| {ms(hop50)} | {ms(hop99)} | (none: what any hop costs here) "
+        f"| gateway beyond the hop: {ms(added50 - hop50)} ms p50 |",
         f"| first streamed byte, ms ({len(fb['direct'])} each) | {ms(quantile(fb['direct'], 0.5))} "
         f"| {ms(quantile(fb['direct'], 0.99))} | {ms(quantile(fb['gateway'], 0.5))} "
         f"| {ms(quantile(fb['gateway'], 0.99))} | {ms(ttfb50)} | {ms(ttfb99)} "
@@ -311,7 +383,10 @@ async def main_async(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         upstream, gateway, processes = start_processes(Path(tmp))
         try:
-            pt = await passthrough(upstream, gateway, args.requests)
+            hop, forwarder = start_forwarder(upstream)
+            processes.append(forwarder)
+            targets = {"direct": upstream, "hop": hop, "gateway": gateway}
+            pt = await passthrough(targets, args.requests)
             fb = await first_byte(upstream, gateway, args.requests)
             ld = await load(gateway, args.conversations)
         finally:
@@ -323,13 +398,18 @@ async def main_async(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None, run: Callable[..., Any] = anyio.run) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway")
-    parser.add_argument("--requests", type=int, default=400, help="passthrough requests each")
+    parser.add_argument("--requests", type=int, default=1000, help="passthrough requests each")
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-forwarder", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_upstream is not None:
         serve_upstream(args.serve_upstream)
+        return
+    if args.serve_forwarder is not None:
+        serve_forwarder(args.serve_forwarder, args.upstream)
         return
     text = run(main_async, args)
     print(text)
