@@ -34,6 +34,7 @@ from _gateway import (
 )
 
 from agentloop.testing import Fault, reply, tool_call
+from agentloop.testing.server import count_tokens
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -606,6 +607,109 @@ async def test_continuing_an_unknown_thread_is_refused_as_the_api_does(
     assert error["type"] == "not_found_error"
     assert error["details"] == {"error_code": "thread_not_found"}
     assert upstream.recorded == []
+
+
+# --------------------------------------------------------------------------- token counts, models
+
+
+async def test_count_tokens_counts_what_the_upstream_would_receive(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    call = tool_call("lookup", {"key": "t"})
+    upstream.script(reply(call), reply("value-of-t."))
+    messages: list[Any] = [{"role": "user", "content": "What is t?"}]
+    async with gateway.client() as client:
+        first = await client.messages.create(
+            model="m", max_tokens=100, messages=messages, tools=[CLIENT_TOOL]
+        )
+        messages += [
+            {"role": "assistant", "content": dump(first.content)},
+            {"role": "user", "content": "And twice?"},
+        ]
+        upstream.script()
+        counted = await client.messages.count_tokens(
+            model="m", messages=messages, tools=[CLIENT_TOOL], system="Be brief."
+        )
+    (seen,) = upstream.recorded
+    assert seen.path == "/v1/messages/count_tokens"
+    # The hidden turn is restored and the gateway's tools announced, as for a request.
+    assert [m["role"] for m in seen.body["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert seen.body["messages"][1]["content"] == [call]
+    assert seen.body["messages"][-1] == {"role": "user", "content": "And twice?"}
+    assert names(seen.body) == ["lookup", "rendezvous", "client_tool"]
+    assert seen.body["system"] == "Be brief." and seen.body["model"] == "m"
+    assert "max_tokens" not in seen.body
+    assert seen.headers["authorization"] == "Bearer sk-client-a"
+    # The answer is the upstream's count of that body, which the client's alone is below.
+    assert counted.input_tokens == count_tokens(seen.body)
+    visible = {"model": "m", "messages": messages, "tools": [CLIENT_TOOL], "system": "Be brief."}
+    assert counted.input_tokens > count_tokens(visible)
+
+
+async def test_count_tokens_refusals_and_upstream_errors(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    upstream.script()
+    hi = [{"role": "user", "content": "hi"}]
+    async with gateway.client() as client:
+        with pytest.raises(anthropic.BadRequestError) as clash:
+            await client.messages.count_tokens(
+                model="m", messages=hi, tools=[{**CLIENT_TOOL, "name": "lookup"}]
+            )
+        assert upstream.recorded == []
+        # A history the upstream refuses comes back with its status and error unchanged.
+        orphan = {"type": "tool_result", "tool_use_id": "toolu_missing", "content": "x"}
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await client.messages.count_tokens(
+                model="m", messages=[{"role": "user", "content": [orphan]}]
+            )
+    assert "lookup" in clash.value.body["error"]["message"]
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "toolu_missing" in refused.value.body["error"]["message"]
+    assert refused.value.response.headers["request-id"] == "req_local"
+    assert [r.path for r in upstream.recorded] == ["/v1/messages/count_tokens"]
+    async with httpx2.AsyncClient() as http:
+        bare = await http.post(
+            gateway.url + "/v1/messages/count_tokens", json={"model": "m", "messages": hi}
+        )
+        not_json = await http.post(
+            gateway.url + "/v1/messages/count_tokens",
+            content=b"[1, 2",
+            headers={"x-api-key": "sk-client-a"},
+        )
+    assert bare.status_code == 401
+    assert bare.json()["error"]["type"] == "authentication_error"
+    assert not_json.status_code == 400
+    assert not_json.json()["error"]["type"] == "invalid_request_error"
+    assert len(upstream.recorded) == 1
+
+
+async def test_models_come_from_the_upstream(gateway: GatewayProcess, upstream: Upstream) -> None:
+    upstream.script()
+    async with gateway.client() as client:
+        listed = await client.models.list(limit=5)
+        one = await client.models.retrieve("claude-scripted")
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            await client.models.retrieve("claude-missing")
+    assert [m.id for m in listed.data] == ["claude-scripted"]
+    assert one.id == "claude-scripted" and one.type == "model"
+    assert missing.value.body["error"]["type"] == "not_found_error"
+    assert [(r.path, r.query) for r in upstream.recorded] == [
+        ("/v1/models", {"limit": "5"}),
+        ("/v1/models/claude-scripted", {}),
+        ("/v1/models/claude-missing", {}),
+    ]
+    assert all(r.headers["authorization"] == "Bearer sk-client-a" for r in upstream.recorded)
+    async with httpx2.AsyncClient() as http:
+        anonymous = await http.get(gateway.url + "/v1/models")
+    assert anonymous.status_code == 401
+    assert len(upstream.recorded) == 3
 
 
 # --------------------------------------------------------------------------- shutdown

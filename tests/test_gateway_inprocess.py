@@ -189,3 +189,20 @@ async def test_the_clients_trace_context_reaches_the_run_and_the_upstream(
     chats = [s for s in spans if s.name.startswith("chat ")]
     assert {h.split("-")[2] for h in sent} == {format(c.context.span_id, "016x") for c in chats}
     assert [s.name for s in spans if s.name.startswith("execute_tool")] == ["execute_tool lookup"]
+
+
+async def test_an_unreachable_upstream_is_a_502_for_every_route() -> None:
+    config = GatewayConfig(upstream=f"http://127.0.0.1:{free_port()}", store="memory://")
+    headers = {"x-api-key": "sk-client-a", "anthropic-version": "2023-06-01"}
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    async with gateway_on(config) as url, httpx2.AsyncClient(timeout=30) as http:
+        answers = [
+            await http.post(url + "/v1/messages", json=body, headers=headers),
+            await http.post(url + "/v1/messages/count_tokens", json=body, headers=headers),
+            await http.get(url + "/v1/models", headers=headers),
+        ]
+    for answer in answers:
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["type"] == "error"
+        assert answer.json()["error"]["type"] == "api_error"
+        assert answer.headers["request-id"].startswith("req_")

@@ -37,6 +37,7 @@ from agentloop.testing import (
     text,
     tool_call,
 )
+from agentloop.testing.server import count_tokens
 
 Serve = Callable[[Any], MessagesServer]  # the `serve` fixture of conftest.py
 ASK: dict[str, Any] = {
@@ -356,3 +357,41 @@ async def test_scripted_provider_answers_a_slow_fault_late() -> None:
     started = time.monotonic()
     response = await ScriptedProvider([Fault.slow(0.1, "late")]).complete(request)
     assert response.text == "late" and time.monotonic() - started >= 0.09
+
+
+async def test_models_are_listed_and_paged_as_the_api_pages_them() -> None:
+    async with MessagesServer([], models=["claude-a", "claude-b", "claude-c"]) as server:
+        client = server.client()
+        first = await client.models.list(limit=2)
+        rest = await client.models.list(limit=2, after_id="claude-b")
+        every = [m.id async for m in await client.models.list(limit=1)]
+        with pytest.raises(anthropic.NotFoundError):
+            await client.models.retrieve("claude-z")
+    assert [m.id for m in first.data] == ["claude-a", "claude-b"] and first.has_more
+    assert [m.id for m in rest.data] == ["claude-c"] and not rest.has_more
+    assert every == ["claude-a", "claude-b", "claude-c"]
+    assert server.requests == [], "only message requests are model requests"
+
+
+async def test_count_tokens_lints_and_counts_without_using_the_script() -> None:
+    hi = [{"role": "user", "content": "hi"}]
+    async with MessagesServer([reply("ok")]) as server:
+        client = server.client()
+        counted = await client.messages.count_tokens(model="m", messages=hi, system="Be brief.")
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await client.messages.count_tokens(
+                model="m", messages=[{"role": "assistant", "content": "first?"}, *hi]
+            )
+        answered = await client.messages.create(model="m", max_tokens=5, messages=hi)
+    body = {"model": "m", "messages": hi, "system": "Be brief."}
+    assert counted.input_tokens == count_tokens(body)
+    assert count_tokens(body) == -(
+        -len('{"messages":[{"content":"hi","role":"user"}],"system":"Be brief."}') // 4
+    )
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert answered.content[0].text == "ok"
+    assert [r.path for r in server.recorded] == [
+        "/v1/messages/count_tokens",
+        "/v1/messages/count_tokens",
+        "/v1/messages",
+    ]

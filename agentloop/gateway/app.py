@@ -5,6 +5,7 @@ and the same `Agent` machinery as any agentloop run takes it from there: the gat
 tools run inside the loop, the client's tools (the request's `tools`) are handed back.
 The client gets one assistant message (JSON or SSE) with its own calls only; whatever
 the client cannot see is stored for the request that continues the conversation.
+Token counts are taken of what the upstream would receive; model listings pass through.
 """
 
 from __future__ import annotations
@@ -354,6 +355,9 @@ class Gateway:
         return Starlette(
             routes=[
                 Route("/v1/messages", self.messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/models/{model_id:path}", self.models, methods=["GET"]),
                 Route("/healthz", self.healthz, methods=["GET"]),
             ],
             exception_handlers={404: not_found, 405: not_found},
@@ -392,17 +396,71 @@ class Gateway:
         message = await self._finish(call, result)
         return _json(200, message, request_id)
 
+    async def count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
+
+        The request's conversation is counted as the gateway would send it: with its
+        hidden turns restored and the gateway's tools announced beside the client's.
+        """
+        request_id = _new_id("req_")
+        try:
+            scope, upstream_credential = self._authenticate(request)
+            body = await _json_object(request)
+            for name, kind in (("model", str), ("messages", list)):
+                if name not in body:
+                    raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
+                if not isinstance(body[name], kind):
+                    raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
+            client_tools = body.get("tools") or []
+            self._client_tool_names(client_tools)
+        except _Refusal as refusal:
+            body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
+            return _json(refusal.status, body, request_id)
+        visible: list[Any] = body["messages"]
+        session = await self._find_session(scope, visible)
+        if session is not None:
+            body["messages"] = continue_history(session, visible[_last_assistant(visible) + 1 :])
+        if self.internal:
+            body["tools"] = [*(d.to_wire() for d in self.registry.definitions()), *client_tools]
+        return await self._forward(request, request_id, upstream_credential, body)
+
+    async def models(self, request: Request) -> Response:
+        """`GET /v1/models` and `GET /v1/models/{id}`: the upstream's answer, as it is."""
+        request_id = _new_id("req_")
+        try:
+            _, upstream_credential = self._authenticate(request)
+        except _Refusal as refusal:
+            body = _error_body(refusal.kind, str(refusal), request_id)
+            return _json(refusal.status, body, request_id)
+        return await self._forward(request, request_id, upstream_credential)
+
+    async def _forward(
+        self,
+        request: Request,
+        request_id: str,
+        credential: str,
+        body: Mapping[str, Any] | None = None,
+    ) -> Response:
+        assert self.upstream is not None
+        try:
+            answer = await self.upstream.forward(
+                credential,
+                request.method,
+                request.url.path,
+                body=body,
+                headers=forwarded_headers(request.headers),
+                query=dict(request.query_params),
+            )
+        except ProviderError as exc:
+            message = f"upstream request failed: {exc}"
+            return _json(502, _error_body("api_error", message, request_id), request_id)
+        headers = {"request-id": request_id, **answer.headers}
+        return Response(answer.content, answer.status, headers=headers)
+
     async def _prepare(self, request: Request, request_id: str) -> _Call:
         assert self.sessions is not None and self.upstream is not None
         scope, upstream_credential = self._authenticate(request)
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            raise _Refusal(
-                400, "invalid_request_error", f"the body is not valid JSON: {exc}"
-            ) from None
-        if not isinstance(body, dict):
-            raise _Refusal(400, "invalid_request_error", "the body must be a JSON object")
+        body = await _json_object(request)
         thread = await self._thread(body, scope)
         for name, kind in (("model", str), ("max_tokens", int), ("messages", list)):
             if name not in body:
@@ -564,6 +622,17 @@ class Gateway:
             hidden=hidden,
         )
         return message
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body, which must be one JSON object."""
+    try:
+        body = json.loads(await request.body())
+    except ValueError as exc:
+        raise _Refusal(400, "invalid_request_error", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _Refusal(400, "invalid_request_error", "the body must be a JSON object")
+    return body
 
 
 def _last_assistant(messages: Sequence[Any]) -> int:

@@ -5,24 +5,28 @@ per upstream credential sharing one connection pool. The first model request of 
 request is sent without retries, so an upstream error reaches the client as it was (its
 own retry logic reads it); the hidden rounds after it are retried by the SDK, since the
 client cannot retry those on its own. Every response is recorded, and while streaming
-every event is reported to the gateway too.
+every event is reported to the gateway too. Token counts and model listings go through
+the same clients and come back as the upstream answered them (`Upstream.forward`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx2
 
-from agentloop.errors import ProviderError
+from agentloop.errors import APIConnectionError, ProviderError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
 
 __all__ = (
     "HIDDEN_ROUND_RETRIES",
     "THREADS_BETA_PREFIX",
+    "Forwarded",
     "Upstream",
     "UpstreamProvider",
     "forwarded_headers",
@@ -69,6 +73,38 @@ class Upstream:
         else:
             self._clients.move_to_end(credential)
         return pair
+
+    async def forward(
+        self,
+        credential: str,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> Forwarded:
+        """Send one request upstream as it is (no retries) and return its answer.
+
+        An error answer is returned too, unchanged, for the client to read; only a
+        request that got no answer raises (`agentloop.errors.APIConnectionError`).
+        """
+        client = self.providers(credential)[0].client
+        options: Any = {"headers": dict(headers or {}), "params": dict(query or {})}
+        try:
+            if method == "GET":
+                response = await client.get(path, cast_to=httpx2.Response, options=options)
+            else:
+                response = await client.post(
+                    path, cast_to=httpx2.Response, body=body, options=options
+                )
+            content = await response.aread()
+        except anthropic.APIStatusError as exc:
+            response = exc.response
+            content = await response.aread()
+        except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            raise APIConnectionError(f"could not reach the upstream: {exc}") from exc
+        return Forwarded(response.status_code, content, _answer_headers(response.headers))
 
     async def aclose(self) -> None:
         """Close the shared connection pool."""
@@ -146,6 +182,31 @@ class UpstreamProvider:
 
 
 _RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """An upstream answer passed through as it came.
+
+    Its status, its body and the headers clients read (`request-id`, `retry-after`,
+    the rate limits).
+    """
+
+    status: int
+    content: bytes
+    headers: dict[str, str]
+
+
+def _answer_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    kept = {
+        k.lower(): v
+        for k, v in headers.items()
+        if k.lower() in _RETRY_HEADERS
+        or k.lower() == "request-id"
+        or k.lower().startswith("anthropic-ratelimit-")
+    }
+    kept["content-type"] = headers.get("content-type", "application/json")
+    return kept
 
 
 def retry_headers(exc: ProviderError) -> dict[str, str]:

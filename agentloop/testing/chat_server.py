@@ -554,6 +554,10 @@ class _ChatHandler(_Handler):
     _quirks: _Quirks
     """The server quirks this request is answered with."""
 
+    def do_GET(self) -> None:
+        """No `GET` route here (the model list is the Messages server's)."""
+        self._json(404, _error_body("invalid_request_error", f"no route {self.path}"))
+
     def do_POST(self) -> None:
         """Check the request, read it for the script, answer as a chat completion."""
         quirks = cast(_Quirks, getattr(self.server, "quirks"))  # noqa: B009

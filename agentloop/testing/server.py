@@ -1,9 +1,11 @@
 """A local Messages-API server on 127.0.0.1 that answers from a `ScriptedModel`.
 
 It speaks enough of `POST /v1/messages` for the official SDK: JSON responses, SSE streams
-(`stream: true`), and API-shaped errors. It runs in a background thread, so tests under
-any event loop (or none) can use it, and it lints every request's history, answering a
-broken one with the 400 `invalid_request_error` the real API would send.
+(`stream: true`), and API-shaped errors; `POST /v1/messages/count_tokens` answers with a
+stand-in count (`count_tokens`) and `GET /v1/models` lists the server's `models`. It runs
+in a background thread, so tests under any event loop (or none) can use it, and it lints
+every request's history, answering a broken one with the 400 `invalid_request_error` the
+real API would send.
 
 Scripts can also hold `Fault`s (error statuses with `retry-after`, dropped connections,
 slow, malformed or broken responses) and `Paced` messages (streamed with real pauses,
@@ -36,7 +38,10 @@ from .scripted import (
     message_events,
 )
 
-__all__ = ("MessagesServer", "RecordedRequest", "sse_events")
+__all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
+
+DEFAULT_MODELS = ("claude-scripted",)
+"""The model ids a `MessagesServer` lists unless told others."""
 
 _MALFORMED_JSON = b'{"id": "msg_01", "type": "message", "role": "assistant", "content": [{"ty'
 _MALFORMED_SSE = b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m\n\n'
@@ -104,12 +109,45 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, data: Any, headers: Mapping[str, str] = {}) -> None:
         self._send(status, json.dumps(data).encode(), "application/json", headers)
 
+    def do_GET(self) -> None:
+        """Answer `GET /v1/models` and `GET /v1/models/{id}` from the server's models."""
+        path, _, query = self.path.partition("?")
+        self._record(RecordedRequest(path, dict(parse_qsl(query)), self._headers(), None))
+        models = [_model(name) for name in self.server.models]
+        if path == "/v1/models":
+            self._json(200, _page(models, dict(parse_qsl(query))))
+            return
+        name = path.removeprefix("/v1/models/")
+        found = [m for m in models if m["id"] == name] if path.startswith("/v1/models/") else []
+        if found:
+            self._json(200, found[0])
+        else:
+            self._json(404, _error_body("not_found_error", f"model: {name}"))
+
+    def _headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers.items()}
+
+    def _record(self, seen: RecordedRequest) -> None:
+        with self.server.lock:
+            self.server.recorded.append(seen)
+
+    def _count_tokens(self, seen: RecordedRequest) -> None:
+        """Answer `POST /v1/messages/count_tokens`: lint the history, count the request."""
+        self._record(seen)
+        try:
+            self.server.model.check(seen.body)
+        except AgentloopError as exc:
+            self._json(400, _error_body("invalid_request_error", str(exc)))
+            return
+        self._json(200, {"input_tokens": count_tokens(seen.body)})
+
     def do_POST(self) -> None:
-        """Answer `POST /v1/messages` from the script."""
+        """Answer `POST /v1/messages` from the script (and `count_tokens`)."""
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         arrived = time.monotonic()
-        if self.path.split("?")[0] != "/v1/messages":
+        path, _, query = self.path.partition("?")
+        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
             self._json(404, _error_body("not_found_error", f"no route {self.path}"))
             return
         try:
@@ -117,10 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._json(400, _error_body("invalid_request_error", "request body is not valid JSON"))
             return
-        path, _, query = self.path.partition("?")
-        seen = RecordedRequest(
-            path, dict(parse_qsl(query)), {k.lower(): v for k, v in self.headers.items()}, body
-        )
+        seen = RecordedRequest(path, dict(parse_qsl(query)), self._headers(), body)
+        if path == "/v1/messages/count_tokens":
+            self._count_tokens(seen)
+            return
         with self.server.lock:
             self.server.received.append(body)
             self.server.recorded.append(seen)
@@ -247,6 +285,45 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
+def count_tokens(body: Mapping[str, Any]) -> int:
+    """The server's stand-in token count of a request.
+
+    One token per 4 characters (rounded up) of the compact, key-sorted JSON of the
+    request's `system`, `tools` and `messages`.
+    """
+    counted = {k: body[k] for k in ("system", "tools", "messages") if k in body}
+    text = json.dumps(counted, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return max(1, -(-len(text) // 4))
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {
+        "type": "model",
+        "id": name,
+        "display_name": name,
+        "created_at": "2025-01-01T00:00:00Z",
+    }
+
+
+def _page(models: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    """One page of the model list, as `GET /v1/models` pages it (`limit`, `after_id`)."""
+    after = query.get("after_id")
+    if after is not None:
+        ids = [m["id"] for m in models]
+        models = models[ids.index(after) + 1 :] if after in ids else []
+    try:
+        limit = max(1, int(query.get("limit", "20")))
+    except ValueError:
+        limit = 20
+    page = models[:limit]
+    return {
+        "data": page,
+        "has_more": len(models) > limit,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+    }
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
@@ -254,6 +331,7 @@ class _HTTPServer(ThreadingHTTPServer):
     received: list[dict[str, Any]]
     recorded: list[RecordedRequest]
     arrivals: list[float]
+    models: tuple[str, ...]
     lock: threading.Lock
     stopping: threading.Event
 
@@ -283,12 +361,21 @@ class MessagesServer:
     """The request handler: the wire format this server speaks."""
 
     def __init__(
-        self, script: Script | ScriptedModel, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        script: Script | ScriptedModel,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        models: Iterable[str] = DEFAULT_MODELS,
     ) -> None:
-        """Create (but do not start) a server answering from `script`."""
+        """Create (but do not start) a server answering from `script`.
+
+        `models` are the ids `GET /v1/models` lists.
+        """
         self.model = script if isinstance(script, ScriptedModel) else ScriptedModel(script)
         self._httpd = _HTTPServer((host, port), self._handler)
         self._httpd.model = self.model
+        self._httpd.models = tuple(models)
         self._httpd.received = []
         self._httpd.recorded = []
         self._httpd.arrivals = []
