@@ -33,7 +33,7 @@ from _gateway import (
     wait_until_healthy,
 )
 
-from agentloop.testing import Fault, reply, tool_call
+from agentloop.testing import Fault, RawResponse, reply, sse_events, tool_call
 from agentloop.testing.server import count_tokens
 
 pytestmark = pytest.mark.timeout(180)
@@ -607,6 +607,40 @@ async def test_continuing_an_unknown_thread_is_refused_as_the_api_does(
     assert error["type"] == "not_found_error"
     assert error["details"] == {"error_code": "thread_not_found"}
     assert upstream.recorded == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_upstreams_rate_limit_headers_reach_the_client(
+    gateway: GatewayProcess, upstream: Upstream, stream: bool
+) -> None:
+    def answer(message: dict[str, Any], remaining: str) -> RawResponse:
+        headers = {"anthropic-ratelimit-requests-remaining": remaining, "x-internal": "no"}
+        if stream:
+            return RawResponse(200, sse=sse_events(message), headers=headers)
+        return RawResponse(200, json=message, headers=headers)
+
+    upstream.script(
+        answer(reply(tool_call("lookup", {"key": "r"})), "42"), answer(reply("r is 1."), "41")
+    )
+    hi = [{"role": "user", "content": "What is r?"}]
+    async with gateway.client() as client:
+        if stream:
+            async with client.messages.with_streaming_response.create(
+                model="m", max_tokens=50, messages=hi, stream=True
+            ) as response:
+                headers = response.headers
+                await response.read()
+        else:
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=50, messages=hi
+            )
+            headers = raw.headers
+            assert (await raw.parse()).content[0].text == "r is 1."
+    assert len(upstream.recorded) == 2
+    # JSON: the last round's; SSE: those of the round whose stream opened the answer.
+    assert headers["anthropic-ratelimit-requests-remaining"] == ("42" if stream else "41")
+    assert "x-internal" not in headers
+    assert headers["request-id"].startswith("req_") and headers["request-id"] != "req_local"
 
 
 # --------------------------------------------------------------------------- token counts, models

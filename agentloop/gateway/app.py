@@ -394,7 +394,7 @@ class Gateway:
             _log.info("gateway.failed", status=failure.status, error=str(exc))
             return _json(failure.status, failure.body, request_id, failure.headers)
         message = await self._finish(call, result)
-        return _json(200, message, request_id)
+        return _json(200, message, request_id, call.provider.answer_headers)
 
     async def count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
@@ -720,10 +720,12 @@ class _StreamResponse(Response):
         async def start() -> None:
             nonlocal started
             started = True
+            answered = self.call.provider.answer_headers
             headers = [
                 (b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"),
                 (b"request-id", request_id.encode()),
+                *((k.encode(), v.encode("latin-1", "replace")) for k, v in answered.items()),
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
 

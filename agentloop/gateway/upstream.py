@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,11 @@ class Upstream:
         options: dict[str, Any] = {"base_url": base_url, "max_retries": 0}
         if timeout is not None:
             options["timeout"] = timeout
+        # The SDK's own HTTP client, with a hook noting each answer's rate-limit headers
+        # for the client request that asked (see `UpstreamProvider.answer_headers`).
+        options["http_client"] = anthropic.DefaultAsyncHttpxClient(
+            event_hooks={"response": [_note_answer]}
+        )
         # The base client never sends its own placeholder credential: every request
         # goes through a copy carrying the credential chosen for it.
         self._base = anthropic.AsyncAnthropic(api_key="unset", **options)
@@ -146,17 +152,22 @@ class UpstreamProvider:
         self.responses: list[ModelResponse] = []
         self.error_headers: dict[str, str] = {}
         """Headers of the last upstream error answer that clients' retry logic reads."""
+        self.answer_headers: dict[str, str] = {}
+        """The rate-limit headers of the last upstream answer, for the client's answer."""
 
     def _provider(self) -> AnthropicProvider:
         return self.later if self.responses else self.first
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` as one JSON request."""
+        token = _ASKING.set(self)
         try:
             response = await self._provider().complete(request)
         except ProviderError as exc:
             self.error_headers = retry_headers(exc)
             raise
+        finally:
+            _ASKING.reset(token)
         self.responses.append(response)
         return response
 
@@ -172,16 +183,33 @@ class UpstreamProvider:
                 await report(round_, event)
             await on_event(event)
 
+        token = _ASKING.set(self)
         try:
             response = await self._provider().stream(request, tee)
         except ProviderError as exc:
             self.error_headers = retry_headers(exc)
             raise
+        finally:
+            _ASKING.reset(token)
         self.responses.append(response)
         return response
 
 
 _RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
+
+_ASKING: ContextVar[UpstreamProvider | None] = ContextVar("agentloop_gateway_asking", default=None)
+"""The provider whose model request is being sent in this context."""
+
+
+async def _note_answer(response: httpx2.Response) -> None:
+    """Keep a successful answer's rate-limit headers for the provider that asked."""
+    provider = _ASKING.get()
+    if provider is not None and response.status_code < 300:
+        provider.answer_headers = {
+            k.lower(): v
+            for k, v in response.headers.items()
+            if k.lower().startswith("anthropic-ratelimit-")
+        }
 
 
 @dataclass(frozen=True)
