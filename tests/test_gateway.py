@@ -742,7 +742,13 @@ async def test_models_come_from_the_upstream(gateway: GatewayProcess, upstream: 
     assert all(r.headers["authorization"] == "Bearer sk-client-a" for r in upstream.recorded)
     async with httpx2.AsyncClient() as http:
         anonymous = await http.get(gateway.url + "/v1/models")
+        # Only the model routes are reachable: no path climbs out of /v1/models upstream.
+        escapes = [
+            await http.get(gateway.url + path, headers={"x-api-key": "sk-client-a"})
+            for path in ("/v1/models/%2E%2E", "/v1/models/a%2F..%2F..%2Fv1%2Fmessages")
+        ]
     assert anonymous.status_code == 401
+    assert [e.status_code for e in escapes] == [404, 404]
     assert len(upstream.recorded) == 3
 
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from opentelemetry import context as otel_context
@@ -357,7 +358,7 @@ class Gateway:
                 Route("/v1/messages", self.messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
-                Route("/v1/models/{model_id:path}", self.models, methods=["GET"]),
+                Route("/v1/models/{model_id}", self.models, methods=["GET"]),
                 Route("/healthz", self.healthz, methods=["GET"]),
             ],
             exception_handlers={404: not_found, 405: not_found},
@@ -427,12 +428,16 @@ class Gateway:
     async def models(self, request: Request) -> Response:
         """`GET /v1/models` and `GET /v1/models/{id}`: the upstream's answer, as it is."""
         request_id = _new_id("req_")
+        model_id = request.path_params.get("model_id")
         try:
             _, upstream_credential = self._authenticate(request)
+            if model_id in (".", ".."):  # never a model, and would leave /v1/models upstream
+                raise _Refusal(404, "not_found_error", f"model: {model_id}")
         except _Refusal as refusal:
             body = _error_body(refusal.kind, str(refusal), request_id)
             return _json(refusal.status, body, request_id)
-        return await self._forward(request, request_id, upstream_credential)
+        path = "/v1/models" if model_id is None else f"/v1/models/{quote(model_id, safe='')}"
+        return await self._forward(request, request_id, upstream_credential, path=path)
 
     async def _forward(
         self,
@@ -440,13 +445,15 @@ class Gateway:
         request_id: str,
         credential: str,
         body: Mapping[str, Any] | None = None,
+        *,
+        path: str = "/v1/messages/count_tokens",
     ) -> Response:
         assert self.upstream is not None
         try:
             answer = await self.upstream.forward(
                 credential,
                 request.method,
-                request.url.path,
+                path,
                 body=body,
                 headers=forwarded_headers(request.headers),
                 query=dict(request.query_params),
