@@ -856,7 +856,11 @@ async def test_concurrent_runs_share_one_cap_on_worker_threads(serve: Any) -> No
                 group.start_soon(one_run)
             with anyio.fail_after(5):
                 await full.wait()
-            await anyio.wait_all_tasks_blocked()
+                # The other runs' calls queue on the shared limiter as their model
+                # answers arrive (a task waiting on its socket counts as blocked too,
+                # so this waits for the queue itself, not for quiet).
+                while threads.statistics().tasks_waiting < 9:
+                    await anyio.wait_all_tasks_blocked()
             assert (running, threads.borrowed_tokens) == (3, 3)
             assert threads.statistics().tasks_waiting == 9
             release.set()
