@@ -34,6 +34,7 @@ from _gateway import (
 )
 
 from agentloop.testing import Fault, RawResponse, reply, sse_events, tool_call
+from agentloop.testing.scripted import cache_markers
 from agentloop.testing.server import count_tokens
 
 pytestmark = pytest.mark.timeout(180)
@@ -504,6 +505,51 @@ async def test_another_key_never_gets_the_hidden_turn(
         await other.messages.create(model="m", max_tokens=100, messages=messages)
     assert upstream.bodies[2]["messages"] == messages, "forwarded as the other client sent it"
     assert upstream.recorded[2].headers["authorization"] == "Bearer sk-client-b"
+
+
+async def test_cache_markers_a_client_moves_never_pile_up_upstream(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    """A client that marks its system prompt and its last two user messages on every
+    request, as coding agents do, over turns that each had a hidden round."""
+    mark = {"type": "ephemeral", "ttl": "5m"}
+    system = [{"type": "text", "text": "You are terse.", "cache_control": mark}]
+
+    def marked(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": text, "cache_control": mark}]}
+
+    def unmarked(message: dict[str, Any]) -> dict[str, Any]:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
+        return {**message, "content": content}
+
+    messages: list[Any] = []
+    async with gateway.client() as client:
+        for turn in range(1, 6):
+            upstream.script(reply(tool_call("lookup", {"key": f"k{turn}"})), reply(f"Turn {turn}."))
+            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+            messages = [unmarked(m) if i in users[:-1] else m for i, m in enumerate(messages)]
+            messages.append(marked(f"question {turn}"))
+            answer = await client.messages.create(
+                model="m", max_tokens=50, system=system, messages=messages
+            )
+            assert texts(answer.content) == [f"Turn {turn}."]
+            messages.append({"role": "assistant", "content": dump(answer.content)})
+    bodies = upstream.bodies
+    assert len(bodies) == 2, "the last turn's hidden round and answer"
+    for body in bodies:
+        assert cache_markers(body) <= 3
+    history = bodies[0]["messages"]
+    assert len(history) == 1 + 4 * 4, "every turn's hidden round was restored"
+    where = [
+        (i, b["cache_control"])
+        for i, m in enumerate(history)
+        for b in (m["content"] if isinstance(m["content"], list) else [])
+        if "cache_control" in b
+    ]
+    # One marker where the stored conversation ends, one on the client's new message.
+    assert where == [(len(history) - 2, mark), (len(history) - 1, mark)]
 
 
 # --------------------------------------------------------------------------- message threads

@@ -20,7 +20,13 @@ from _gateway import redis_server
 
 from agentloop.errors import ConfigurationError
 from agentloop.gateway import MemoryStore, RedisStore, Sessions, SQLiteStore, open_store
-from agentloop.gateway.sessions import Session, canonical_json, continue_history
+from agentloop.gateway.sessions import (
+    Session,
+    canonical_json,
+    continue_history,
+    last_marker,
+    moved_markers,
+)
 
 
 class Clock:
@@ -243,6 +249,53 @@ def test_continue_history_merges_into_a_stored_user_message() -> None:
         {"type": "text", "text": "more"},
     ]
     assert len(history) == 3
+
+
+def test_stored_markers_give_way_to_the_clients_latest_one() -> None:
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    nested = {"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}
+    stored = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "g", "name": "n", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "g", "content": [nested]}],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "done"},
+                {"type": "text", "text": ""},
+                {"type": "thinking", "thinking": "t", "signature": "s"},
+            ],
+        },
+    ]
+    assert last_marker(stored) == {"type": "ephemeral"}
+    history = continue_history(
+        Session("k", (), stored), [{"role": "user", "content": "next"}], marker=one_hour
+    )
+    marked = [
+        (i, j)
+        for i, m in enumerate(history)
+        for j, b in enumerate(m["content"] if isinstance(m["content"], list) else [])
+        if "cache_control" in b or "cache_control" in str(b.get("content"))
+    ]
+    # The one marker sits on the last block that takes one (not thinking, not empty text).
+    assert marked == [(3, 0)]
+    assert history[3]["content"][0]["cache_control"] == one_hour
+    assert history[2]["content"][0]["content"] == [{"type": "text", "text": "r"}]
+    assert stored[0]["content"][0]["cache_control"] == {"type": "ephemeral"}, "not changed"
+    # Without a marker from the client, none is put back.
+    assert last_marker(moved_markers(stored, None)) is None
+    assert moved_markers([{"role": "user", "content": "plain"}], one_hour) == [
+        {"role": "user", "content": [{"type": "text", "text": "plain", "cache_control": one_hour}]}
+    ]
 
 
 def test_the_gateway_package_imports_without_its_server_dependencies() -> None:

@@ -44,7 +44,14 @@ from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 from agentloop.tools import Tool
 
-from .sessions import Session, Sessions, Thread, continue_history
+from .sessions import (
+    Session,
+    Sessions,
+    Thread,
+    continue_history,
+    last_marker,
+    moved_markers,
+)
 from .stores import DEFAULT_STORE, Store, open_store
 from .upstream import Upstream, UpstreamProvider, forwarded_headers
 from .visible import PING, VisibleStream, sse, visible_message
@@ -420,7 +427,9 @@ class Gateway:
         visible: list[Any] = body["messages"]
         session = await self._find_session(scope, visible)
         if session is not None:
-            body["messages"] = continue_history(session, visible[_last_assistant(visible) + 1 :])
+            end = _last_assistant(visible) + 1
+            marker = last_marker(visible[:end])
+            body["messages"] = continue_history(session, visible[end:], marker=marker)
         if self.internal:
             body["tools"] = [*(d.to_wire() for d in self.registry.definitions()), *client_tools]
         return await self._forward(request, request_id, upstream_credential, body)
@@ -478,11 +487,10 @@ class Gateway:
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
         session = await self._find_session(scope, visible)
-        history = (
-            continue_history(session, visible[_last_assistant(visible) + 1 :])
-            if session is not None
-            else list(visible)
-        )
+        history = list(visible)
+        if session is not None:
+            end = _last_assistant(visible) + 1
+            history = continue_history(session, visible[end:], marker=last_marker(visible[:end]))
         first, later = self.upstream.providers(upstream_credential)
         provider = UpstreamProvider(first, later)
         params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
@@ -601,7 +609,8 @@ class Gateway:
                 {"error_code": "thread_not_found"},
             )
         body.update(parent.fields)
-        body["messages"] = [*parent.messages, *messages]
+        earlier = moved_markers(parent.messages, last_marker(parent.messages))
+        body["messages"] = [*earlier, *messages]
         return _ThreadCall(parent, parent.fields, list(messages))
 
     async def _finish(self, call: _Call, result: RunResult) -> dict[str, Any]:

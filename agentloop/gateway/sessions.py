@@ -31,6 +31,8 @@ __all__ = (
     "Thread",
     "canonical_json",
     "continue_history",
+    "last_marker",
+    "moved_markers",
 )
 
 _FORMAT = 1
@@ -213,15 +215,25 @@ def _blocks(content: Any) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-def continue_history(session: Session, new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def continue_history(
+    session: Session,
+    new: Sequence[Mapping[str, Any]],
+    *,
+    marker: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The upstream history for a request that continues `session` with `new` messages.
 
     After a mixed turn, the first new user message becomes the one message answering
     every call of the stored assistant message in the model's order: the held results of
     the gateway's own calls and the client's results, then whatever else the client
     wrote. A new user message right after a stored user message is merged into it.
+
+    The stored messages keep none of the `cache_control` markers earlier requests put
+    on them (clients move their markers from request to request, and the API takes at
+    most four); `marker`, the client's latest marker before its new messages, is put on
+    the last stored block that can carry one.
     """
-    history = [dict(m) for m in session.messages]
+    history = moved_markers(session.messages, marker)
     rest = [dict(m) for m in new]
     if session.held and rest and rest[0].get("role") == "user" and history:
         rest[0] = {**rest[0], "content": _answer_all(history[-1], session.held, rest[0])}
@@ -262,3 +274,61 @@ def _answer_all(
         )
     ]
     return ordered + others
+
+
+# Blocks the API lets carry a `cache_control` marker (thinking blocks cannot).
+_MARKABLE = frozenset({"text", "image", "document", "search_result", "tool_use", "tool_result"})
+
+
+def last_marker(messages: Sequence[Any]) -> dict[str, Any] | None:
+    """The last `cache_control` marker in `messages` (at any depth), or None."""
+    found: list[dict[str, Any]] = []
+
+    def visit(content: Any) -> None:
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, Mapping):
+                visit(block.get("content"))
+                if isinstance(block.get("cache_control"), Mapping):
+                    found.append(dict(block["cache_control"]))
+
+    for message in messages:
+        if isinstance(message, Mapping):
+            visit(message.get("content"))
+    return found[-1] if found else None
+
+
+def moved_markers(
+    messages: Sequence[Mapping[str, Any]], marker: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """`messages` without their `cache_control` markers, and `marker` put back once.
+
+    `marker` (when given) goes on the last block that can carry one: not a thinking
+    block, not an empty text.
+    """
+    out = [{**m, "content": _unmarked(m.get("content"))} for m in messages]
+    if marker is None:
+        return out
+    for message in reversed(out):
+        blocks = _blocks(message.get("content"))
+        for i in range(len(blocks) - 1, -1, -1):
+            block = blocks[i]
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") in _MARKABLE
+                and (block.get("type") != "text" or block.get("text"))
+            ):
+                blocks[i] = {**block, "cache_control": dict(marker)}
+                message["content"] = blocks
+                return out
+    return out
+
+
+def _unmarked(content: Any) -> Any:
+    if not isinstance(content, list):
+        return content
+    return [
+        {k: _unmarked(v) if k == "content" else v for k, v in b.items() if k != "cache_control"}
+        if isinstance(b, Mapping)
+        else b
+        for b in content
+    ]

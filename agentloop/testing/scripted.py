@@ -30,6 +30,7 @@ from agentloop.messages import Message, _Block, parse_history
 from agentloop.providers.base import ModelRequest, ModelResponse
 
 __all__ = (
+    "MAX_CACHE_MARKERS",
     "Fault",
     "FaultKind",
     "Paced",
@@ -37,6 +38,7 @@ __all__ = (
     "ScriptExhausted",
     "ScriptedModel",
     "ScriptedProvider",
+    "cache_markers",
     "message_events",
     "reply",
     "text",
@@ -66,6 +68,29 @@ a `Paced` message, or text."""
 Answer: TypeAlias = "dict[str, Any] | RawResponse | Fault | Paced"
 """What `ScriptedModel.respond` returns: a wire message, or an item the server acts out."""
 Script: TypeAlias = "Iterable[ScriptItem] | Callable[[dict[str, Any]], ScriptItem]"
+
+
+MAX_CACHE_MARKERS = 4
+"""The most `cache_control` markers the API takes in one request."""
+
+
+def cache_markers(body: Mapping[str, Any]) -> int:
+    """How many `cache_control` markers a request body holds (tools, system, messages)."""
+
+    def count(value: Any) -> int:
+        if isinstance(value, list):
+            return sum(count(v) for v in value)
+        if not isinstance(value, Mapping):
+            return 0
+        own = 1 if isinstance(value.get("cache_control"), Mapping) else 0
+        return own + count(value.get("content"))
+
+    messages = body.get("messages")
+    return (
+        count(body.get("tools"))
+        + count(body.get("system"))
+        + (count(list(messages)) if isinstance(messages, list) else 0)
+    )
 
 
 class ScriptExhausted(AgentloopError):
@@ -486,7 +511,11 @@ class ScriptedModel:
         self._counter = itertools.count(1)
 
     def check(self, body: Mapping[str, Any]) -> list[Message]:
-        """Lint a request body's history as the API would; return the parsed messages."""
+        """Lint a request body's history as the API would; return the parsed messages.
+
+        Besides the history rules, a body may hold at most `MAX_CACHE_MARKERS`
+        `cache_control` markers in all (tools, system and messages), as the API allows.
+        """
         messages = parse_history(body.get("messages") or [])
         if self.lint:
             thinking = body.get("thinking") or {}
@@ -495,6 +524,12 @@ class ScriptedModel:
                 thinking=bool(thinking) and thinking.get("type") != "disabled",
                 tool_choice=body.get("tool_choice"),
             )
+            markers = cache_markers(body)
+            if markers > MAX_CACHE_MARKERS:
+                raise errors.HistoryError(
+                    f"A maximum of {MAX_CACHE_MARKERS} blocks with cache_control may be "
+                    f"provided. Found {markers}."
+                )
         return messages
 
     def respond(self, body: Mapping[str, Any]) -> Answer:
