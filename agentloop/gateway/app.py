@@ -414,25 +414,17 @@ class Gateway:
         try:
             scope, upstream_credential = self._authenticate(request)
             body = await _json_object(request)
-            for name, kind in (("model", str), ("messages", list)):
-                if name not in body:
-                    raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
-                if not isinstance(body[name], kind):
-                    raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
+            _require(body, (("model", str), ("messages", list)))
             client_tools = body.get("tools") or []
             self._client_tool_names(client_tools)
         except _Refusal as refusal:
             body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
             return _json(refusal.status, body, request_id)
-        visible: list[Any] = body["messages"]
-        session = await self._find_session(scope, visible)
-        if session is not None:
-            end = _last_assistant(visible) + 1
-            marker = last_marker(visible[:end])
-            body["messages"] = continue_history(session, visible[end:], marker=marker)
+        _, body["messages"] = await self._restore(scope, body["messages"])
         if self.internal:
             body["tools"] = [*(d.to_wire() for d in self.registry.definitions()), *client_tools]
-        return await self._forward(request, request_id, upstream_credential, body)
+        path = "/v1/messages/count_tokens"
+        return await self._forward(request, request_id, upstream_credential, path, body)
 
     async def models(self, request: Request) -> Response:
         """`GET /v1/models` and `GET /v1/models/{id}`: the upstream's answer, as it is."""
@@ -446,16 +438,15 @@ class Gateway:
             body = _error_body(refusal.kind, str(refusal), request_id)
             return _json(refusal.status, body, request_id)
         path = "/v1/models" if model_id is None else f"/v1/models/{quote(model_id, safe='')}"
-        return await self._forward(request, request_id, upstream_credential, path=path)
+        return await self._forward(request, request_id, upstream_credential, path)
 
     async def _forward(
         self,
         request: Request,
         request_id: str,
         credential: str,
+        path: str,
         body: Mapping[str, Any] | None = None,
-        *,
-        path: str = "/v1/messages/count_tokens",
     ) -> Response:
         assert self.upstream is not None
         try:
@@ -478,19 +469,11 @@ class Gateway:
         scope, upstream_credential = self._authenticate(request)
         body = await _json_object(request)
         thread = await self._thread(body, scope)
-        for name, kind in (("model", str), ("max_tokens", int), ("messages", list)):
-            if name not in body:
-                raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
-            if not isinstance(body[name], kind) or isinstance(body[name], bool):
-                raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
+        _require(body, (("model", str), ("max_tokens", int), ("messages", list)))
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
-        session = await self._find_session(scope, visible)
-        history = list(visible)
-        if session is not None:
-            end = _last_assistant(visible) + 1
-            history = continue_history(session, visible[end:], marker=last_marker(visible[:end]))
+        session, history = await self._restore(scope, visible)
         first, later = self.upstream.providers(upstream_credential)
         provider = UpstreamProvider(first, later)
         params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
@@ -566,12 +549,21 @@ class Gateway:
             )
         return frozenset(n for n in names if isinstance(n, str))
 
-    async def _find_session(self, scope: str, visible: list[Any]) -> Session | None:
+    async def _restore(self, scope: str, visible: list[Any]) -> tuple[Session | None, list[Any]]:
+        """The session a visible conversation continues, and the upstream history.
+
+        The history is the stored one plus the client's new messages (those after its
+        last assistant message), or the visible conversation when no session matches.
+        """
         assert self.sessions is not None
-        end = _last_assistant(visible)
-        if end < 0:
-            return None
-        return await self.sessions.load(self.sessions.key(scope, visible[: end + 1]))
+        end = _last_assistant(visible) + 1
+        if end == 0:
+            return None, list(visible)
+        prefix = visible[:end]
+        session = await self.sessions.load(self.sessions.key(scope, prefix))
+        if session is None:
+            return None, list(visible)
+        return session, continue_history(session, visible[end:], marker=last_marker(prefix))
 
     async def _thread(self, body: dict[str, Any], scope: str) -> _ThreadCall | None:
         """Expand a message-thread request into a whole conversation (in place)."""
@@ -638,6 +630,15 @@ class Gateway:
             hidden=hidden,
         )
         return message
+
+
+def _require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> None:
+    """Refuse a body missing one of `fields` or holding a value of another type."""
+    for name, kind in fields:
+        if name not in body:
+            raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
+        if not isinstance(body[name], kind) or isinstance(body[name], bool):
+            raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
 
 
 async def _json_object(request: Request) -> dict[str, Any]:

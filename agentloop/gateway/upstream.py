@@ -12,7 +12,7 @@ the same clients and come back as the upstream answered them (`Upstream.forward`
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -110,7 +110,9 @@ class Upstream:
             content = await response.aread()
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
             raise APIConnectionError(f"could not reach the upstream: {exc}") from exc
-        return Forwarded(response.status_code, content, _answer_headers(response.headers))
+        headers = _read_by_clients(response.headers, also=("request-id",))
+        headers["content-type"] = response.headers.get("content-type", "application/json")
+        return Forwarded(response.status_code, content, headers)
 
     async def aclose(self) -> None:
         """Close the shared connection pool."""
@@ -153,7 +155,8 @@ class UpstreamProvider:
         self.error_headers: dict[str, str] = {}
         """Headers of the last upstream error answer that clients' retry logic reads."""
         self.answer_headers: dict[str, str] = {}
-        """The rate-limit headers of the last upstream answer, for the client's answer."""
+        """The headers clients read (rate limits) of the last successful upstream answer,
+        for the client's answer."""
 
     def _provider(self) -> AnthropicProvider:
         return self.later if self.responses else self.first
@@ -205,11 +208,7 @@ async def _note_answer(response: httpx2.Response) -> None:
     """Keep a successful answer's rate-limit headers for the provider that asked."""
     provider = _ASKING.get()
     if provider is not None and response.status_code < 300:
-        provider.answer_headers = {
-            k.lower(): v
-            for k, v in response.headers.items()
-            if k.lower().startswith("anthropic-ratelimit-")
-        }
+        provider.answer_headers = _read_by_clients(response.headers)
 
 
 @dataclass(frozen=True)
@@ -225,26 +224,23 @@ class Forwarded:
     headers: dict[str, str]
 
 
-def _answer_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    kept = {
-        k.lower(): v
+def _read_by_clients(headers: Mapping[str, str], *, also: Iterable[str] = ()) -> dict[str, str]:
+    """The headers of an upstream answer that clients read, names in lower case.
+
+    Those are the retry advice and the rate limits, and the names in `also`.
+    """
+    extra = frozenset(also)
+    return {
+        name: v
         for k, v in headers.items()
-        if k.lower() in _RETRY_HEADERS
-        or k.lower() == "request-id"
-        or k.lower().startswith("anthropic-ratelimit-")
+        if (name := k.lower()) in _RETRY_HEADERS
+        or name in extra
+        or name.startswith("anthropic-ratelimit-")
     }
-    kept["content-type"] = headers.get("content-type", "application/json")
-    return kept
 
 
 def retry_headers(exc: ProviderError) -> dict[str, str]:
     """The headers of an upstream error answer that clients' retry logic reads."""
     response = getattr(exc.__cause__, "response", None)
     headers = getattr(response, "headers", None)
-    if headers is None:
-        return {}
-    return {
-        k.lower(): v
-        for k, v in headers.items()
-        if k.lower() in _RETRY_HEADERS or k.lower().startswith("anthropic-ratelimit-")
-    }
+    return {} if headers is None else _read_by_clients(headers)
