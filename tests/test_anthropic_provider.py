@@ -6,6 +6,7 @@ import socket
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
 
 from agentloop import Agent, AnthropicProvider, ProviderError, tool
@@ -15,10 +16,13 @@ from agentloop.errors import (
     BadRequestError,
     CreditBalanceError,
     MissingAPIKeyError,
+    OverloadedError,
     RateLimitError,
     ServerError,
 )
-from agentloop.testing import RawResponse, reply
+from agentloop.messages import Message
+from agentloop.providers.base import ModelRequest
+from agentloop.testing import Fault, RawResponse, reply
 
 
 @tool
@@ -187,3 +191,96 @@ def test_default_provider_is_anthropic() -> None:
     client = anthropic.AsyncAnthropic(api_key="k")
     agent = Agent(client=client)
     assert isinstance(agent.provider, AnthropicProvider) and agent.provider.client is client
+
+
+# ------------------------------------------------------------------ complete_once
+
+ERROR_ANSWERS = [
+    error(400, "invalid_request_error", CREDIT),
+    error(402, "billing_error", "Payment required"),
+    error(401, "authentication_error", "invalid x-api-key"),
+    error(429, "rate_limit_error", "slow down"),
+    error(500, "api_error", "oops"),
+    error(529, "overloaded_error", "Overloaded"),
+    RawResponse(503, "upstream connect error"),
+]
+
+
+async def _fail(serve: Any, answer: RawResponse, once: bool) -> tuple[ProviderError, list[Any]]:
+    server = serve([answer])
+    http = anthropic.DefaultAsyncHttpxClient()
+    provider = AnthropicProvider(server.client(http_client=http))
+    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+    with pytest.raises(ProviderError) as info:
+        if once:
+            await provider.complete_once(request, http)
+        else:
+            await provider.complete(request)
+    return info.value, server.recorded
+
+
+@pytest.mark.parametrize("answer", ERROR_ANSWERS, ids=lambda a: str(a.status))
+async def test_complete_once_types_errors_as_complete_does(serve: Any, answer: RawResponse) -> None:
+    ours, _ = await _fail(serve, answer, once=True)
+    theirs, _ = await _fail(serve, answer, once=False)
+    assert type(ours) is type(theirs)
+    assert (ours.status_code, ours.body, ours.request_id) == (
+        theirs.status_code,
+        theirs.body,
+        theirs.request_id,
+    )
+    if isinstance(theirs.body, dict):
+        assert str(ours) == str(theirs)
+    # The cause carries the answer, as the SDK's error does (its headers are read there).
+    assert isinstance(ours.__cause__, httpx2.HTTPStatusError)
+    assert ours.__cause__.response.status_code == answer.status
+
+
+async def test_complete_once_sends_once_whatever_the_client_retries(serve: Any) -> None:
+    server = serve([Fault.overloaded(retry_after=0), reply("late")])
+    http = anthropic.DefaultAsyncHttpxClient()
+    provider = AnthropicProvider(server.client(http_client=http, max_retries=3))
+    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+    with pytest.raises(OverloadedError) as info:
+        await provider.complete_once(request, http)
+    assert info.value.__cause__.response.headers["retry-after"] == "0"  # type: ignore[union-attr]
+    assert len(server.recorded) == 1
+    assert (await provider.complete_once(request, http)).text == "late"
+
+
+async def test_complete_once_to_an_unreachable_api_is_a_connection_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    http = anthropic.DefaultAsyncHttpxClient()
+    client = anthropic.AsyncAnthropic(
+        base_url=f"http://127.0.0.1:{port}", api_key="k", http_client=http
+    )
+    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+    try:
+        with pytest.raises(APIConnectionError, match="could not reach"):
+            await AnthropicProvider(client).complete_once(request, http)
+    finally:
+        await client.close()
+
+
+async def test_complete_once_goes_through_the_sdk_for_other_clients(serve: Any) -> None:
+    class Custom(anthropic.AsyncAnthropic):
+        """A client class of the application's, whose requests only the SDK knows how to make."""
+
+    server = serve([reply("ok"), reply("ok")])
+    http = anthropic.DefaultAsyncHttpxClient()
+    direct = AnthropicProvider(server.client(http_client=http))
+    custom = AnthropicProvider(
+        Custom(base_url=server.base_url, api_key="k", max_retries=0, http_client=http)
+    )
+    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+    assert (await direct.complete_once(request, http)).text == "ok"
+    assert (await custom.complete_once(request, http)).text == "ok"
+    try:
+        first, second = server.recorded
+        # Only the SDK numbers its attempts.
+        assert "x-stainless-retry-count" not in first.headers
+        assert second.headers["x-stainless-retry-count"] == "0"
+    finally:
+        await custom.client.close()

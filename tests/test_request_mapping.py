@@ -1,8 +1,9 @@
 """What reaches the wire for each request parameter is what the SDK itself would send.
 
-For every parameter an `Agent` accepts, a run's request (JSON and streamed) is compared
-with the request `client.messages.create` (or `client.beta.messages.create`, when `betas`
-are given) sends for the same arguments: path, query, headers and body.
+For every parameter an `Agent` accepts, a run's request (JSON, streamed, and sent once
+straight over the client's pool with `AnthropicProvider.complete_once`) is compared with
+the request `client.messages.create` (or `client.beta.messages.create`, when `betas` are
+given) sends for the same arguments: path, query, headers and body.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import anthropic
 import pytest
 
 from agentloop import Agent, AnthropicProvider, tool
+from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.testing import MessagesServer, RecordedRequest, reply
 
 CREATE = set(inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters)
@@ -98,13 +100,29 @@ def comparable(seen: RecordedRequest) -> dict[str, Any]:
     return {"path": seen.path, "query": seen.query, "headers": headers, "body": seen.body}
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+class SentOnce:
+    """A provider sending each request with `complete_once` over its client's pool."""
+
+    def __init__(self, server: MessagesServer) -> None:
+        self.http = anthropic.DefaultAsyncHttpxClient()
+        self.provider = AnthropicProvider(server.client(http_client=self.http))
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self.provider.complete_once(request, self.http)
+
+
+@pytest.mark.parametrize("mode", ["json", "sse", "once"])
 @pytest.mark.parametrize(("case", "options"), CASES, ids=[c for c, _ in CASES])
 async def test_the_wire_request_is_what_the_sdk_sends(
-    case: str, options: dict[str, Any], stream: bool, serve: Callable[..., MessagesServer]
+    case: str, options: dict[str, Any], mode: str, serve: Callable[..., MessagesServer]
 ) -> None:
+    stream = mode == "sse"
     ours = serve([reply("ok")])
-    agent = Agent(provider=AnthropicProvider(ours.client(), stream=stream), **options)
+    if mode == "once":
+        provider: Any = SentOnce(ours)
+    else:
+        provider = AnthropicProvider(ours.client(), stream=stream)
+    agent = Agent(provider=provider, **options)
     result = await agent.run("hi")
     assert result.text == "ok"
 

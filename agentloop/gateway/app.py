@@ -474,8 +474,7 @@ class Gateway:
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
         session, history = await self._restore(scope, visible)
-        first, later = self.upstream.providers(upstream_credential)
-        provider = UpstreamProvider(first, later)
+        provider = self.upstream.provider(upstream_credential)
         params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
         extra_body = {k: params.pop(k) for k in list(params) if k in _OPTION_NAMES}
         if extra_body:

@@ -2,11 +2,14 @@
 
 Requests go out through `AnthropicProvider` over the SDK's `AsyncAnthropic`, one client
 per upstream credential sharing one connection pool. The first model request of a client
-request is sent without retries, so an upstream error reaches the client as it was (its
-own retry logic reads it); the hidden rounds after it are retried by the SDK, since the
-client cannot retry those on its own. Every response is recorded, and while streaming
-every event is reported to the gateway too. Token counts and model listings go through
-the same clients and come back as the upstream answered them (`Upstream.forward`).
+request is sent once, without retries, so an upstream error reaches the client as it was
+(its own retry logic reads it); as JSON it goes straight over the pool, with the SDK's
+headers and credential but not its per-request machinery (the passthrough case, where
+the gateway's cost is most of the added latency). The hidden rounds after it are retried
+by the SDK, since the client cannot retry those on its own. Every response is recorded,
+and while streaming every event is reported to the gateway too. Token counts and model
+listings go through the same clients and come back as the upstream answered them
+(`Upstream.forward`).
 """
 
 from __future__ import annotations
@@ -57,14 +60,18 @@ class Upstream:
             options["timeout"] = timeout
         # The SDK's own HTTP client, with a hook noting each answer's rate-limit headers
         # for the client request that asked (see `UpstreamProvider.answer_headers`).
-        options["http_client"] = anthropic.DefaultAsyncHttpxClient(
-            event_hooks={"response": [_note_answer]}
-        )
+        self.http = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [_note_answer]})
+        """The connection pool every client shares."""
         # The base client never sends its own placeholder credential: every request
         # goes through a copy carrying the credential chosen for it.
-        self._base = anthropic.AsyncAnthropic(api_key="unset", **options)
+        self._base = anthropic.AsyncAnthropic(api_key="unset", http_client=self.http, **options)
         self._clients: OrderedDict[str, tuple[AnthropicProvider, AnthropicProvider]] = OrderedDict()
         self._cache = cache
+
+    def provider(self, credential: str) -> UpstreamProvider:
+        """The provider of one client request sent upstream with `credential`."""
+        first, later = self.providers(credential)
+        return UpstreamProvider(first, later, http_client=self.http)
 
     def providers(self, credential: str) -> tuple[AnthropicProvider, AnthropicProvider]:
         """The providers for `credential`: without retries, and with them."""
@@ -146,10 +153,17 @@ class UpstreamProvider:
         first: AnthropicProvider,
         later: AnthropicProvider,
         on_event: OnEvent | None = None,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
     ) -> None:
-        """Send the first request with `first`, later ones with `later`."""
+        """Send the first request with `first`, later ones with `later`.
+
+        With `http_client` (the pool `first`'s client uses), a first JSON request goes
+        straight over it (`AnthropicProvider.complete_once`).
+        """
         self.first = first
         self.later = later
+        self.http_client = http_client
         self.on_event = on_event
         self.responses: list[ModelResponse] = []
         self.error_headers: dict[str, str] = {}
@@ -165,7 +179,10 @@ class UpstreamProvider:
         """Send `request` as one JSON request."""
         token = _ASKING.set(self)
         try:
-            response = await self._provider().complete(request)
+            if self.responses or self.http_client is None:
+                response = await self._provider().complete(request)
+            else:
+                response = await self.first.complete_once(request, self.http_client)
         except ProviderError as exc:
             self.error_headers = retry_headers(exc)
             raise
