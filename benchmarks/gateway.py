@@ -5,8 +5,8 @@
 Four processes: a scripted Messages server (`agentloop.testing.MessagesServer`, which
 lints every history it receives), `python -m agentloop.gateway` in front of it with the
 test tools plugin and the default sqlite store, a bare forwarding hop (the baseline: a
-plain ASGI app on the same uvicorn that forwards the bytes with httpx2), and this one as
-the client (the real `AsyncAnthropic`). It measures:
+plain ASGI app on the same uvicorn that forwards the bytes with the gateway's HTTP
+client), and this one as the client (the real `AsyncAnthropic`). It measures:
 
 - passthrough: added latency of a plain request through the gateway against the same
   request sent to the upstream directly, and through the bare hop (interleaved,
@@ -101,8 +101,16 @@ class _Sink(list):  # type: ignore[type-arg]
         pass
 
 
+def hop_client(upstream: str) -> httpx2.AsyncClient:
+    """The gateway's HTTP client for upstream requests, as `--upstream-transport auto` picks it."""
+    if importlib.util.find_spec("aiohttp"):
+        return anthropic.DefaultAioHttpClient(base_url=upstream)
+    return anthropic.DefaultAsyncHttpxClient(base_url=upstream)
+
+
 def serve_forwarder(port: int, upstream: str) -> None:
-    """The baseline hop: a bare ASGI app on the gateway's uvicorn that forwards the bytes.
+    """The baseline hop: a bare ASGI app on the gateway's uvicorn that forwards the bytes
+    with the gateway's HTTP client.
 
     No SDK, no loop, no sessions: what any HTTP hop between the client and the
     upstream costs on this machine, measured in the same run as the gateway.
@@ -128,7 +136,7 @@ def serve_forwarder(port: int, upstream: str) -> None:
         if scope["path"] == "/healthz":
             status, data = 200, b"ok"
         else:
-            client = client or httpx2.AsyncClient(base_url=upstream)
+            client = client or hop_client(upstream)
             headers = [(k, v) for k, v in scope["headers"] if k in kept]
             answer = await client.post(scope["path"], content=body, headers=headers)
             status, data = answer.status_code, answer.content
@@ -316,10 +324,12 @@ def ms(seconds: float) -> str:
 
 
 def server_stack() -> str:
-    """What uvicorn runs the gateway on here: its `auto` choice of HTTP parser and loop."""
+    """What uvicorn runs the gateway on here (its `auto` choice of HTTP parser and loop),
+    and the HTTP client of the gateway's upstream requests."""
     http = "httptools" if importlib.util.find_spec("httptools") else "h11"
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    return f"uvicorn {uvicorn.__version__} ({http}, {loop})"
+    client = "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx2"
+    return f"uvicorn {uvicorn.__version__} ({http}, {loop}); upstream client: {client}"
 
 
 def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str, Any]) -> str:
@@ -346,8 +356,8 @@ def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str,
         "- Command: `python -m benchmarks.gateway` (upstream, gateway, baseline hop and "
         "client in four processes on this machine; gateway store: sqlite)",
         "- The baseline hop is a bare ASGI app on the same uvicorn forwarding the bytes with "
-        "httpx2 (no SDK, no loop, no sessions), measured in the same rotation as the direct "
-        "and gateway requests.",
+        "the gateway's upstream HTTP client (no SDK, no loop, no sessions), measured in the "
+        "same rotation as the direct and gateway requests.",
         "",
         "| Measure | Direct p50 | Direct p99 | Gateway p50 | Gateway p99 | Added p50 | Added p99 "
         "| Target | Verdict |",

@@ -1,6 +1,6 @@
 """The gateway served in this process (uvicorn on a real socket), for what needs a
-rendezvous with the gateway's own tool: keep-alive pings while it runs, and a client that
-goes away mid-run.
+rendezvous with the gateway's own tool (keep-alive pings while it runs, a client that
+goes away mid-run) or a look at the gateway's parts (its upstream transport).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anthropic
 import anyio
 import httpx2
 import pytest
@@ -19,8 +20,10 @@ import uvicorn
 from _gateway import free_port
 
 from agentloop import tool
+from agentloop.errors import ConfigurationError
 from agentloop.gateway.app import Gateway, GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.gateway.upstream import Transport, Upstream
+from agentloop.testing import MessagesServer, RawResponse, reply, tool_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,8 +38,8 @@ class Served:
 
 
 @asynccontextmanager
-async def gateway_on(config: GatewayConfig) -> AsyncIterator[str]:
-    gateway = Gateway(config)
+async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
+    gateway = config if isinstance(config, Gateway) else Gateway(config)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
@@ -206,3 +209,77 @@ async def test_an_unreachable_upstream_is_a_502_for_every_route() -> None:
         assert answer.json()["type"] == "error"
         assert answer.json()["error"]["type"] == "api_error"
         assert answer.headers["request-id"].startswith("req_")
+
+
+def test_the_upstream_transport_is_aiohttp_on_asyncio_and_httpx_elsewhere() -> None:
+    async def pool(transport: Transport) -> httpx2.AsyncClient:
+        upstream = Upstream("http://127.0.0.1:9", transport=transport)
+        await upstream.aclose()
+        return upstream.http
+
+    assert isinstance(anyio.run(pool, "auto"), anthropic.DefaultAioHttpClient)
+    assert isinstance(anyio.run(pool, "aiohttp"), anthropic.DefaultAioHttpClient)
+    assert isinstance(anyio.run(pool, "httpx"), anthropic.DefaultAsyncHttpxClient)
+    assert isinstance(anyio.run(pool, "auto", backend="trio"), anthropic.DefaultAsyncHttpxClient)
+    with pytest.raises(ConfigurationError, match="asyncio only"):
+        anyio.run(pool, "aiohttp", backend="trio")
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_either_upstream_transport_carries_errors_hidden_rounds_and_streams(
+    transport: Transport,
+) -> None:
+    refused = RawResponse(
+        529,
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        headers={"retry-after": "0", "anthropic-ratelimit-requests-remaining": "0"},
+    )
+    upstream = MessagesServer(
+        [
+            refused,
+            reply(tool_call("lookup", {"key": "k"})),
+            reply("Found it."),
+            reply(tool_call("lookup", {"key": "s"})),
+            reply("Streamed it."),
+        ]
+    ).start()
+    gateway = Gateway(
+        GatewayConfig(
+            upstream=upstream.base_url,
+            store="memory://",
+            tools=[lookup],
+            upstream_transport=transport,
+        )
+    )
+    ask: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "Look it up."}],
+    }
+    try:
+        async with gateway_on(gateway) as url:
+            kind = (
+                anthropic.DefaultAioHttpClient
+                if transport == "aiohttp"
+                else anthropic.DefaultAsyncHttpxClient
+            )
+            assert gateway.upstream is not None and isinstance(gateway.upstream.http, kind)
+            client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-test", max_retries=0)
+            async with client:
+                with pytest.raises(anthropic.APIStatusError) as caught:
+                    await client.messages.create(**ask)
+                answer = await client.messages.create(**ask)
+                async with client.messages.stream(**ask) as stream:
+                    streamed = await stream.get_final_message()
+    finally:
+        upstream.stop()
+    assert caught.value.status_code == 529
+    assert caught.value.response.headers["retry-after"] == "0"
+    assert caught.value.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert [b.type for b in answer.content] == ["text"] and answer.content[0].text == "Found it."
+    assert streamed.content[-1].type == "text" and streamed.content[-1].text == "Streamed it."
+    assert answer.usage.output_tokens > 0 and streamed.stop_reason == "end_turn"
+    # Each client request's hidden round reached the upstream answered, in a valid history.
+    last = upstream.recorded[-1].body["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user"]
+    assert last[-1]["content"][0]["content"] == "value of s"

@@ -1,7 +1,8 @@
 """What reaches the wire for each request parameter is what the SDK itself would send.
 
 For every parameter an `Agent` accepts, a run's request (JSON, streamed, and sent once
-straight over the client's pool with `AnthropicProvider.complete_once`) is compared with
+straight over the client's pool with `AnthropicProvider.complete_once`, on the SDK's
+httpx and aiohttp clients) is compared with
 the request `client.messages.create` (or `client.beta.messages.create`, when `betas` are
 given) sends for the same arguments: path, query, headers and body.
 """
@@ -103,15 +104,15 @@ def comparable(seen: RecordedRequest) -> dict[str, Any]:
 class SentOnce:
     """A provider sending each request with `complete_once` over its client's pool."""
 
-    def __init__(self, server: MessagesServer) -> None:
-        self.http = anthropic.DefaultAsyncHttpxClient()
+    def __init__(self, server: MessagesServer, pool: Callable[[], Any]) -> None:
+        self.http = pool()
         self.provider = AnthropicProvider(server.client(http_client=self.http))
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         return await self.provider.complete_once(request, self.http)
 
 
-@pytest.mark.parametrize("mode", ["json", "sse", "once"])
+@pytest.mark.parametrize("mode", ["json", "sse", "once", "once-aiohttp"])
 @pytest.mark.parametrize(("case", "options"), CASES, ids=[c for c, _ in CASES])
 async def test_the_wire_request_is_what_the_sdk_sends(
     case: str, options: dict[str, Any], mode: str, serve: Callable[..., MessagesServer]
@@ -119,7 +120,9 @@ async def test_the_wire_request_is_what_the_sdk_sends(
     stream = mode == "sse"
     ours = serve([reply("ok")])
     if mode == "once":
-        provider: Any = SentOnce(ours)
+        provider: Any = SentOnce(ours, anthropic.DefaultAsyncHttpxClient)
+    elif mode == "once-aiohttp":
+        provider = SentOnce(ours, anthropic.DefaultAioHttpClient)
     else:
         provider = AnthropicProvider(ours.client(), stream=stream)
     agent = Agent(provider=provider, **options)

@@ -10,6 +10,7 @@ Token counts are taken of what the upstream would receive; model listings pass t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -53,7 +54,7 @@ from .sessions import (
     moved_markers,
 )
 from .stores import DEFAULT_STORE, Store, open_store
-from .upstream import Upstream, UpstreamProvider, forwarded_headers
+from .upstream import Transport, Upstream, UpstreamProvider, forwarded_headers
 from .visible import PING, VisibleStream, sse, visible_message
 
 __all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "Gateway", "GatewayConfig")
@@ -126,6 +127,9 @@ class GatewayConfig:
     """Seconds of silence after which a stream gets a `ping` event."""
     upstream_timeout: float | None = None
     """Seconds the SDK waits for an upstream response (its default when None)."""
+    upstream_transport: Transport = "auto"
+    """The HTTP client upstream: "aiohttp", "httpx", or "auto" (aiohttp when installed
+    and on asyncio, as under `agentloop serve`; else httpx)."""
     deps: Any = None
     """Passed to every run as `deps` (what the gateway's tools receive)."""
     tracer_provider: Any = None
@@ -305,6 +309,11 @@ class Gateway:
         self.store = store or open_store(config.store, ttl=config.session_ttl)
         self.sessions: Sessions | None = None
         self.upstream: Upstream | None = None
+        if config.upstream_transport == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+            raise ConfigurationError(
+                "the aiohttp upstream transport needs aiohttp: "
+                "pip install 'agentloop-runner[gateway]'"
+            )
         # Checked once here, so a bad limit fails at startup, not on each request.
         Agent(
             provider=_Unused(),
@@ -321,7 +330,11 @@ class Gateway:
         await self.store.open()
         secret = self.config.secret or await self.store.secret()
         self.sessions = Sessions(self.store, secret)
-        self.upstream = Upstream(self.config.upstream, timeout=self.config.upstream_timeout)
+        self.upstream = Upstream(
+            self.config.upstream,
+            timeout=self.config.upstream_timeout,
+            transport=self.config.upstream_transport,
+        )
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
 
     async def aclose(self) -> None:

@@ -91,6 +91,12 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         "--tool-concurrency", type=whole_number, default=8, help="tool calls at once"
     )
     serve.add_argument("--tool-timeout", type=seconds, default=30.0, help="seconds per tool call")
+    serve.add_argument(
+        "--upstream-transport",
+        choices=("auto", "aiohttp", "httpx"),
+        default="auto",
+        help="HTTP client for upstream requests (default: auto, aiohttp when installed)",
+    )
     serve.set_defaults(handler=serve_command)
     return serve
 
@@ -162,6 +168,7 @@ def serve_command(
             max_rounds=args.max_rounds,
             tool_concurrency=args.tool_concurrency,
             tool_timeout=args.tool_timeout,
+            upstream_transport=args.upstream_transport,
         )
         gateway = Gateway(config)
     except ConfigurationError as exc:

@@ -18,12 +18,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx2
+import sniffio
 
-from agentloop.errors import APIConnectionError, ProviderError
+from agentloop.errors import APIConnectionError, ConfigurationError, ProviderError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
 
@@ -31,6 +32,7 @@ __all__ = (
     "HIDDEN_ROUND_RETRIES",
     "THREADS_BETA_PREFIX",
     "Forwarded",
+    "Transport",
     "Upstream",
     "UpstreamProvider",
     "forwarded_headers",
@@ -53,14 +55,27 @@ OnEvent = Callable[[int, StreamEvent], Awaitable[None]]
 class Upstream:
     """The clients for one upstream URL, one pair per credential (cached)."""
 
-    def __init__(self, base_url: str, *, timeout: float | None = None, cache: int = 256) -> None:
-        """Clients for `base_url`; at most `cache` credentials keep their clients."""
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float | None = None,
+        cache: int = 256,
+        transport: Transport = "auto",
+    ) -> None:
+        """Clients for `base_url`; at most `cache` credentials keep their clients.
+
+        Made inside the event loop that will use them: `transport` "auto" picks the
+        SDK's aiohttp client on asyncio when aiohttp is installed (`anthropic[aiohttp]`,
+        which the gateway extra brings), else its httpx client.
+
+        Raises:
+            ConfigurationError: `transport` is "aiohttp" and that cannot work here.
+        """
         options: dict[str, Any] = {"base_url": base_url, "max_retries": 0}
         if timeout is not None:
             options["timeout"] = timeout
-        # The SDK's own HTTP client, with a hook noting each answer's rate-limit headers
-        # for the client request that asked (see `UpstreamProvider.answer_headers`).
-        self.http = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [_note_answer]})
+        self.http = _pool(transport)
         """The connection pool every client shares."""
         # The base client never sends its own placeholder credential: every request
         # goes through a copy carrying the credential chosen for it.
@@ -125,6 +140,32 @@ class Upstream:
         """Close the shared connection pool."""
         self._clients.clear()
         await self._base.close()
+
+
+Transport = Literal["auto", "aiohttp", "httpx"]
+"""The HTTP client under the SDK's clients: aiohttp or httpx (both as the SDK makes them)."""
+
+
+def _pool(transport: Transport) -> httpx2.AsyncClient:
+    """The SDK's HTTP client for `transport`, with a hook noting rate-limit headers.
+
+    The hook keeps each answer's rate-limit headers for the client request that asked
+    (see `UpstreamProvider.answer_headers`). aiohttp parses and writes HTTP in C: about
+    a third of a millisecond less CPU per upstream request than httpx. It runs on
+    asyncio only.
+    """
+    hooks: dict[str, list[Any]] = {"response": [_note_answer]}
+    if transport != "httpx":
+        if sniffio.current_async_library() != "asyncio":
+            problem = "aiohttp runs on asyncio only"
+        else:
+            try:
+                return anthropic.DefaultAioHttpClient(event_hooks=hooks)
+            except RuntimeError as exc:  # the SDK's answer when aiohttp is not installed
+                problem = str(exc)
+        if transport == "aiohttp":
+            raise ConfigurationError(f"the aiohttp upstream transport: {problem}")
+    return anthropic.DefaultAsyncHttpxClient(event_hooks=hooks)
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
