@@ -112,14 +112,16 @@ class AnthropicProvider:
         """Send `request` once over `http_client`, the client's own connection pool.
 
         For a proxy whose caller retries the request itself, such as the gateway's
-        first upstream request. The body, credential and headers are those `complete()`
+        first upstream request. It is one JSON request (also for a provider made with
+        `stream=True`); its body, credential and headers are those a JSON `complete()`
         sends, made without the SDK's per-request machinery: there is no retry and no
         SDK span, and it costs about a third of a millisecond less CPU. A client with a
         credentials provider, or one that is not an `AsyncAnthropic`, is sent through
         the SDK as `complete()` does, which retries as that client is set up to.
         """
         client = self.client
-        if type(client) is not anthropic.AsyncAnthropic or client.credentials is not None:
+        direct = type(client) is anthropic.AsyncAnthropic
+        if not direct or getattr(client, "credentials", None) is not None:
             return await self.complete(request)
         self._check_credentials()
         content, options = _request_parts(request, stream=False)
