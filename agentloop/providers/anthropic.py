@@ -100,11 +100,7 @@ class AnthropicProvider:
             raise _translate(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
-        return ModelResponse.from_wire(body)
+        return _answer(raw)
 
     async def complete_once(
         self, request: ModelRequest, http_client: httpx2.AsyncClient
@@ -140,11 +136,7 @@ class AnthropicProvider:
                 response.raise_for_status()
             except httpx2.HTTPStatusError as exc:  # the cause, carrying the response's headers
                 raise _answer_error(response) from exc
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
-        return ModelResponse.from_wire(body)
+        return _answer(raw)
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
@@ -295,6 +287,15 @@ def _wire(value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     return dict(value.to_dict(mode="json", warnings=False)) if value is not None else {}
+
+
+def _answer(raw: bytes) -> ModelResponse:
+    """The response a successful JSON answer holds."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
+    return ModelResponse.from_wire(body)
 
 
 class _Route:
