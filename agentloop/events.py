@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from .providers.base import ModelResponse, StreamEvent
 from .result import RunResult, Usage
 
 __all__ = (
     "Event",
+    "ModelResponded",
+    "ModelStreamEvent",
     "RequestStarted",
     "RoundFinished",
     "RunFinished",
@@ -106,6 +109,31 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True)
+class ModelStreamEvent:
+    """A streamed model event exactly as the provider reported it.
+
+    For consumers that rebuild the model's own stream (a gateway, a proxy): message
+    start, block start, delta and stop, with the block's index in the response. The
+    friendlier `TextDelta`, `ToolCallStarted`, ... are derived from these.
+    """
+
+    round: int
+    event: StreamEvent
+
+
+@dataclass(frozen=True)
+class ModelResponded:
+    """A model response is complete, before its tool calls are answered.
+
+    `response` carries the content verbatim, the usage of this request and the HTTP
+    response headers (`ModelResponse.headers`) where the provider has them.
+    """
+
+    round: int
+    response: ModelResponse
+
+
+@dataclass(frozen=True)
 class RoundFinished:
     """A model response is complete and its tool calls answered."""
 
@@ -131,6 +159,8 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ToolInputDelta,
     ToolCallReady,
     ToolResultEvent,
+    ModelStreamEvent,
+    ModelResponded,
     RoundFinished,
     RunFinished,
 ]

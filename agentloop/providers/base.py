@@ -118,6 +118,9 @@ class ModelResponse:
     call_errors: Mapping[str, str] = field(default_factory=dict)
     """Tool calls the provider knows must not run, by `tool_use` id, with the reason the
     model is told (arguments that were not valid JSON, a call cut off mid-way, ...)."""
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The HTTP response headers, lower-cased (`request-id`, `anthropic-ratelimit-*`,
+    ...), when the provider has them; empty otherwise."""
 
     @classmethod
     def from_wire(cls, body: Any) -> ModelResponse:
