@@ -18,7 +18,7 @@ _ALPHABET = string.ascii_letters + string.digits
 
 
 def compact_json(value: Any, *, sort_keys: bool = False) -> bytes:
-    """`value` as compact UTF-8 JSON; lone surrogates written as `\\udxxx` escapes."""
+    """`value` as compact UTF-8 JSON; lone surrogates written as JSON escapes."""
     try:
         return json.dumps(
             value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys

@@ -30,6 +30,7 @@ history is valid to send again and its usage counts every request made).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class ProviderError(AgentloopError):
         status_code: int | None = None,
         request_id: str | None = None,
         body: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -118,6 +120,9 @@ class ProviderError(AgentloopError):
         """The API's request id, for support tickets."""
         self.body = body
         """The decoded error body, when there was one."""
+        self.headers: Mapping[str, str] = dict(headers or {})
+        """The error answer's HTTP headers, names lower-cased (`retry-after`,
+        `request-id`, ...); empty when there was no HTTP answer."""
 
 
 class MissingAPIKeyError(ProviderError):
@@ -178,6 +183,7 @@ def api_error(
     *,
     message: str = "",
     request_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> ProviderError:
     """The agentloop error for an API's error answer: an HTTP status and its error body.
 
@@ -209,7 +215,9 @@ def api_error(
     if cls is CreditBalanceError and not detail.lower().startswith("credit balance"):
         detail = f"credit balance exhausted: {detail}"
     prefix = f"{status} {kind or 'error'}: " if status else f"{kind or 'error'}: "
-    return cls(prefix + detail, status_code=status, request_id=request_id, body=body)
+    return cls(
+        prefix + detail, status_code=status, request_id=request_id, body=body, headers=headers
+    )
 
 
 def _error_fields(body: Any) -> tuple[str, str]:
