@@ -22,7 +22,8 @@ from opentelemetry.trace import TracerProvider
 
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
-from agentloop.history import History, HistoryLinter
+from agentloop.history import History
+from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider

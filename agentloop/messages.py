@@ -4,7 +4,7 @@ Blocks are wire-exact pydantic models: parsing a response and dumping it again g
 same JSON (fields the API sent are kept, even unknown ones and explicit nulls; fields it did
 not send are not invented), and a block type this version does not know passes through as
 `UnknownBlock` with all its fields. The rules a history must follow live in
-`agentloop.history`.
+`agentloop.lint`.
 """
 
 from __future__ import annotations

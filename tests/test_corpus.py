@@ -20,7 +20,7 @@ import pytest
 
 from agentloop import Agent
 from agentloop.errors import HistoryError
-from agentloop.history import lint_history
+from agentloop.lint import lint_history
 from agentloop.messages import dump_history, parse_history
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse

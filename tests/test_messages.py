@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentloop import HistoryError, Message, lint_history, repair
+from agentloop.lint import HistoryLinter
 from agentloop.messages import (
     ServerToolResultBlock,
     ServerToolUseBlock,
@@ -17,6 +18,7 @@ from agentloop.messages import (
     dump_history,
     parse_history,
 )
+from agentloop.testing import ScriptedModel, reply
 
 
 def user(*content: Any) -> dict[str, Any]:
@@ -282,6 +284,51 @@ def test_invalid_histories_are_refused_in_the_api_wording(
     assert str(info.value).startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("thinking", "refused"),
+    [
+        pytest.param(True, True, id="true"),
+        pytest.param({"type": "enabled", "budget_tokens": 1024}, True, id="enabled"),
+        pytest.param({"type": "adaptive"}, False, id="adaptive"),
+        pytest.param({"type": "disabled"}, False, id="disabled"),
+        pytest.param(None, False, id="none"),
+    ],
+)
+def test_only_enabled_thinking_requires_a_thinking_block(thinking: Any, refused: bool) -> None:
+    """Under `adaptive` the model may answer a tool loop without thinking first."""
+    unthought = parse_history([user(TEXT), assistant(TEXT, use("a")), user(result("a"))])
+    forced = {"type": "any"}
+    if refused:
+        with pytest.raises(HistoryError, match="Expected `thinking` or `redacted_thinking`"):
+            lint_history(unthought, thinking=thinking)
+        with pytest.raises(HistoryError, match="tool_choice forces tool use"):
+            lint_history(unthought, thinking=thinking, tool_choice=forced)
+    else:
+        lint_history(unthought, thinking=thinking)
+        lint_history(unthought, thinking=thinking, tool_choice=forced)
+        linter = HistoryLinter(thinking=thinking)
+        linter.check(unthought)
+        linter.check([*unthought, *parse_history([assistant(TEXT)])])
+
+
+def test_adaptive_thinking_still_keeps_the_latest_thinking_blocks_whole() -> None:
+    unsigned = parse_history([user(TEXT), assistant({**THINK, "signature": ""}, use("a"))])
+    with pytest.raises(HistoryError, match="cannot be modified"):
+        lint_history(
+            [*unsigned, *parse_history([user(result("a"))])], thinking={"type": "adaptive"}
+        )
+
+
+def test_the_scripted_model_lints_with_the_request_thinking() -> None:
+    unthought = [user(TEXT), assistant(TEXT, use("a")), user(result("a"))]
+    model = ScriptedModel([reply("ok"), reply("ok")])
+    model.respond({"messages": unthought, "thinking": {"type": "adaptive"}})
+    with pytest.raises(HistoryError, match="Expected `thinking`"):
+        model.respond(
+            {"messages": unthought, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+        )
+
+
 def test_file_sources_allowed_with_the_files_beta() -> None:
     lint_history(
         parse_history([user({"type": "document", "source": {"type": "file", "file_id": "f"}})]),
@@ -355,7 +402,6 @@ GROWTH = [
 
 @pytest.mark.parametrize("thinking", [False, True])
 def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
-    from agentloop.history import HistoryLinter
 
     linter = HistoryLinter(thinking=thinking)
     messages = parse_history(GROWTH)
@@ -374,7 +420,6 @@ def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
 
 
 def test_incremental_linter_notices_a_changed_prefix() -> None:
-    from agentloop.history import HistoryLinter
 
     linter = HistoryLinter()
     messages = parse_history(GROWTH[:3])

@@ -14,7 +14,7 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentloop.history import lint_history
+from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStart, BlockStop
 from agentloop.providers.openai import (

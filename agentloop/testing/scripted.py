@@ -25,7 +25,7 @@ import anyio
 
 from agentloop import errors
 from agentloop.errors import AgentloopError, ProviderError
-from agentloop.history import lint_history
+from agentloop.lint import lint_history
 from agentloop.messages import Message, _Block, parse_history
 from agentloop.providers.base import ModelRequest, ModelResponse
 
@@ -518,10 +518,9 @@ class ScriptedModel:
         """
         messages = parse_history(body.get("messages") or [])
         if self.lint:
-            thinking = body.get("thinking") or {}
             lint_history(
                 messages,
-                thinking=bool(thinking) and thinking.get("type") != "disabled",
+                thinking=body.get("thinking"),
                 tool_choice=body.get("tool_choice"),
             )
             markers = cache_markers(body)

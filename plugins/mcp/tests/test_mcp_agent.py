@@ -7,7 +7,7 @@ from collections.abc import Callable
 import anyio
 from _mcp_support import ConnectionLog, HTTPServerProcess, pid_alive
 from agentloop import Agent, RunResult
-from agentloop.history import lint_history
+from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.run import CANCELLED_MESSAGE
 from agentloop.testing import ScriptedProvider, reply, tool_call
