@@ -15,12 +15,11 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, overload
 
-import docstring_parser
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar
 
 from .errors import ConfigurationError, ToolError
 from .messages import (
@@ -31,6 +30,8 @@ from .messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .schema import input_model, parse_docstring
+from .schema import input_schema as schema_of
 
 __all__ = (
     "RunContext",
@@ -42,7 +43,8 @@ __all__ = (
     "tool",
 )
 
-DepsT = TypeVar("DepsT")
+# The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
+DepsT = TypeVar("DepsT", default=Any)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -50,7 +52,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 class RunContext(Generic[DepsT]):
     """Facts about the current call, injected into a tool parameter typed `RunContext`.
 
-    The parameter is hidden from the schema the model sees.
+    The parameter is hidden from the schema the model sees. `RunContext[MyDeps]` types
+    `deps`; a bare `RunContext` means `RunContext[Any]`.
     """
 
     run_id: str
@@ -147,77 +150,6 @@ def _is_context(annotation: Any) -> bool:
     return annotation is RunContext or typing.get_origin(annotation) is RunContext
 
 
-def _has_description(annotation: Any) -> bool:
-    return any(
-        isinstance(meta, FieldInfo) and meta.description
-        for meta in getattr(annotation, "__metadata__", ())
-    )
-
-
-def _strip_titles(schema: Any) -> Any:
-    # pydantic titles ("Location" for `location`) repeat the name and cost tokens.
-    if isinstance(schema, dict):
-        out = {}
-        for key, value in schema.items():
-            if key == "title" and isinstance(value, str):
-                continue
-            if key in ("properties", "$defs") and isinstance(value, dict):
-                out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
-            else:
-                out[key] = _strip_titles(value)
-        return out
-    if isinstance(schema, list):
-        return [_strip_titles(item) for item in schema]
-    return schema
-
-
-# Google style as docstring_parser reads it, plus the sections that also list parameters.
-_GOOGLE = docstring_parser.google.GoogleParser(
-    sections=[
-        *docstring_parser.google.DEFAULT_SECTIONS,
-        *(
-            docstring_parser.google.Section(
-                title, "param", docstring_parser.google.SectionType.MULTIPLE
-            )
-            for title in ("Keyword Args", "Keyword Arguments", "Other Args", "Other Parameters")
-        ),
-    ]
-)
-_STYLES: tuple[Callable[[str], docstring_parser.Docstring], ...] = (
-    docstring_parser.rest.parse,
-    _GOOGLE.parse,
-    docstring_parser.numpydoc.parse,
-)
-
-
-def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The description (summary and body, no sections) and each parameter's text."""
-    if not doc:
-        return "", {}
-    parsed: list[docstring_parser.Docstring] = []
-    for parse in _STYLES:
-        try:
-            parsed.append(parse(doc))
-        except Exception:  # a style that cannot read it is not its style
-            continue
-    if not parsed:
-        return doc.strip(), {}
-    # The style that finds the most sections is the one the docstring is written in.
-    best = max(parsed, key=lambda d: len(d.meta))
-    parts = [p for p in (best.short_description, best.long_description) if p]
-    description = ("\n\n" if best.blank_after_short_description else "\n").join(parts)
-    params: dict[str, str] = {}
-    for param in best.params:
-        if param.args[0] == "attribute" or not param.description:
-            continue
-        # "x, y: ..." documents both; "*args" and "\\*args" name `args`.
-        for name in param.arg_name.split(","):
-            name = name.strip().replace("\\", "").lstrip("*")
-            if name.isidentifier():
-                params.setdefault(name, " ".join(param.description.split()))
-    return description.strip(), params
-
-
 Executor = Callable[[str, dict[str, Any]], "tuple[bool, str] | Awaitable[tuple[bool, str]]"]
 
 
@@ -272,13 +204,15 @@ class Tool:
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
         self._context_param: str | None = None
-        self._positional: list[str] = []
-        docstring, params = _parse_docstring(inspect.getdoc(function))
+        self._positional: tuple[str, ...] = ()
+        docstring, params = parse_docstring(inspect.getdoc(function))
         self.description: str = docstring if description is None else description
         self._model: type[BaseModel] | None = None
         if input_schema is None:
-            self._model = self._build_model(params)
-            self.input_schema: dict[str, Any] = self._json_schema(self._model)
+            described = input_model(function, self.name, params, _is_context)
+            self._model = described.model
+            self._context_param, self._positional = described.context_param, described.positional
+            self.input_schema: dict[str, Any] = schema_of(self._model, self.name)
         else:
             self.input_schema = dict(input_schema)
         self.definition = ToolDefinition(self.name, self.description, self.input_schema)
@@ -304,64 +238,6 @@ class Tool:
                 "cancelled at its next await (shield a section with "
                 "anyio.CancelScope(shield=True) if it must complete)"
             )
-
-    def _build_model(self, param_docs: Mapping[str, str]) -> type[BaseModel]:
-        try:
-            signature = inspect.signature(self.function)
-            hints = typing.get_type_hints(self.function, include_extras=True)
-        except (TypeError, ValueError, NameError) as exc:
-            raise ConfigurationError(
-                f"tool {self.name!r}: cannot read its signature: {exc}"
-            ) from exc
-        fields: dict[str, Any] = {}
-        for param in signature.parameters.values():
-            annotation = hints.get(param.name, Any)
-            if _is_context(annotation):
-                self._context_param = param.name
-                continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise ConfigurationError(
-                    f"tool {self.name!r}: *{param.name} cannot be described to the model; "
-                    "name each parameter"
-                )
-            if param.kind is param.POSITIONAL_ONLY:
-                self._positional.append(param.name)
-            default = ... if param.default is param.empty else param.default
-            # An `Annotated[..., Field(description=...)]` says more precisely what the author
-            # meant than the docstring, so it wins.
-            described = param.name in param_docs and not _has_description(annotation)
-            info = (
-                Field(default, description=param_docs[param.name]) if described else Field(default)
-            )
-            fields[param.name] = (annotation, info)
-        try:
-            return self._model_of(fields)
-        except Exception as exc:
-            raise ConfigurationError(f"tool {self.name!r}: cannot build its schema: {exc}") from exc
-
-    def _model_of(self, fields: Mapping[str, Any]) -> type[BaseModel]:
-        return create_model(
-            f"{self.name}_input",
-            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-            **fields,
-        )
-
-    def _json_schema(self, model: type[BaseModel]) -> dict[str, Any]:
-        try:
-            schema: dict[str, Any] = _strip_titles(model.model_json_schema())
-        except Exception as exc:
-            # Name the parameter: the model's own error names only the type.
-            for name, info in model.model_fields.items():
-                try:
-                    self._model_of({name: (info.annotation, info)}).model_json_schema()
-                except Exception:
-                    raise ConfigurationError(
-                        f"tool {self.name!r}: parameter {name!r} has a type that cannot be "
-                        f"described in JSON schema to the model ({exc})"
-                    ) from exc
-            raise ConfigurationError(f"tool {self.name!r}: cannot build its schema: {exc}") from exc
-        schema.setdefault("properties", {})
-        return schema
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""

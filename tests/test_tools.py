@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -431,3 +433,33 @@ def test_replace_keeps_what_it_is_not_told_to_change() -> None:
     )
     assert changed.definition.name == "forecast"
     assert changed.input_schema == original.input_schema and original.name == "google"
+
+
+# --------------------------------------------------------------------------- typing
+
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def _snippet(page: str, marker: str) -> str:
+    """The first python block of `page` that holds `marker`."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.DOTALL)
+    return next(b for b in blocks if marker in b)
+
+
+@pytest.mark.slow  # a mypy run: several seconds
+def test_a_bare_run_context_type_checks_strictly(tmp_path: Path) -> None:
+    """`ctx: RunContext` as docs/plugins.md writes it needs no type arguments."""
+    api = pytest.importorskip("mypy.api")
+    plugin_tool = _snippet("plugins.md", "ctx: RunContext")
+    (tmp_path / "acme_tools.py").write_text(plugin_tool)
+    (tmp_path / "typed.py").write_text(
+        "from agentloop import RunContext\n\n\n"
+        "def typed(ctx: RunContext[int]) -> str:\n"
+        "    return ctx.deps\n"
+    )
+    options = ["--strict", "--no-error-summary"]  # the project's cache: a cold run is slow
+    out, err, status = api.run([*options, str(tmp_path / "acme_tools.py")])
+    assert (out, err, status) == ("", "", 0)
+    # The default leaves explicit arguments as they were: `deps` is an int here.
+    out, _, status = api.run([*options, str(tmp_path / "typed.py")])
+    assert status == 1 and 'Incompatible return value type (got "int", expected "str")' in out
