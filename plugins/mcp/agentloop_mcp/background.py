@@ -112,22 +112,17 @@ class _BridgedTool(Tool):
     """A tool of a background source, called from another event loop."""
 
     def __init__(self, inner: MCPTool, portal: anyio.from_thread.BlockingPortal) -> None:
+        super().__init__(
+            self._forward,
+            name=inner.name,
+            description=inner.description,
+            timeout=inner.timeout,
+            eager=inner.eager,
+            input_schema=inner.input_schema,
+        )
         self.inner = inner
-        self.name = inner.name
-        self.description = inner.description
-        self.input_schema = inner.input_schema
-        self.definition = inner.definition
-        self.timeout = inner.timeout
-        self.eager = inner.eager
         self.source = inner.source
-        self.function = self._forward
-        self.is_async = True
-        self._context_param = None
-        self._positional = []
-        self.abandon = True
-        self._model = None
         self.__doc__ = inner.__doc__
-        self.__name__ = inner.name
         self._portal = portal
 
     def __repr__(self) -> str:

@@ -16,7 +16,6 @@ import mcp.types as mcp_types
 from agentloop import Tool
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
-from agentloop.tools import ToolDefinition
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from .connection import ServerConnection
@@ -35,9 +34,17 @@ class MCPTool(Tool):
 
     def __init__(self, connection: ServerConnection, spec: mcp_types.Tool, name: str) -> None:
         """Describe `spec` (from the server's listing) as the tool `name`."""
-        # Tool.__init__ derives a schema from a Python signature; an MCP tool brings its
-        # own, so the attributes the registry reads are set here directly.
-        self.name = name
+        # The server's schema is the input schema: `_call` gets the input dict as it is,
+        # checked by `validate` below.
+        super().__init__(
+            self._call,
+            name=name,
+            description=spec.description or "",
+            timeout=connection.server.timeout,
+            input_schema=spec.input_schema,
+        )
+        self.source = f"mcp:{connection.server.name}"
+        self.__doc__ = self.description
         self.mcp_name: str = spec.name
         """The tool's name on its server (without prefix)."""
         self.server: str = connection.server.name
@@ -49,20 +56,6 @@ class MCPTool(Tool):
             and (spec.annotations.read_only_hint or spec.annotations.idempotent_hint)
         )
         """Whether a call cut off by a dropped connection is sent again after reconnecting."""
-        self.description = spec.description or ""
-        self.input_schema = dict(spec.input_schema)
-        self.timeout = connection.server.timeout
-        self.eager = True
-        self.source = f"mcp:{connection.server.name}"
-        self.function = self._call
-        self.is_async = True
-        self._context_param = None
-        self._positional = []
-        self.abandon = True
-        self._model = None
-        self.definition = ToolDefinition(name, self.description, self.input_schema)
-        self.__doc__ = self.description
-        self.__name__ = name
         self._connection = connection
         self._validator = _validator(self.input_schema, connection.server.name, spec.name)
 
