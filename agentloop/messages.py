@@ -9,7 +9,6 @@ not send are not invented), and a block type this version does not know passes t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar, Union, cast
@@ -17,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, cast
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from ._wire import compact_json
 from .errors import HistoryError
 
 _T = TypeVar("_T")
@@ -119,6 +119,13 @@ class ToolResultBlock(_Block):
     tool_use_id: str
     content: str | tuple[ContentBlock, ...] = ""
     is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """The result's text: the content itself, or its text blocks joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
 
 
 class ServerToolUseBlock(_Block):
@@ -302,7 +309,7 @@ class Message(BaseModel):
         try:
             return self.__pydantic_serializer__.to_json(self, exclude_unset=True)
         except (PydanticSerializationError, UnicodeError):
-            return json.dumps(self.wire, separators=(",", ":")).encode()
+            return compact_json(self.wire)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """A copy with `update` applied (and validated); its wire form is computed afresh."""

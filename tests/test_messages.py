@@ -461,3 +461,12 @@ def test_messages_and_blocks_are_immutable() -> None:
         message.content[0].text = "changed"  # type: ignore[union-attr]
     with pytest.raises((TypeError, AttributeError)):
         message.content.append(TEXT)  # type: ignore[union-attr]
+
+
+def test_a_tool_result_block_reads_as_text() -> None:
+    assert ToolResultBlock(tool_use_id="t", content="plain").text == "plain"
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.org/a.png"}}
+    content = [{"type": "text", "text": "a"}, image, {"type": "text", "text": "b"}]
+    blocks = parse_history([user(result("t", content=content))])
+    (block,) = blocks[0].blocks
+    assert isinstance(block, ToolResultBlock) and block.text == "ab"

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl
 
+from agentloop._wire import compact_json
 from agentloop.errors import AgentloopError
 
 from .scripted import (
@@ -292,7 +293,7 @@ def count_tokens(body: Mapping[str, Any]) -> int:
     request's `system`, `tools` and `messages`.
     """
     counted = {k: body[k] for k in ("system", "tools", "messages") if k in body}
-    text = json.dumps(counted, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = compact_json(counted, sort_keys=True).decode()
     return max(1, -(-len(text) // 4))
 
 

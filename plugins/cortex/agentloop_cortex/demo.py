@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentloop import ConfigurationError, Tool
+from agentloop import ConfigurationError, Message, Tool
+from agentloop.messages import TextBlock, ToolResultBlock, parse_history
 from agentloop.testing import ScriptedProvider, reply, tool_call
 
 __all__ = ("NEEDED_TOOLS", "count_notes", "demo_provider", "demo_script", "extend_memory")
@@ -46,7 +47,7 @@ def demo_script(body: dict[str, Any]) -> dict[str, Any]:
     Round 1 reads memory.md; round 2 writes it back extended and, in the same turn, reads
     soul.md; round 3 sums up. Which round it is follows from the tool results received.
     """
-    messages: list[dict[str, Any]] = body.get("messages") or []
+    messages = parse_history(body.get("messages") or [])
     prompt = _user_text(messages)
     results = _latest_results(messages)
     if "write_file" in results:
@@ -94,51 +95,30 @@ def _summary(results: Mapping[str, tuple[str, bool]], memory: str) -> dict[str, 
     return reply(f"Done: memory.md now holds {notes} note(s). {written} {soul_note}")
 
 
-def _written_memory(messages: Sequence[Mapping[str, Any]]) -> str:
+def _written_memory(messages: Sequence[Message]) -> str:
     """The memory.md content the last assistant turn asked write_file to write."""
-    for block in _blocks(messages[-2]):
-        if block.get("type") == "tool_use" and block.get("name") == "write_file":
-            return str(block.get("input", {}).get("content", ""))
+    for use in messages[-2].tool_uses:
+        if use.name == "write_file" and isinstance(use.input, dict):
+            return str(use.input.get("content", ""))
     return ""
 
 
-def _user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+def _user_text(messages: Sequence[Message]) -> str:
     """The text of the latest user message that has text (the run's prompt)."""
     for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        texts = [b.get("text", "") for b in content or [] if b.get("type") == "text"]
-        if texts:
+        texts = [b.text for b in message.blocks if isinstance(b, TextBlock)]
+        if message.role == "user" and texts:
             return "\n".join(texts)
     return ""
 
 
-def _latest_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, bool]]:
+def _latest_results(messages: Sequence[Message]) -> dict[str, tuple[str, bool]]:
     """The tool results of the last user message, by tool name: (text, is_error)."""
-    if len(messages) < 2 or messages[-1].get("role") != "user":
+    if len(messages) < 2 or messages[-1].role != "user":
         return {}
-    names = {
-        b.get("id"): b.get("name") for b in _blocks(messages[-2]) if b.get("type") == "tool_use"
+    names = {use.id: use.name for use in messages[-2].tool_uses}
+    return {
+        names.get(block.tool_use_id, ""): (block.text, block.is_error)
+        for block in messages[-1].blocks
+        if isinstance(block, ToolResultBlock)
     }
-    results: dict[str, tuple[str, bool]] = {}
-    for block in _blocks(messages[-1]):
-        if block.get("type") == "tool_result":
-            name = str(names.get(block.get("tool_use_id"), ""))
-            results[name] = (_result_text(block.get("content")), bool(block.get("is_error")))
-    return results
-
-
-def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    content = message.get("content")
-    return list(content) if isinstance(content, list) else []
-
-
-def _result_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
