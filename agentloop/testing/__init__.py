@@ -13,6 +13,7 @@ and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
 """
 
 from .chat_server import ChatCompletionsServer as ChatCompletionsServer
+from .http import RecordedRequest as RecordedRequest
 from .scripted import Fault as Fault
 from .scripted import Paced as Paced
 from .scripted import RawResponse as RawResponse
@@ -23,7 +24,6 @@ from .scripted import reply as reply
 from .scripted import text as text
 from .scripted import tool_call as tool_call
 from .server import MessagesServer as MessagesServer
-from .server import RecordedRequest as RecordedRequest
 from .server import sse_events as sse_events
 from .stepped import SteppedProvider as SteppedProvider
 
