@@ -1,8 +1,9 @@
 """Tools: what the model may call, and the values that describe a call and its result.
 
 `@tool` turns a plain function (sync or async) into a `Tool` whose JSON schema comes from
-the signature and docstring. `ToolCall` and `ToolResult` are the provider-neutral values
-that pass between the response, the registry and the history.
+the signature and docstring (built by `agentloop.schema`). `ToolCall` and `ToolResult`
+are the provider-neutral values that pass between the response, the registry and the
+history.
 """
 
 from __future__ import annotations
