@@ -24,7 +24,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from pydantic import ValidationError
-from structlog.contextvars import bound_contextvars
+from structlog.contextvars import bind_contextvars
 
 from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
@@ -44,6 +44,7 @@ __all__ = (
     "CallGroup",
     "ExecutionContext",
     "ToolRegistry",
+    "bind_call_context",
     "reraise_base_exception",
     "thread_limiter",
 )
@@ -211,16 +212,15 @@ class ToolRegistry:
         the caller propagates, and so does a tool's `BaseException` that is not an
         `Exception` (`SystemExit`, `KeyboardInterrupt`, ...).
         """
-        with bound_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id):
-            if context.tracing is None:
+        if context.tracing is None:
+            result = await self._run(call, context)
+        else:
+            with context.tracing.tool(call.name, call.id, call.input) as span:
                 result = await self._run(call, context)
-            else:
-                with context.tracing.tool(call.name, call.id, call.input) as span:
-                    result = await self._run(call, context)
-                    if result.is_error:
-                        fail(span, "tool_error", result.text[:200])
-                    if context.tracing.capture_content:
-                        span.set_attribute("gen_ai.tool.call.result", result.text)
+                if result.is_error:
+                    fail(span, "tool_error", result.text[:200])
+                if context.tracing.capture_content:
+                    span.set_attribute("gen_ai.tool.call.result", result.text)
         _logger(context).debug(
             "tool.call",
             tool_use_id=call.id,
@@ -346,6 +346,8 @@ class CallGroup:
     async def _run(
         self, call: ToolCall, on_result: Callable[[ToolResult], Awaitable[None]]
     ) -> None:
+        # The task works on a copy of its parent's context: the binding ends with it.
+        bind_call_context(self.context, call)
         try:
             result = await self.registry.run_call(call, self.context)
         except BaseException as exc:
@@ -379,8 +381,11 @@ class _Slots:
         self.abandoned = False
 
     async def take(self, limiter: anyio.CapacityLimiter) -> None:
-        """Take a token of `limiter` (this object is the borrower)."""
-        await limiter.acquire_on_behalf_of(self)
+        """Take a token of `limiter` (this object is the borrower), waiting if none is free."""
+        try:
+            limiter.acquire_on_behalf_of_nowait(self)  # no trip through the event loop
+        except anyio.WouldBlock:
+            await limiter.acquire_on_behalf_of(self)
         self.held.append(limiter)
 
     def run(self, function: Callable[[], Any]) -> Any:
@@ -445,6 +450,15 @@ def _logger(context: ExecutionContext) -> Any:
     if context.log is not None:
         return context.log
     return _log.bind(run_id=context.run_id, round=context.round)
+
+
+def bind_call_context(context: ExecutionContext, call: ToolCall) -> None:
+    """Bind the call's ids into structlog's contextvars, so the tool's own logs carry them.
+
+    Call it in the call's own task (as `CallGroup` does): a task works on a copy of its
+    parent's context, so the binding ends with the task and needs no reset.
+    """
+    bind_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id)
 
 
 def _failure(call: ToolCall, exc: BaseException) -> str:

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from agentloop import Agent, AnthropicProvider, lint_history, tool
 from agentloop.errors import ServerError
 from agentloop.events import (
+    ModelResponded,
+    ModelStreamEvent,
     RequestStarted,
     RoundFinished,
     RunFinished,
@@ -26,12 +28,13 @@ from agentloop.events import (
 )
 from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import parse_history
-from agentloop.providers.base import BlockStop
+from agentloop.providers.base import BlockDelta, BlockStop
 from agentloop.run import CANCELLED_MESSAGE
 from agentloop.testing import (
     MessagesServer,
     RawResponse,
     ScriptedModel,
+    ScriptedProvider,
     SteppedProvider,
     reply,
     text,
@@ -100,6 +103,46 @@ def test_events_arrive_in_the_documented_order_over_sse(backend: str) -> None:
     assert all(
         events.index(e) < events.index(rounds[0]) for e in events if isinstance(e, ToolResultEvent)
     )
+
+
+@pytest.mark.parametrize("kind", STREAMING)
+async def test_the_model_stream_and_the_whole_response_are_events(
+    kind: str, streaming_provider: Any
+) -> None:
+    script = [reply(text("Let me check."), tool_call("echo", {"value": "a"})), reply("Done.")]
+    async with streaming_provider(kind, script) as provider:
+        agent = Agent(provider=provider, tools=[echo])
+        async with agent.run_stream("go") as stream:
+            events = [e async for e in stream]
+    model = [e for e in events if isinstance(e, ModelStreamEvent)]
+    responded = [e for e in events if isinstance(e, ModelResponded)]
+    assert [e.round for e in responded] == [1, 2]
+    assert [e.response.stop_reason for e in responded] == ["tool_use", "end_turn"]
+    for round_, whole in ((1, responded[0]), (2, responded[1])):
+        stops = [
+            e.event.block for e in model if e.round == round_ and isinstance(e.event, BlockStop)
+        ]
+        assert stops == list(whole.response.content)  # the blocks verbatim, in order
+        # Each round's stream comes before its whole response, the first delta before the
+        # `TextDelta` derived from it.
+        mine = [e for e in model if e.round == round_]
+        assert events.index(mine[-1]) < events.index(whole)
+    first_delta = next(e for e in model if isinstance(e.event, BlockDelta))
+    assert events.index(first_delta) < events.index(
+        next(e for e in events if isinstance(e, TextDelta))
+    )
+    # The whole response comes before the round's results are in.
+    rounds = [e for e in events if isinstance(e, RoundFinished)]
+    assert events.index(responded[0]) < events.index(rounds[0])
+
+
+async def test_a_response_that_is_not_streamed_is_an_event_too() -> None:
+    agent = Agent(provider=ScriptedProvider([reply("hello")]))
+    async with agent.run_stream("hi") as stream:
+        events = [e async for e in stream]
+    (responded,) = [e for e in events if isinstance(e, ModelResponded)]
+    assert responded.response.content[0].text == "hello"
+    assert not any(isinstance(e, ModelStreamEvent) for e in events)
 
 
 @pytest.mark.parametrize("kind", STREAMING)
