@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Literal
@@ -20,18 +20,25 @@ import anyio
 import structlog
 from opentelemetry.trace import TracerProvider
 
-from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
+from agentloop.checks import check_count, check_seconds
+from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History
 from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
-from agentloop.providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
+from agentloop.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StreamEvent,
+    StreamingProvider,
+)
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
-from agentloop.run import CANCELLED_MESSAGE, RunState
+from agentloop.run import RunState
 from agentloop.stream import RunStream
-from agentloop.tools import Tool, ToolCall, ToolDefinition, ToolResult
+from agentloop.tools import Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
 from agentloop.turn import CONTINUE, Emit, Turn
 
@@ -71,6 +78,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         name: str = "agentloop",
         tracer_provider: TracerProvider | None = None,
+        history_check: Literal["strict", "off"] = "strict",
     ) -> None:
         """Configure an agent.
 
@@ -103,15 +111,22 @@ class Agent:
             name: The agent's name in traces (`invoke_agent {name}`).
             tracer_provider: Where the run's OpenTelemetry spans go; by default the
                 global tracer provider, which records nothing until an SDK is set up.
+            history_check: `"strict"` checks the history against the API's rules before
+                every request (`HistoryError` at the first broken one); `"off"` sends it
+                unchecked, for a model that accepts what the checks refuse.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
                 checked later that could have been checked here.
         """
-        _check_count("max_rounds", max_rounds)
-        _check_count("max_tokens", max_tokens)
-        _check_count("tool_concurrency", tool_concurrency)
-        _check_seconds("tool_timeout", tool_timeout)
+        check_count("max_rounds", max_rounds)
+        check_count("max_tokens", max_tokens)
+        check_count("tool_concurrency", tool_concurrency)
+        check_seconds("tool_timeout", tool_timeout)
+        if history_check not in ("strict", "off"):
+            raise ConfigurationError(
+                f"history_check must be 'strict' or 'off', not {history_check!r}"
+            )
         if on_tool_error not in ("continue", "stop"):
             raise ConfigurationError(
                 f"on_tool_error must be 'continue' or 'stop', not {on_tool_error!r}"
@@ -147,6 +162,7 @@ class Agent:
         self.params = dict(params or {})
         self.name = name
         self.tracer_provider = tracer_provider
+        self.history_check = history_check
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -199,9 +215,9 @@ class Agent:
         """Run as `run()` does, yielding typed events while the model streams.
 
         Tool calls start the moment their `tool_use` block is complete (unless the tool
-        was made with `eager=False`). Leaving the `async with` block before the run ends
-        cancels it; `stream.result` then holds the partial result, whose history is valid
-        to send again.
+        was made with `eager=False`). Leaving the `async with` block before the run ends,
+        or cancelling a scope around it, cancels the run; `stream.result` then holds the
+        partial result, whose history is valid to send again.
 
         ```python
         async with agent.run_stream("Weather in Paris?") as stream:
@@ -230,6 +246,48 @@ class Agent:
         if failure is not None:
             raise failure
 
+    def run_sync(
+        self,
+        prompt: str | Sequence[ContentBlock] | None = None,
+        *,
+        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+    ) -> RunResult:
+        """`run()` for scripts and notebooks without a running event loop (same arguments)."""
+        return anyio.run(
+            partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
+        )
+
+    # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
+
+    async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
+        """Rounds of request, response and tool calls, until the model is done."""
+        while run.rounds < self.max_rounds:
+            if self.history_check == "strict":
+                run.history.check()
+            request = self._build_request(run)
+            round_ = run.start_round()
+            if emit is not None:
+                await emit(RequestStarted(round_))
+            turn = Turn(run, self.registry, self._context(run, round_), emit)
+            outcome = await turn.play(partial(self._request, run, request, emit))
+            # A cancellation that reached only the tool calls (the response itself came in
+            # whole) ends the run here, with every call answered.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            response = outcome.response
+            if emit is not None:
+                await emit(RoundFinished(round_, response.stop_reason, response.usage))
+            self._check_failures(run, outcome.results)
+            if run.pending:
+                return "tool_use"
+            if run.stopping:
+                return "cancelled"
+            stop = response.stop_reason
+            if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
+                return stop or "end_turn"
+        return "max_rounds"
+
     def _new_run(
         self,
         history: Iterable[Message | Mapping[str, Any]] | None,
@@ -241,135 +299,92 @@ class Agent:
         linter = HistoryLinter(
             thinking=thinking, tool_choice=self.tool_choice, allow_file_sources=self._files_beta
         )
-        run = RunState(
-            History.start(history, prompt, linter),
+        history_ = History.start(history, prompt, linter)
+        names = [_tool_name(t) for t in external_tools]
+        clash = sorted(set(names) & set(self.registry.names))
+        if clash:
+            raise ConfigurationError(
+                f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
+                "the model addresses tools by name"
+            )
+        return RunState(
+            history_,
             deps=deps,
             tool_concurrency=self.tool_concurrency,
             log=_log,
+            tracing=tracing_for(self.tracer_provider),
+            external=external_tools,
+            external_names=frozenset(names),
         )
-        if external_tools:
-            run.external = tuple(external_tools)
-            names = [_tool_name(t) for t in external_tools]
-            clash = sorted(set(names) & set(self.registry.names))
-            if clash:
-                raise ConfigurationError(
-                    f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
-                    "the model addresses tools by name"
-                )
-            run.external_names = frozenset(names)
-        return run
+
+    def _context(self, run: RunState, round_: int) -> ExecutionContext:
+        """What the tool calls of round `round_` need from the run."""
+        return ExecutionContext(
+            run.id,
+            round_,
+            run.limiter,
+            self.tool_timeout,
+            run.deps,
+            self.tool_limiter,
+            None,  # worker threads: the event loop's thread_limiter(), shared by every run
+            run.log.bind(round=round_),
+            run.tracing,
+        )
 
     async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
-        """The loop with its logging and its span; completes the history if it ends early."""
-        run.tracing = tracing_for(self.tracer_provider)
+        """The loop inside the run's span, when it has one."""
         if run.tracing is None:
             return await self._drive_logged(run, emit)
         provider = _provider_name(self.provider)
         with run.tracing.run(self.name, self.model, provider, run.id) as span:
             try:
-                result = await self._drive_logged(run, emit)
+                return await self._drive_logged(run, emit)
             finally:
-                done = run.final or run.partial
-                if done is not None:
-                    record_run(span, done)
-        return result
+                if run.outcome is not None:
+                    record_run(span, run.outcome)
 
     async def _drive_logged(self, run: RunState, emit: Emit | None) -> RunResult:
+        """The loop with its logs; keeps the partial result of a run that ends early."""
         run.log.info("run.start", model=self.model, tools=len(self.registry))
         if emit is not None:
             await emit(RunStarted(run.id))
         try:
             with structlog.contextvars.bound_contextvars(run_id=run.id):
                 stop = await self._loop(run, emit)
-        except anyio.get_cancelled_exc_class() as exc:
-            exc.result = run.end_early(CANCELLED_MESSAGE, "cancelled")  # type: ignore[attr-defined]
+        except anyio.get_cancelled_exc_class():
+            run.end_early("cancelled")
             run.log.info("run.cancelled", rounds=run.rounds)
             raise
         except AgentloopError as exc:
             if exc.result is None:
-                cause = "the model request" if isinstance(exc, ProviderError) else "the run"
-                exc.result = run.end_early(f"Cancelled: {cause} failed ({exc}).", "error")
+                exc.result = run.end_early("error")
             run.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
             raise
         except BaseException:
-            # KeyboardInterrupt, SystemExit, ...: leave a valid history all the same.
-            run.end_early(CANCELLED_MESSAGE, "error")
+            run.end_early("error")  # KeyboardInterrupt, SystemExit, ...
             raise
-        result = run.final = run.result(stop)
+        result = run.finish(stop)
         run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
         if emit is not None:
             await emit(RunFinished(result))
         return result
 
-    async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
-        while run.rounds < self.max_rounds:
-            response, calls = await self._round(run, emit)
-            if run.pending:
-                return "tool_use"
-            if run.stop_after_turn:
-                return "cancelled"
-            stop = response.stop_reason
-            if stop not in CONTINUE or (stop != "pause_turn" and not calls):
-                return stop or "end_turn"
-        return "max_rounds"
-
-    async def _round(
-        self, run: RunState, emit: Emit | None
-    ) -> tuple[ModelResponse, list[ToolCall]]:
-        """One model request and its tool calls, each started as early as it can be."""
-        run.history.check()
-        request = self._build_request(run)
-        run.rounds += 1
-        if emit is not None:
-            await emit(RequestStarted(run.rounds))
-        context = ExecutionContext(
-            run.id,
-            run.rounds,
-            run.limiter,
-            self.tool_timeout,
-            run.deps,
-            self.tool_limiter,
-            None,  # worker threads: the event loop's thread_limiter(), shared by every run
-            run.log.bind(round=run.rounds),
-        )
-        failure: Exception | None = None
-        try:
-            async with anyio.create_task_group() as group:
-                turn = run.turn = Turn(run, self.registry, context, group, emit, run.external_names)
-                try:
-                    response = await self._request(run, request, turn, emit)
-                    calls = await turn.respond(response)
-                except Exception as exc:
-                    # Raised outside the task group, so the caller gets it as is (not
-                    # grouped); calls already started are cancelled.
-                    failure = exc
-                    group.cancel_scope.cancel()
-        except BaseException as exc:
-            reraise_base_exception(exc)
-            raise
-        if failure is not None:
-            raise failure
-        results = turn.complete(calls)
-        run.turn = None
-        # A cancellation that reached only the tool calls (the response itself came in
-        # whole) ends the run here, with every call answered.
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        if emit is not None:
-            await emit(RoundFinished(run.rounds, response.stop_reason, response.usage))
-        self._check_failures(run, results)
-        return response, calls
-
     async def _request(
-        self, run: RunState, request: ModelRequest, turn: Turn, emit: Emit | None
+        self,
+        run: RunState,
+        request: ModelRequest,
+        emit: Emit | None,
+        on_event: Callable[[StreamEvent], Awaitable[None]],
     ) -> ModelResponse:
+        """Send `request`; streamed to `on_event` when the run streams and the provider can."""
         started = time.perf_counter()
         if run.tracing is None:
-            response = await self._ask(request, turn, emit)
+            response = await self._ask(request, emit, on_event)
         else:
             provider = _provider_name(self.provider)
             tracing = run.tracing
             with tracing.chat(provider, self.model, self.max_tokens, request.messages) as span:
-                response = await self._ask(request, turn, emit)
+                response = await self._ask(request, emit, on_event)
                 record_response(span, response, tracing.capture_content)
         run.log.info(
             "model.request",
@@ -382,9 +397,14 @@ class Agent:
         )
         return response
 
-    async def _ask(self, request: ModelRequest, turn: Turn, emit: Emit | None) -> ModelResponse:
+    async def _ask(
+        self,
+        request: ModelRequest,
+        emit: Emit | None,
+        on_event: Callable[[StreamEvent], Awaitable[None]],
+    ) -> ModelResponse:
         if emit is not None and isinstance(self.provider, StreamingProvider):
-            return await self.provider.stream(request, turn.on_event)
+            return await self.provider.stream(request, on_event)
         return await self.provider.complete(request)
 
     def _build_request(self, run: RunState) -> ModelRequest:
@@ -414,31 +434,6 @@ class Agent:
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=run.result("tool_error"),
             )
-
-    def run_sync(
-        self,
-        prompt: str | Sequence[ContentBlock] | None = None,
-        *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
-        deps: Any = None,
-    ) -> RunResult:
-        """`run()` for scripts and notebooks without a running event loop."""
-        return anyio.run(partial(self.run, prompt, history=history, deps=deps))
-
-
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1, not {value!r}")
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or math.isnan(value)
-        or value <= 0
-    ):
-        raise ConfigurationError(f"{name} must be a number of seconds > 0, not {value!r}")
 
 
 def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str:

@@ -1,26 +1,26 @@
-"""The tool registry: looks tools up, announces them, and runs a turn's tool calls.
+"""The tool registry: looks tools up, announces them, and runs tool calls.
 
-`run_call` runs one call (the loop starts each call as soon as it can, in a task of its
-own); `execute` runs a batch and returns the results in call order. Each call is
-validated, waits for its slots (the run's cap, the shared cap, a worker thread for a sync
-tool) and runs under its timeout; every failure becomes that call's `is_error` result, so
-one tool never cancels its siblings. A slot is held until the tool has really stopped.
+`run_call` is the one path every call takes: look the tool up, validate the input, take
+the call's slots (the run's cap, the shared cap, a worker thread for a sync tool), run it
+under its timeout, and turn every failure into that call's `is_error` result, so one tool
+never cancels its siblings. `CallGroup` runs calls as tasks of a task group; `execute`
+runs a list of calls that way and returns their results in call order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import math
 import sys
 import threading
 import time
-import types
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from pydantic import ValidationError
@@ -37,9 +37,11 @@ from .tools import (
     describe_validation_error,
     to_content,
 )
+from .tracing import Tracing, fail
 
 __all__ = (
     "DEFAULT_THREAD_LIMIT",
+    "CallGroup",
     "ExecutionContext",
     "ToolRegistry",
     "bind_call_context",
@@ -76,8 +78,8 @@ def thread_limiter() -> anyio.CapacityLimiter:
 
 
 def _uncapped() -> anyio.CapacityLimiter:
-    # anyio always takes a token for a worker thread; ours are counted by the limiters
-    # the call holds, so anyio gets one that never blocks.
+    # anyio takes a token for every worker thread and gives it back when the call is
+    # abandoned; ours are counted by the call's own slots, so anyio gets one that never blocks.
     try:
         return _UNCAPPED.get()
     except LookupError:
@@ -88,7 +90,7 @@ def _uncapped() -> anyio.CapacityLimiter:
 
 @dataclass
 class ExecutionContext:
-    """What one turn's execution needs from its run."""
+    """What the tool calls of one turn need from their run."""
 
     run_id: str
     """Id of the run, bound in logs and passed to tools in `RunContext`."""
@@ -97,7 +99,7 @@ class ExecutionContext:
     limiter: anyio.CapacityLimiter
     """Caps the calls of this run in flight at once."""
     timeout: float
-    """Default seconds per call; a tool's own `timeout` wins."""
+    """Default seconds per call (`math.inf`: none); a tool's own `timeout` wins."""
     deps: Any = None
     """The run's `deps`, handed to tools through `RunContext`."""
     shared_limiter: anyio.CapacityLimiter | None = None
@@ -106,10 +108,12 @@ class ExecutionContext:
     """Worker threads for sync tools; `thread_limiter()`, shared by every run, when None."""
     log: Any = None
     """The logger for this turn's events (`run_id` and `round` bound); a default if None."""
+    tracing: Tracing | None = None
+    """The run's spans; each call gets an `execute_tool` span when set."""
 
 
 class ToolRegistry:
-    """Tools by name: register, look up, announce, execute.
+    """Tools by name: register, look up, announce, run.
 
     Registration order is the order tools are announced to the model, so requests stay
     byte-stable (which keeps prompt caching effective).
@@ -176,11 +180,7 @@ class ToolRegistry:
         *,
         on_result: Callable[[ToolResult], Awaitable[None]] | None = None,
     ) -> list[ToolResult]:
-        """Run `calls` concurrently; return their results in the same order.
-
-        Cheaper per call than one `run_call` task per call: a call that finishes without
-        suspending runs in the task at hand and sets no timer, and more tasks are started
-        only when calls do suspend (at most as many as the run's cap lets run at once).
+        """Run `calls` concurrently, a task each; return their results in the same order.
 
         Args:
             calls: The calls, e.g. a turn's `tool_use` blocks as `ToolCall`s.
@@ -188,74 +188,59 @@ class ToolRegistry:
             on_result: Awaited with each result as soon as it is in (to record or report
                 it), in the order the calls finish.
 
-        Never raises for a tool's failure: unknown tools, invalid input, exceptions,
-        `ToolError` and timeouts all become `is_error` results. Cancellation of the caller
-        propagates (and cancels the calls). A `BaseException` that is not an `Exception`
-        (`SystemExit`, `KeyboardInterrupt`, ...) raised by a tool propagates as itself.
+        Never raises for a tool's failure (see `run_call`). Cancellation of the caller
+        propagates (and cancels the calls); so does a tool's `BaseException` that is not
+        an `Exception`, as itself.
         """
-        batch = _Batch(self, calls, context, on_result)
-        try:
-            async with anyio.create_task_group() as group:
-                batch.group = group
-                await batch.work()
-        except BaseException as exc:
-            # Re-raise as itself, not wrapped in the task group's exception group.
-            if batch.fatal is not None:
-                _raise(batch.fatal)
-            reraise_base_exception(exc)
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
-            leaves = _leaves(exc)
-            if len(leaves) == 1 and leaves[0] is not exc:
-                _raise(leaves[0])
-            raise
-        if batch.fatal is not None:
-            _raise(batch.fatal)
-        return batch.results  # type: ignore[return-value]  # every slot is filled
+        results: list[ToolResult | None] = [None] * len(calls)
+
+        async def keep(index: int, result: ToolResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                await on_result(result)
+
+        async with CallGroup(self, context) as group:
+            for index, call in enumerate(calls):
+                group.start(call, partial(keep, index))
+        return results  # type: ignore[return-value]  # every slot is filled
 
     async def run_call(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
-        """Run one call: validate, wait for its slots, run under its timeout, log it.
+        """Run one call: look up, validate, take its slots, run under its timeout, log it.
 
-        Never raises for a tool's failure (see `execute`); cancellation of the caller and
-        a tool's `BaseException`s that are not `Exception`s propagate.
+        Never raises for a tool's failure: an unknown tool, invalid input, `ToolError`,
+        any other exception and a timeout all become `is_error` results. Cancellation of
+        the caller propagates, and so does a tool's `BaseException` that is not an
+        `Exception` (`SystemExit`, `KeyboardInterrupt`, ...).
         """
-        timed_out: list[ToolResult] = []
-        result: ToolResult | None = None
-        try:
-            with anyio.CancelScope() as scope:
-                result = await self._run(call, context, scope, None, None, timed_out)
-        except anyio.get_cancelled_exc_class():
-            # Our timeout, but the tool raised a cancellation of its own making in answer.
-            if not (timed_out and not _cancellation_requested()):
-                raise
-        return result if result is not None else timed_out[0]
+        if context.tracing is None:
+            result = await self._run(call, context)
+        else:
+            with context.tracing.tool(call.name, call.id, call.input) as span:
+                result = await self._run(call, context)
+                if result.is_error:
+                    fail(span, "tool_error", result.text[:200])
+                if context.tracing.capture_content:
+                    span.set_attribute("gen_ai.tool.call.result", result.text)
+        _logger(context).debug(
+            "tool.call",
+            tool_use_id=call.id,
+            name=call.name,
+            duration=round(result.duration, 6),
+            is_error=result.is_error,
+        )
+        return result
 
-    async def _run(
-        self,
-        call: ToolCall,
-        context: ExecutionContext,
-        scope: anyio.CancelScope,
-        batch: _Batch | None,
-        ctx: contextvars.Context | None,
-        timed_out: list[ToolResult],
-    ) -> ToolResult:
-        """One call, under `scope` (the caller's, for timing it out; no deadline set).
-
-        Returns its result, or raises the cancellation when `scope` timed the call out,
-        after appending the timed-out result to `timed_out`. `batch` is told when the
-        call suspends; `ctx` is the call's own context when it runs in a shared task.
-        """
+    async def _run(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
             available = ", ".join(self._tools) or "none"
-            message = f"Unknown tool '{call.name}'. Available tools: {available}."
-            return self._done(context, ToolResult.error(call, message))
+            return ToolResult.error(
+                call, f"Unknown tool '{call.name}'. Available tools: {available}."
+            )
         try:
             arguments = tool.validate(call.input)
         except ValidationError as exc:
-            return self._done(
-                context, ToolResult.error(call, describe_validation_error(call.name, exc))
-            )
+            return ToolResult.error(call, describe_validation_error(call.name, exc))
         function = tool.bind(
             arguments,
             lambda: RunContext(context.run_id, context.round, call.id, call.name, context.deps),
@@ -263,281 +248,182 @@ class ToolRegistry:
         timeout = tool.timeout if tool.timeout is not None else context.timeout
         slots = _Slots()
         try:
-            await slots.take(context.limiter, batch)
+            await slots.take(context.limiter)
             if context.shared_limiter is not None:
-                await slots.take(context.shared_limiter, batch)
+                await slots.take(context.shared_limiter)
             if not tool.is_async:
-                if ctx is not None:  # the thread copies the context of the task at hand
-                    bind_call_context(context, call)
-                await slots.take(context.thread_limiter or thread_limiter(), batch)
-                if batch is not None:
-                    batch.suspended()
+                await slots.take(context.thread_limiter or thread_limiter())
             start = time.perf_counter()
             try:
-                if tool.is_async:
-                    value = await self._run_async(function, timeout, scope, batch, ctx, start)
-                else:
-                    value = await self._run_sync(tool, function, timeout, scope, slots)
-                result = ToolResult(
-                    call.id, call.name, to_content(value), duration=time.perf_counter() - start
-                )
-                if scope.cancel_called and not tool.is_async:
-                    # An `abandon=False` tool, waited for past its timeout.
-                    result = ToolResult.error(
-                        call,
-                        f"Tool '{call.name}' did not finish within {timeout:g} s; it was left "
-                        f"to finish (after {result.duration:.3g} s), so its effects have "
-                        "happened, but its output was discarded.",
-                        result.duration,
-                    )
+                with anyio.move_on_after(timeout) as scope:
+                    if tool.is_async:
+                        value = await function()
+                    else:
+                        value = await anyio.to_thread.run_sync(
+                            slots.run, function, abandon_on_cancel=tool.abandon, limiter=_uncapped()
+                        )
+                        if isinstance(value, _Raised):
+                            raise value.exc
             except anyio.get_cancelled_exc_class() as exc:
-                if scope.cancel_called:
-                    duration = time.perf_counter() - start
-                    timed_out.append(self._done(context, _timed_out(tool, call, timeout, duration)))
-                    raise
-                if _cancellation_requested():
-                    raise
+                if anyio.current_effective_deadline() == -math.inf:
+                    raise  # the caller was cancelled
                 # Nobody cancelled this call: the tool raised a cancellation of its own (it
                 # awaited a future someone else cancelled, say). That is the tool failing.
-                result = ToolResult.error(
-                    call,
-                    f"{_failure(call, exc)} (raised by the tool; the call was not cancelled)",
-                    time.perf_counter() - start,
-                )
+                message = f"{_failure(call, exc)} (raised by the tool; the call was not cancelled)"
+                return ToolResult.error(call, message, time.perf_counter() - start)
             except ToolError as exc:
-                result = ToolResult.error(call, exc.message, time.perf_counter() - start)
+                return ToolResult.error(call, exc.message, time.perf_counter() - start)
             except Exception as exc:
                 _logger(context).exception("tool.exception", tool_use_id=call.id, name=call.name)
-                result = ToolResult.error(call, _failure(call, exc), time.perf_counter() - start)
+                return ToolResult.error(call, _failure(call, exc), time.perf_counter() - start)
+            duration = time.perf_counter() - start
+            if scope.cancelled_caught:
+                return _timed_out(tool, call, timeout, duration)
+            if scope.cancel_called and not tool.is_async:
+                # An `abandon=False` tool, waited for past its timeout.
+                return ToolResult.error(
+                    call,
+                    f"Tool '{call.name}' did not finish within {timeout:g} s; it was left "
+                    f"to finish (after {duration:.3g} s), so its effects have happened, "
+                    "but its output was discarded.",
+                    duration,
+                )
+            return ToolResult(call.id, call.name, to_content(value), duration=duration)
         finally:
             slots.release()
-        return self._done(context, result)
-
-    async def _run_async(
-        self,
-        function: Callable[[], Any],
-        seconds: float,
-        scope: anyio.CancelScope,
-        batch: _Batch | None,
-        ctx: contextvars.Context | None,
-        start: float,
-    ) -> Any:
-        coroutine = ctx.run(function) if ctx is not None else function()
-        if type(coroutine) is not types.CoroutineType:
-            return await _timed(coroutine, seconds, scope, start)
-        # The first step runs here and now: a call that finishes without suspending needs
-        # no task and no timer.
-        try:
-            step = ctx.run(coroutine.send, None) if ctx is not None else coroutine.send(None)
-        except StopIteration as stop:
-            return stop.value
-        if batch is not None:
-            batch.suspended()
-        return await _timed(_Resume(coroutine, step, ctx), seconds, scope, start)
-
-    async def _run_sync(
-        self,
-        tool: Tool,
-        function: Callable[[], Any],
-        seconds: float,
-        scope: anyio.CancelScope,
-        slots: _Slots,
-    ) -> Any:
-        thread = _Thread(slots)
-        try:
-            value = await _timed(
-                anyio.to_thread.run_sync(
-                    thread.run, function, abandon_on_cancel=tool.abandon, limiter=_uncapped()
-                ),
-                seconds,
-                scope,
-                time.perf_counter(),
-            )
-        except anyio.get_cancelled_exc_class():
-            # Given up on while it runs: the thread keeps the call's slots until it returns.
-            thread.abandon()
-            raise
-        if type(value) is _Raised:
-            _raise(value.exc)
-        return value
-
-    def _done(self, context: ExecutionContext, result: ToolResult) -> ToolResult:
-        _logger(context).debug(
-            "tool.call",
-            tool_use_id=result.tool_use_id,
-            name=result.name,
-            duration=round(result.duration, 6),
-            is_error=result.is_error,
-        )
-        return result
 
 
-# -- a batch of calls
+class CallGroup:
+    """Tool calls run as tasks of one task group, each through `ToolRegistry.run_call`.
 
+    ```python
+    async with CallGroup(registry, context) as group:
+        group.start(call, on_result)   # awaits on_result(result) in the call's task
+    ```
 
-class _Batch:
-    """The calls of one `execute`: a queue, its results, and the tasks working on it."""
+    A tool's `BaseException` that is not an `Exception` (`SystemExit`,
+    `KeyboardInterrupt`, ...) cancels the group and leaves it as itself, not in an
+    exception group: raised in a task, asyncio would let `SystemExit` and
+    `KeyboardInterrupt` escape the event loop, past every caller.
+    """
 
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        calls: Sequence[ToolCall],
-        context: ExecutionContext,
-        on_result: Callable[[ToolResult], Awaitable[None]] | None,
-    ) -> None:
+    def __init__(self, registry: ToolRegistry, context: ExecutionContext) -> None:
+        """Run calls of `registry` with `context`."""
         self.registry = registry
-        self.calls = calls
         self.context = context
-        self.on_result = on_result
-        self.results: list[ToolResult | None] = [None] * len(calls)
-        self.next = 0
-        self.group: anyio.abc.TaskGroup | None = None
-        # No more tasks than calls the run's cap lets run at once.
-        cap = context.limiter.total_tokens
-        self.most = len(calls) if cap == math.inf else min(len(calls), int(cap))
-        self.tasks = 1
+        self._group: anyio.abc.TaskGroup | None = None
+        self._fatal: BaseException | None = None
 
-        self.fatal: BaseException | None = None
-        """A tool's `BaseException` caught in a helper task, for `execute` to raise."""
+    async def __aenter__(self) -> CallGroup:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
 
-    def suspended(self) -> None:
-        """A call is about to wait: start tasks for the calls not yet taken."""
-        extra = min(self.most - self.tasks, len(self.calls) - self.next)
-        if extra > 0 and self.group is not None:
-            self.tasks += extra
-            for _ in range(extra):
-                self.group.start_soon(self.help)
-
-    async def help(self) -> None:
-        """`work` in a task of its own, handing a tool's `BaseException` to `execute`.
-
-        Raised in a task, asyncio lets `SystemExit` and `KeyboardInterrupt` escape the
-        event loop itself, past every caller; raised by `execute`, they go up the
-        caller's stack like any exception.
-        """
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._group is not None
         try:
-            await self.work()
+            handled = await self._group.__aexit__(*exc_info)
+        except BaseException as exc:
+            if self._fatal is not None:
+                _raise(self._fatal)
+            reraise_base_exception(exc)
+            raise
+        if self._fatal is not None:
+            _raise(self._fatal)
+        return handled
+
+    @property
+    def cancel_scope(self) -> anyio.CancelScope:
+        """The group's cancel scope (cancelling it cancels every call)."""
+        assert self._group is not None
+        return self._group.cancel_scope
+
+    def start(self, call: ToolCall, on_result: Callable[[ToolResult], Awaitable[None]]) -> None:
+        """Run `call` in a task of its own; await `on_result` with its result."""
+        assert self._group is not None
+        self._group.start_soon(self._run, call, on_result)
+
+    async def _run(
+        self, call: ToolCall, on_result: Callable[[ToolResult], Awaitable[None]]
+    ) -> None:
+        # The task works on a copy of its parent's context: the binding ends with it.
+        bind_call_context(self.context, call)
+        try:
+            result = await self.registry.run_call(call, self.context)
         except BaseException as exc:
             if isinstance(exc, (Exception, *_cancellations())):
                 raise
-            if self.fatal is None:
-                self.fatal = exc
-            assert self.group is not None
-            self.group.cancel_scope.cancel()
-
-    async def work(self) -> None:
-        """Take calls from the queue and run them, one at a time, until none is left."""
-        registry, calls, context = self.registry, self.calls, self.context
-        index = self.next
-        while index < len(calls):
-            self.next = index + 1
-            timed_out: list[ToolResult] = []
-            try:
-                # One cancel scope for as many calls as it can serve: its deadline is set
-                # only while a call waits, and a scope that timed a call out is spent.
-                with anyio.CancelScope() as scope:
-                    while True:
-                        ctx = contextvars.copy_context()
-                        ctx.run(bind_call_context, context, calls[index])
-                        result = await registry._run(
-                            calls[index], context, scope, self, ctx, timed_out
-                        )
-                        await self._finished(index, result)
-                        index = self.next
-                        if index >= len(calls) or scope.cancel_called:
-                            break
-                        self.next = index + 1
-                    continue
-            except anyio.get_cancelled_exc_class():
-                if not (timed_out and not _cancellation_requested()):
-                    raise
-            if timed_out:
-                await self._finished(index, timed_out[0])
-                await anyio.lowlevel.checkpoint_if_cancelled()
-            index = self.next
-
-    async def _finished(self, index: int, result: ToolResult) -> None:
-        self.results[index] = result
-        if self.on_result is not None:
-            await self.on_result(result)
+            if self._fatal is None:
+                self._fatal = exc
+            self.cancel_scope.cancel()
+            return
+        await on_result(result)
 
 
 # -- helpers
 
 
-class _Resume:
-    """Awaiting it runs a coroutine on from the step it yielded (`step`), in `ctx`."""
-
-    __slots__ = ("coroutine", "ctx", "step")
-
-    def __init__(
-        self,
-        coroutine: types.CoroutineType[Any, Any, Any],
-        step: Any,
-        ctx: contextvars.Context | None,
-    ) -> None:
-        self.coroutine, self.step, self.ctx = coroutine, step, ctx
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coroutine, step, ctx = self.coroutine, self.step, self.ctx
-        while True:
-            try:
-                sent = yield step
-            except GeneratorExit:
-                coroutine.close()
-                raise
-            except BaseException as exc:  # delivered to the task: the tool's to handle
-                try:
-                    step = ctx.run(coroutine.throw, exc) if ctx else coroutine.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    step = ctx.run(coroutine.send, sent) if ctx else coroutine.send(sent)
-                except StopIteration as stop:
-                    return stop.value
-
-
-async def _timed(
-    awaitable: Awaitable[Any], seconds: float, scope: anyio.CancelScope, start: float
-) -> Any:
-    """Await under `scope`, its deadline `seconds` after `start` (a perf_counter)."""
-    if seconds != math.inf:
-        scope.deadline = anyio.current_time() + seconds - (time.perf_counter() - start)
-    try:
-        return await awaitable
-    finally:
-        scope.deadline = math.inf
-
-
 class _Slots:
-    """The limiter tokens one call holds; it is their borrower, so it can hand them on."""
+    """The limiter tokens one call holds, and who gives them back.
 
-    __slots__ = ("held",)
+    Normally the call does, when it is done. A sync call given up on while its function
+    runs (timed out or cancelled) leaves them to the worker thread, which gives them back
+    on the event loop when the function returns: the call goes on counting against every
+    cap until it has really stopped.
+    """
+
+    __slots__ = ("abandoned", "held", "lock", "running")
 
     def __init__(self) -> None:
-        self.held: list[anyio.CapacityLimiter] | None = []
+        self.held: list[anyio.CapacityLimiter] = []
+        self.lock = threading.Lock()
+        self.running = False
+        self.abandoned = False
 
-    async def take(self, limiter: anyio.CapacityLimiter, batch: _Batch | None) -> None:
-        """Take a token; without yielding to the event loop when one is free."""
+    async def take(self, limiter: anyio.CapacityLimiter) -> None:
+        """Take a token of `limiter` (this object is the borrower), waiting if none is free."""
         try:
-            limiter.acquire_on_behalf_of_nowait(self)
+            limiter.acquire_on_behalf_of_nowait(self)  # no trip through the event loop
         except anyio.WouldBlock:
-            if batch is not None:
-                batch.suspended()
             await limiter.acquire_on_behalf_of(self)
-        assert self.held is not None
         self.held.append(limiter)
 
-    def hand_over(self) -> list[anyio.CapacityLimiter]:
-        """Take the tokens away from the call (its `release` does nothing after this)."""
-        held, self.held = self.held or [], None
-        return held
+    def run(self, function: Callable[[], Any]) -> Any:
+        """In the worker thread: run `function`, unless the call was given up on first."""
+        with self.lock:
+            if self.abandoned:
+                return None
+            self.running = True
+        try:
+            return function()
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # Raised by anyio on the event loop, asyncio would let `SystemExit` escape
+            # it: carry these back as a value, for the call to raise in its task.
+            return _Raised(exc)
+        finally:
+            with self.lock:
+                self.running = False
+                handed_over = self.abandoned
+            if handed_over:
+                try:
+                    anyio.from_thread.run_sync(self._give_back)
+                except RuntimeError:  # the event loop has finished, its limiters with it
+                    pass
 
     def release(self) -> None:
-        """Give back every token the call still holds."""
-        for limiter in reversed(self.hand_over()):
+        """As the call ends: give the tokens back, or leave them to a thread still running."""
+        with self.lock:
+            self.abandoned = True  # a thread that has not started the function never will
+            if self.running:
+                return
+        self._give_back()
+
+    def _give_back(self) -> None:
+        for limiter in reversed(self.held):
             limiter.release_on_behalf_of(self)
+        self.held = []
 
 
 @dataclass(frozen=True)
@@ -545,105 +431,6 @@ class _Raised:
     """A `BaseException` (not an `Exception`) that a sync tool raised in its thread."""
 
     exc: BaseException
-
-
-_WAITING, _RUNNING, _FINISHED, _DROPPED = range(4)
-
-
-class _Thread:
-    """A sync call's function in its worker thread, and who gives its tokens back.
-
-    Normally the call does, when the function has returned. A call that is abandoned
-    (timed out or cancelled while the function runs) hands its tokens to the thread, which
-    gives them back on the event loop when the function returns, so an abandoned call
-    goes on counting against every cap until it has really stopped.
-    """
-
-    __slots__ = ("lock", "release", "slots", "state", "tokens")
-
-    def __init__(self, slots: _Slots) -> None:
-        self.lock = threading.Lock()
-        self.state = _WAITING
-        self.slots = slots
-        self.tokens: list[anyio.CapacityLimiter] = []
-        self.release: Callable[[Callable[[], None]], object] | None = None
-
-    def run(self, function: Callable[[], Any]) -> Any:
-        """In the worker thread: run `function`, unless the call was abandoned first."""
-        with self.lock:
-            if self.state == _DROPPED:
-                return None
-            self.state = _RUNNING
-        try:
-            return function()
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                raise
-            # Thrown into the awaiting coroutine, a `GeneratorExit` would close it rather
-            # than propagate, and asyncio lets `SystemExit` escape the event loop: carry
-            # these back as a value, to be raised on the event loop by the call.
-            return _Raised(exc)
-        finally:
-            with self.lock:
-                self.state = _FINISHED
-                release = self.release
-            if release is not None:
-                try:
-                    release(self._give_back)
-                except Exception:  # the event loop has finished, its limiters with it
-                    pass
-
-    def abandon(self) -> None:
-        """On the event loop, as the call gives up waiting: hand the tokens to the thread.
-
-        If the function has not started, it never will; if it has finished, the call
-        gives the tokens back itself as usual.
-        """
-        release = _threadsafe_caller()
-        with self.lock:
-            if self.state == _WAITING:
-                self.state = _DROPPED
-            elif self.state == _RUNNING:
-                self.tokens = self.slots.hand_over()
-                self.release = release
-
-    def _give_back(self) -> None:
-        for limiter in reversed(self.tokens):
-            limiter.release_on_behalf_of(self.slots)
-        self.tokens = []
-
-
-def _threadsafe_caller() -> Callable[[Callable[[], None]], object]:
-    """A function that schedules a callback on this event loop from any thread.
-
-    It does not wait for the callback (the thread has nothing to wait for), and it raises
-    once the event loop has finished. anyio offers only a waiting form
-    (`anyio.from_thread.run_sync`), so this uses each backend's own.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # anyio's other backend
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
-    return loop.call_soon_threadsafe
-
-
-def _cancellation_requested() -> bool:
-    """Whether the task at hand was really asked to stop.
-
-    True when an enclosing cancel scope was cancelled (anyio delivers every cancellation
-    of its own that way, on both backends) or, on asyncio, when someone called
-    `Task.cancel()` on the task.
-    """
-    if anyio.current_effective_deadline() == -math.inf:
-        return True
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # not asyncio
-        return False
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    return bool(cancelling is not None and cancelling())
 
 
 def _timed_out(tool: Tool, call: ToolCall, timeout: float, duration: float) -> ToolResult:
@@ -658,11 +445,6 @@ def _timed_out(tool: Tool, call: ToolCall, timeout: float, duration: float) -> T
     return ToolResult.error(call, message, duration)
 
 
-def _failure(call: ToolCall, exc: BaseException) -> str:
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return f"Tool '{call.name}' failed: {detail}"
-
-
 def _logger(context: ExecutionContext) -> Any:
     """The turn's logger, with `run_id` and `round` bound."""
     if context.log is not None:
@@ -673,10 +455,15 @@ def _logger(context: ExecutionContext) -> Any:
 def bind_call_context(context: ExecutionContext, call: ToolCall) -> None:
     """Bind the call's ids into structlog's contextvars, so the tool's own logs carry them.
 
-    Call it in the call's own task: a task works on a copy of its parent's context, so
-    the binding ends with the task and needs no reset.
+    Call it in the call's own task (as `CallGroup` does): a task works on a copy of its
+    parent's context, so the binding ends with the task and needs no reset.
     """
     bind_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id)
+
+
+def _failure(call: ToolCall, exc: BaseException) -> str:
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"Tool '{call.name}' failed: {detail}"
 
 
 # -- exceptions out of task groups

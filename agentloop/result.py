@@ -9,14 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Union
 
 __all__ = ("RunResult", "StopReason", "ToolCallRecord", "Usage")
 
-StopReason = str
+StopReason = Union[  # noqa: UP007 (readable as a list)
+    Literal[
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "tool_use",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+        "max_rounds",
+        "tool_error",
+        "cancelled",
+        "error",
+    ],
+    str,
+]
 """Why a run ended: the model's last stop reason as the provider maps it ("end_turn",
-"max_tokens", "refusal", "stop_sequence", "model_context_window_exceeded", "pause_turn", or
-a future value), or agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
+"max_tokens", "stop_sequence", "refusal", "model_context_window_exceeded", "pause_turn";
+"tool_use" when calls of external tools are handed back; `str` for a value the API adds
+later), or agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
 
 
 @dataclass(frozen=True)

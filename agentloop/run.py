@@ -1,22 +1,23 @@
 """The state of one run: its history, token usage, tool-call log and limits.
 
-`Agent` makes one `RunState` per run and drives it; the turn under way and the stream
-handle read and report through it. Keeping it apart from `Agent` lets one agent serve any
-number of concurrent runs, and keeps the modules below the agent free of it.
+`Agent` makes one `RunState` per run, with everything the run needs; the turns under way
+and the stream handle change it only through its methods. Keeping it apart from `Agent`
+lets one agent serve any number of concurrent runs.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from .history import History
+from .messages import ContentBlock
 from .providers.base import ModelResponse
 from .result import RunResult, StopReason, ToolCallRecord, Usage
-from .tools import ToolCall, ToolResult
+from .tools import ToolCall, ToolDefinition, ToolResult
 from .tracing import Tracing
 
 __all__ = ("CANCELLED_MESSAGE", "RunState")
@@ -27,34 +28,58 @@ CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
 class RunState:
     """One run's state. Its history changes only through `History`'s methods."""
 
-    def __init__(self, history: History, *, deps: Any, tool_concurrency: int, log: Any) -> None:
-        """Start a run over `history`; `log` gets the run's id bound."""
+    def __init__(
+        self,
+        history: History,
+        *,
+        deps: Any,
+        tool_concurrency: int,
+        log: Any,
+        tracing: Tracing | None = None,
+        external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        external_names: frozenset[str] = frozenset(),
+    ) -> None:
+        """Start a run over `history`; `log` gets the run's id bound.
+
+        `tracing` opens the run's spans (None: no spans); `external` are the definitions
+        of external tools announced with each request, `external_names` their names.
+        """
         self.id = uuid.uuid4().hex
         self.history = history
         self.deps = deps
+        self.tracing = tracing
+        self.external = tuple(external)
+        self.external_names = external_names
         self.usage = Usage()
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
         self.limiter = anyio.CapacityLimiter(tool_concurrency)
         self.log = log.bind(run_id=self.id)
-        self.turn: Any = None
-        """The round under way (a `Turn`): what `end_early` must close after a failure."""
-        self.stop_after_turn = False
-        """Set by `RunStream.cancel(after_turn=True)`."""
-        self.partial: RunResult | None = None
-        """The result handed over when the run ended early."""
+        self.stopping = False
+        """Whether the run stops after the turn under way (see `stop_after_turn`)."""
         self.final: RunResult | None = None
         """The result of a run that finished."""
-        self.tracing: Tracing | None = None
-        """The run's spans, when a tracer provider records them."""
-        self.external: tuple[Any, ...] = ()
-        """Definitions of external tools announced with each request."""
-        self.external_names: frozenset[str] = frozenset()
+        self.partial: RunResult | None = None
+        """The result of a run that ended early (failed or cancelled)."""
         self.pending: list[dict[str, Any]] = []
         """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
         self.held: list[dict[str, Any]] = []
         """The run's own results of the turn that handed calls back (wire blocks)."""
+
+    @property
+    def outcome(self) -> RunResult | None:
+        """The final result, the partial one if the run ended early, or None while it runs."""
+        return self.final or self.partial
+
+    def start_round(self) -> int:
+        """Count a new model request; return its number (from 1)."""
+        self.rounds += 1
+        return self.rounds
+
+    def stop_after_turn(self) -> None:
+        """Let the turn under way finish, then stop before the next model request."""
+        self.stopping = True
 
     def add_response(
         self, response: ModelResponse, errors: dict[str, str] | None = None
@@ -69,6 +94,15 @@ class RunState:
         """Answer a turn's calls in the history and log them."""
         self.history.answer([result for _, result in pairs])
         self.log_calls(pairs)
+
+    def close_turn(
+        self,
+        why: str,
+        partial: list[ContentBlock] | None,
+        results: Mapping[str, ToolResult],
+    ) -> None:
+        """End a turn cut short: see `History.close`; the calls answered are logged."""
+        self.log_calls(self.history.close(why, partial=partial, results=results))
 
     def hand_back(
         self, calls: Sequence[ToolCall], own: Sequence[tuple[ToolCall, ToolResult]]
@@ -89,11 +123,13 @@ class RunState:
                 )
             )
 
-    def end_early(self, why: str, stop_reason: StopReason) -> RunResult:
-        """Close the turn under way after a failure or cancellation; return the partial result."""
-        if self.turn is not None:
-            self.turn.close(why)
-            self.turn = None
+    def finish(self, stop_reason: StopReason) -> RunResult:
+        """The run is over: its final result."""
+        self.final = self.result(stop_reason)
+        return self.final
+
+    def end_early(self, stop_reason: StopReason) -> RunResult:
+        """The run failed or was cancelled: its partial result (the turn closed already)."""
         self.partial = self.result(stop_reason)
         return self.partial
 

@@ -1,8 +1,8 @@
 """`RunStream`: the handle a streamed run gives its caller.
 
 It is an async iterator of `agentloop.events` values, it can cancel the run now or after
-the current turn, and it holds the run's result afterwards (the partial one if the run was
-cancelled).
+the current turn, and it holds the run's result afterwards: the partial one if the run was
+cancelled, by `cancel()` or by any cancel scope around it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class RunStream:
                 model request, instead of stopping everything now.
         """
         if after_turn:
-            self._run.stop_after_turn = True
+            self._run.stop_after_turn()
         else:
             self._scope.cancel()
 
@@ -80,17 +80,20 @@ class RunStream:
             send.send_nowait(event)
 
         with send:
-            with self._scope:
-                try:
-                    self._result = await drive(emit)
-                except Exception as exc:
-                    self._error = exc
-                    self._result = getattr(exc, "result", None)
-            if self._scope.cancelled_caught:
-                # Cancelled: after the final result was made, or with a partial one.
-                self._result = self._run.final or self._run.partial
-                if self._run.final is None and self._result is not None:
-                    send.send_nowait(RunFinished(self._result))
+            try:
+                with self._scope:
+                    try:
+                        self._result = await drive(emit)
+                    except Exception as exc:
+                        self._error = exc
+                        self._result = getattr(exc, "result", None)
+            finally:
+                if self._result is None and self._error is None:
+                    # Cancelled (here or by a scope around the run): after the final
+                    # result was made, or with a partial one.
+                    self._result = self._run.outcome
+                    if self._run.final is None and self._result is not None:
+                        send.send_nowait(RunFinished(self._result))
 
     def __repr__(self) -> str:
         return f"RunStream(run_id={self.run_id!r}, done={self._result is not None})"

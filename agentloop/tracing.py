@@ -1,8 +1,8 @@
 """OpenTelemetry spans of a run, named and shaped by the GenAI semantic conventions.
 
-The agent opens `invoke_agent {name}` around a run, `chat {model}` around each model
-request and the turn `execute_tool {tool}` around each tool call, so a trace shows the
-run as it happened: requests in order, tool calls in parallel under the run. Only
+The agent opens `invoke_agent {name}` around a run and `chat {model}` around each model
+request; `ToolRegistry.run_call` opens `execute_tool {tool}` around each tool call. A
+trace shows the run as it happened: requests in order, tool calls in parallel under it. Only
 `opentelemetry-api` is needed; with no tracer provider configured, a run asks once and
 records nothing. Message content (prompts, tool arguments and results) is recorded only
 when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is `true`.

@@ -1,20 +1,22 @@
 """One round of a run: the model's response arrives and its tool calls get their results.
 
-A `Turn` starts each tool call as soon as it can: the moment its `tool_use` block closes
-when the response is streamed (unless the tool is `eager=False`), or when the whole
-response is in otherwise. Whatever happens (a cut-off block, a failed stream, a
-cancellation), `close` leaves every `tool_use` of the turn with exactly one result; the
-history itself is changed only through `History`.
+`Turn.play` sends the request and starts each tool call, as a task of the turn's
+`CallGroup`, as soon as it can: the moment its `tool_use` block closes when the response
+is streamed (unless the tool is `eager=False`), or when the whole response is in. It
+returns the turn's outcome; whatever happens (a cut-off block, a failed stream, a
+cancellation), every `tool_use` of the turn is left with exactly one result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-import anyio
-
+from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import (
     Event,
+    ModelResponded,
+    ModelStreamEvent,
     TextDelta,
     ThinkingDelta,
     ToolCallReady,
@@ -25,17 +27,27 @@ from agentloop.events import (
 from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
-from agentloop.registry import ExecutionContext, ToolRegistry, bind_call_context
+from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
 from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult, sendable
-from agentloop.tracing import fail
 
-__all__ = ("CONTINUE", "Emit", "Turn")
+__all__ = ("CONTINUE", "Ask", "Emit", "Turn", "TurnOutcome")
 
 Emit = Callable[[Event], Awaitable[None]]
+Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
+"""Sends the turn's request; streams its events to the function given, if it streams."""
 
 # Stop reasons after which the loop sends the history back for another round.
 CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn"})
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """What one turn produced: the model's response, its calls, and the results of ours."""
+
+    response: ModelResponse
+    calls: list[ToolCall]
+    results: list[ToolResult]
 
 
 class Turn:
@@ -46,17 +58,15 @@ class Turn:
         run: RunState,
         registry: ToolRegistry,
         context: ExecutionContext,
-        group: anyio.abc.TaskGroup,
         emit: Emit | None,
-        external: frozenset[str] = frozenset(),
     ) -> None:
+        """A turn of `run`, its calls run by `registry` with `context`; events to `emit`."""
         self.run = run
-        self.external = external
-        """Names of tools announced to the model whose calls go back to the caller."""
+        self.round = context.round
         self.registry = registry
         self.context = context
-        self.group = group
         self.emit = emit
+        self.group: CallGroup | None = None
         self.responded = False
         self.streamed: dict[int, tuple[ContentBlock, bool]] = {}  # index -> (block, complete)
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
@@ -65,11 +75,39 @@ class Turn:
         self.results: dict[str, ToolResult] = {}
         self.closed = False
 
+    async def play(self, ask: Ask) -> TurnOutcome:
+        """Send the request through `ask`, run the calls, and answer them in the history.
+
+        On a failure or a cancellation the turn is closed (every `tool_use` answered)
+        before the exception goes on, as itself.
+        """
+        failure: Exception | None = None
+        try:
+            async with CallGroup(self.registry, self.context) as group:
+                self.group = group
+                try:
+                    response = await ask(self.on_event)
+                    if self.emit is not None:
+                        await self.emit(ModelResponded(self.round, response))
+                    calls = await self.respond(response)
+                except Exception as exc:
+                    # Raised outside the group, so the caller gets it as is (not in an
+                    # exception group); calls already started are cancelled.
+                    failure = exc
+                    group.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+        except BaseException as exc:
+            self.close(_why(exc))
+            raise
+        return TurnOutcome(response, calls, self.complete(calls))
+
     # -- while the response streams in
 
     async def on_event(self, event: StreamEvent) -> None:
         """Report a streamed event and start a tool call whose block just closed."""
-        round_ = self.run.rounds
+        if self.emit is not None:
+            await self.emit(ModelStreamEvent(self.round, event))
         if isinstance(event, BlockStop):
             self.streamed[event.index] = (event.block, event.complete)
             block = event.block
@@ -77,53 +115,41 @@ class Turn:
                 isinstance(block, ToolUseBlock)
                 and event.complete
                 and block.id not in self.started
-                and block.name not in self.external
+                and block.name not in self.run.external_names
             ):
                 call = call_of(block)
                 tool = self.registry.get(call.name)
                 eager = call.error is None and (tool is None or tool.eager)
                 if self.emit is not None:
                     self.announced.add(call.id)
-                    await self.emit(ToolCallReady(round_, call.id, call.name, call.input, eager))
+                    await self.emit(
+                        ToolCallReady(self.round, call.id, call.name, call.input, eager)
+                    )
                 if eager:
                     self.start(call)
         elif self.emit is None:
             return
         elif isinstance(event, BlockDelta):
             if event.kind == "text":
-                await self.emit(TextDelta(round_, event.index, event.value))
+                await self.emit(TextDelta(self.round, event.index, event.value))
             elif event.kind == "thinking":
-                await self.emit(ThinkingDelta(round_, event.index, event.value))
+                await self.emit(ThinkingDelta(self.round, event.index, event.value))
             elif event.kind == "input_json" and event.index in self.ids:
                 await self.emit(
-                    ToolInputDelta(round_, event.index, self.ids[event.index], event.value)
+                    ToolInputDelta(self.round, event.index, self.ids[event.index], event.value)
                 )
         elif isinstance(event, BlockStart) and isinstance(event.block, ToolUseBlock):
             self.ids[event.index] = event.block.id
-            await self.emit(ToolCallStarted(round_, event.index, event.block.id, event.block.name))
+            await self.emit(
+                ToolCallStarted(self.round, event.index, event.block.id, event.block.name)
+            )
 
     def start(self, call: ToolCall) -> None:
-        """Run `call` in the turn's task group (once)."""
+        """Run `call` in a task of the turn's group (once)."""
         if call.id not in self.started:
             self.started.add(call.id)
-            self.group.start_soon(self._call, call)
-
-    async def _call(self, call: ToolCall) -> None:
-        bind_call_context(self.context, call)
-        tracing = self.run.tracing
-        if tracing is None:
-            await self.finished(await self.registry.run_call(call, self.context))
-            return
-        with tracing.tool(call.name, call.id, call.input) as span:
-            result = await self.registry.run_call(call, self.context)
-            if result.is_error:
-                fail(span, "tool_error", result.text[:200])
-            if tracing.capture_content:
-                span.set_attribute("gen_ai.tool.call.result", result.text)
-        await self.finished(result)
-
-    async def _batch(self, calls: list[ToolCall]) -> None:
-        await self.registry.execute(calls, self.context, on_result=self.finished)
+            assert self.group is not None
+            self.group.start(call, self.finished)
 
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""
@@ -132,7 +158,7 @@ class Turn:
         if self.emit is not None:
             await self.emit(
                 ToolResultEvent(
-                    self.run.rounds,
+                    self.round,
                     result.tool_use_id,
                     result.name,
                     result.is_error,
@@ -147,30 +173,20 @@ class Turn:
         """Add the response to the history and start (or answer) its remaining calls."""
         calls = self.run.add_response(response, self._not_runnable(response))
         self.responded = True
-        batch: list[ToolCall] = []
         for call in calls:
             if call.id in self.started or self._handed_back(call):
                 continue
             if call.error is not None:
                 await self.finished(ToolResult.error(call, call.error, ran=False))
-            else:
-                if self.emit is not None and call.id not in self.announced:
-                    await self.emit(
-                        ToolCallReady(self.run.rounds, call.id, call.name, call.input, False)
-                    )
-                if self.run.tracing is not None:
-                    self.start(call)  # a task each, so each call has its own span
-                else:
-                    self.started.add(call.id)
-                    batch.append(call)
-        if batch:
-            # One batch: far cheaper per call than a task each (see ToolRegistry.execute).
-            self.group.start_soon(self._batch, batch)
+                continue
+            if self.emit is not None and call.id not in self.announced:
+                await self.emit(ToolCallReady(self.round, call.id, call.name, call.input, False))
+            self.start(call)
         return calls
 
     def _handed_back(self, call: ToolCall) -> bool:
         """Whether `call` goes back to the caller instead of running here."""
-        return call.error is None and call.name in self.external
+        return call.error is None and call.name in self.run.external_names
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
@@ -210,8 +226,7 @@ class Turn:
         partial = None
         if not self.responded:
             partial = [block for _, (block, _) in sorted(self.streamed.items())]
-        pairs = self.run.history.close(why, partial=partial, results=self.results)
-        self.run.log_calls(pairs)
+        self.run.close_turn(why, partial, self.results)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """The turn's results in tool_use order, added to the history.
@@ -232,3 +247,11 @@ class Turn:
             self.run.add_results(pairs)
         self.closed = True
         return results
+
+
+def _why(exc: BaseException) -> str:
+    """What the calls left without a result are told when the turn ends with `exc`."""
+    if isinstance(exc, AgentloopError):
+        cause = "the model request" if isinstance(exc, ProviderError) else "the run"
+        return f"Cancelled: {cause} failed ({exc})."
+    return CANCELLED_MESSAGE

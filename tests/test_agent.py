@@ -433,6 +433,29 @@ def test_run_sync_for_scripts() -> None:
     assert result.text == "hello" and result.stop_reason == "end_turn"
 
 
+def test_run_sync_takes_every_argument_of_run() -> None:
+    import inspect
+
+    assert inspect.signature(Agent.run_sync) == inspect.signature(Agent.run).replace(
+        return_annotation=inspect.signature(Agent.run_sync).return_annotation
+    )
+    lookup = {"name": "lookup", "input_schema": {"type": "object", "properties": {}}}
+    provider = ScriptedProvider([reply(tool_call("lookup"))])
+    result = Agent(provider=provider).run_sync("hi", external_tools=[lookup])
+    assert result.stop_reason == "tool_use" and result.pending[0]["name"] == "lookup"
+
+
+async def test_history_check_off_sends_what_the_linter_refuses() -> None:
+    # An assistant message first: the linter refuses it, a lenient model may not.
+    history = [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}]
+    with pytest.raises(HistoryError, match="first message"):
+        await Agent(provider=ScriptedProvider([reply("never")])).run(history=history)
+    provider = ScriptedProvider(ScriptedModel([reply("fine")], lint=False))
+    result = await Agent(provider=provider, history_check="off").run(history=history)
+    assert result.text == "fine"
+    assert provider.requests[0]["messages"][0]["role"] == "assistant"
+
+
 async def test_file_sources_need_the_files_beta() -> None:
     document = {"type": "document", "source": {"type": "file", "file_id": "file_1"}}
     prompt = [{"type": "text", "text": "Summarise"}, document]

@@ -730,31 +730,28 @@ async def test_worker_threads_are_capped_across_runs() -> None:
 # --------------------------------------------------------------------------- batches
 
 
-async def test_a_batch_of_instant_calls_runs_in_the_task_at_hand() -> None:
+async def test_each_call_runs_in_a_context_of_its_own() -> None:
     import contextvars
 
     from agentloop.registry import ToolRegistry
 
     seen = contextvars.ContextVar[str]("seen")
-    tasks: set[int] = set()
     leaked: list[str] = []
 
     @tool
     async def instant(n: int) -> int:
-        tasks.add(len(anyio.get_running_tasks()))
         leaked.append(seen.get("unset"))
-        seen.set(f"call {n}")  # a call's context is its own, as in a task of its own
+        seen.set(f"call {n}")  # a call's context is its own: its task's
         return n
 
     registry = ToolRegistry([instant])
     calls = calls_of("instant", 100, lambda i: {"n": i})
-    before = len(anyio.get_running_tasks())
     results = await registry.execute(calls, context(limiter=anyio.CapacityLimiter(64)))
     assert [r.content for r in results] == [str(i) for i in range(100)]
-    assert tasks == {before} and leaked == ["unset"] * 100
+    assert leaked == ["unset"] * 100
 
 
-async def test_a_batch_starts_tasks_when_calls_wait() -> None:
+async def test_instant_calls_do_not_wait_for_waiting_ones() -> None:
     from agentloop.registry import ToolRegistry
 
     arrived = 0
@@ -867,3 +864,62 @@ async def test_concurrent_runs_share_one_cap_on_worker_threads(serve: Any) -> No
     finally:
         release.set()
     assert peak == 3 and [r.stop_reason for r in results] == ["end_turn"] * 4
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_abandoned_thread_gives_its_slots_back_on_the_event_loop(backend: str) -> None:
+    from agentloop.registry import ToolRegistry
+
+    release = threading.Event()
+
+    @tool(timeout=0.05)
+    def blocks() -> str:
+        release.wait(5)
+        return "late"
+
+    async def main() -> None:
+        run_cap, shared = anyio.CapacityLimiter(2), anyio.CapacityLimiter(1)
+        registry = ToolRegistry([blocks])
+        [result] = await registry.execute(
+            calls_of("blocks", 1), context(limiter=run_cap, shared_limiter=shared)
+        )
+        assert result.is_error and "is still running" in str(result.content)
+        assert (run_cap.borrowed_tokens, shared.borrowed_tokens) == (1, 1)
+        release.set()  # the thread returns, and hands the tokens back from its thread
+        with anyio.fail_after(5):
+            while run_cap.borrowed_tokens or shared.borrowed_tokens:
+                await anyio.lowlevel.checkpoint()
+
+    try:
+        anyio.run(main, backend=backend)
+    finally:
+        release.set()
+
+
+def test_an_abandoned_thread_that_outlives_its_event_loop_ends_quietly() -> None:
+    from agentloop.registry import ToolRegistry
+
+    release = threading.Event()
+    threads: list[threading.Thread] = []
+    failures: list[Any] = []
+
+    @tool(timeout=0.05)
+    def blocks() -> str:
+        threads.append(threading.current_thread())
+        release.wait(5)
+        return "late"
+
+    async def main() -> None:
+        [result] = await ToolRegistry([blocks]).execute(calls_of("blocks", 1), context())
+        assert result.is_error
+
+    hook, threading.excepthook = threading.excepthook, failures.append
+    try:
+        anyio.run(main, backend="asyncio")
+        release.set()  # the loop is closed: its limiters are gone with it
+        (thread,) = threads
+        thread.join(5)
+        assert not thread.is_alive() and failures == []
+    finally:
+        threading.excepthook = hook
+        release.set()

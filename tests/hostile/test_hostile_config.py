@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from agentloop import Agent, ConfigurationError, HistoryError, repair
@@ -29,6 +30,7 @@ BAD_OPTIONS = [
     ("tools", "get_weather"),
     ("tool_limiter", 2),
     ("on_tool_error", "ignore"),
+    ("history_check", "loose"),
     ("provider", object()),
 ]
 
@@ -40,8 +42,25 @@ def test_a_bad_option_is_refused_at_construction(name: str, value: Any) -> None:
         Agent(**options)
 
 
-def test_an_infinite_timeout_means_no_timeout() -> None:
-    Agent(provider=ScriptedProvider([]), tool_timeout=math.inf)
+async def test_an_infinite_timeout_means_no_timeout() -> None:
+    from agentloop import tool
+    from agentloop.testing import tool_call
+
+    @tool
+    async def naps() -> str:
+        """Sleeps a little."""
+        await anyio.sleep(0.05)
+        return "rested"
+
+    agent = Agent(
+        provider=ScriptedProvider([reply(tool_call("naps")), reply("done")]),
+        tools=[naps],
+        tool_timeout=math.inf,
+    )
+    result = await agent.run("go")
+    (record,) = result.tool_calls
+    assert (record.output, record.is_error) == ("rested", False)
+    assert result.stop_reason == "end_turn"
 
 
 @pytest.mark.parametrize(

@@ -67,10 +67,11 @@ async def test_cancelling_a_run_mid_call_leaves_a_valid_history_and_no_process(
         async def run() -> None:
             nonlocal partial
             try:
-                await agent.run("start the long job")
-            except anyio.get_cancelled_exc_class() as exc:
-                partial = exc.result  # type: ignore[attr-defined]
-                raise
+                async with agent.run_stream("start the long job") as stream:
+                    async for _ in stream:
+                        pass
+            finally:
+                partial = stream.result
 
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as group:
