@@ -203,7 +203,7 @@ def test_short_ids_map_the_same_way_for_the_call_and_its_result() -> None:
 
 
 def test_each_message_is_converted_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentloop.providers.openai as module
+    import agentloop.providers.openai.request as module
 
     converted: list[str] = []
     original = module._assistant
@@ -865,6 +865,30 @@ def test_the_provider_protocol_imports_no_sdk() -> None:
                     external.add(target.split(".")[0])
     assert "agentloop.providers.base" in seen and len(seen) > 3
     assert not external & {"anthropic", "openai", "httpx", "httpx2"}, external
+
+
+def test_the_providers_package_imports_no_sdk_until_a_provider_is_used() -> None:
+    """`agentloop.providers` (on its own, without the top package) loads SDKs lazily."""
+    import agentloop
+
+    root = os.path.dirname(agentloop.__file__)
+    code = (
+        "import sys, types\n"
+        f"package = types.ModuleType('agentloop'); package.__path__ = [{root!r}]\n"
+        "sys.modules['agentloop'] = package\n"
+        "import agentloop.providers, agentloop.providers.base\n"
+        "sdks = ('anthropic', 'openai', 'httpx', 'httpx2', 'tenacity')\n"
+        "print(sorted(m for m in sdks if m in sys.modules))\n"
+        "from agentloop.providers import AnthropicProvider, OpenAIChatProvider\n"
+        "print(AnthropicProvider.__module__, OpenAIChatProvider.__module__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "[]",
+        "agentloop.providers.anthropic agentloop.providers.openai.provider",
+    ]
 
 
 def test_presets_are_named() -> None:
