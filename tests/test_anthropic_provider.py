@@ -18,6 +18,7 @@ from agentloop.errors import (
     ConfigurationError,
     CreditBalanceError,
     MissingAPIKeyError,
+    OverloadedError,
     RateLimitError,
     ServerError,
 )
@@ -350,3 +351,16 @@ async def test_streamed_tool_input_is_parsed_once_not_per_delta(
 
 def _plain_arguments() -> dict[str, Any]:
     return {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_a_stream_failing_before_any_block_is_retried_then_raised_with_its_cause(
+    serve: Any,
+) -> None:
+    broken = Fault.stream_error(reply("never"), after_blocks=0)
+    server = serve([broken, broken])
+    provider = AnthropicProvider(server.client(max_retries=1), stream=True)
+    with pytest.raises(OverloadedError) as info:
+        await provider.complete(REQUEST)
+    assert len(server.recorded) == 2
+    assert isinstance(info.value.__cause__, anthropic.APIStatusError)
+    assert info.value.headers["request-id"] == "req_local"

@@ -166,7 +166,7 @@ class AnthropicProvider:
                 with attempt:
                     return await self._stream_once(request, messages, arguments, on_event)
         except _EmptyStreamFailed as exc:
-            raise exc.error from exc.error.__cause__
+            raise exc.error from exc.__cause__
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     async def _stream_once(

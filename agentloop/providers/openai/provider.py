@@ -1,12 +1,19 @@
 """The Chat Completions provider: a `ModelRequest` sent with the official `AsyncOpenAI` client.
 
 It calls `chat.completions.create` through `with_raw_response` (the JSON body read as the
-server sent it, headers kept) or with `stream=True` (chunks fed to `ChatStreamAssembler`).
+server sent it, headers kept) or `with_streaming_response` (chunks fed to
+`ChatStreamAssembler`); the SDK's authentication, retries and errors apply.
 
-One job is done without `create`, because it cannot do it: the SDK writes its JSON as
-UTF-8, which cannot carry lone surrogates (text a server may send back as JSON escapes).
-A request holding one is sent as JSON with escapes through the client's documented
-`post()`, with the same body, headers and options.
+Two jobs are done beside `create`, because it cannot do them:
+
+- A stream's events are read here from the SDK's streaming response (`data:` lines up to
+  `[DONE]`), not with the SDK's `AsyncStream`: that stops at `[DONE]` leaving its inner
+  async generators unfinished, which trio reports as a `ResourceWarning` when they are
+  collected mid-run (`test_streaming.py`'s trio runs show it). Here the body is read to
+  its end, so every reader finishes, whichever event loop runs it.
+- The SDK writes its JSON as UTF-8, which cannot carry lone surrogates (text a server may
+  send back as JSON escapes). A request holding one is sent as JSON with escapes through
+  the client's documented `post()`, with the same body, headers and options.
 """
 
 from __future__ import annotations
@@ -157,20 +164,21 @@ class OpenAIChatProvider:
         assembler = ChatStreamAssembler(
             on_event, compat=self.compat, taken=taken_ids(request.messages, self.compat)
         )
-        headers = None
+        headers: Any = None
         try:
             try:
-                raw = await self.client.chat.completions.with_raw_response.create(**arguments)
-                chunks = raw.parse()
+                create = self.client.chat.completions.with_streaming_response.create
+                async with create(**arguments) as response:
+                    headers = response.headers
+                    await _read_events(response.http_response, assembler)
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
-                chunks = await self._post_escaped(arguments, stream=True)
-            headers = chunks.response.headers
-            async with chunks:
-                async for chunk in chunks:
-                    await assembler.feed(chunk.to_dict(mode="json", warnings=False))
+                if headers is not None:
+                    raise  # from reading, not from sending: not the SDK's to fix
+                events = await self._post_escaped(arguments, stream=True)
+                headers = events.response.headers
+                async with events:
+                    await _read_events(events.response, assembler)
         except sdk.APIError as exc:
-            if headers is not None and isinstance(exc, sdk.APIConnectionError):
-                raise _connection_lost(exc) from exc  # the stream was open: it broke
             raise self._translate(exc, request) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
@@ -272,6 +280,31 @@ def provider_from_options(
         key = "not-needed"
     client = sdk.AsyncOpenAI(base_url=url, api_key=key)
     return OpenAIChatProvider(client, compat=compat, stream=stream)
+
+
+async def _read_events(response: httpx2.Response, assembler: ChatStreamAssembler) -> None:
+    """Feed each server-sent event's JSON to `assembler`, up to `[DONE]`.
+
+    The body is read to its end even after `[DONE]` (servers end it there), so the
+    HTTP client's readers finish rather than being left for the garbage collector.
+    """
+    data: list[str] = []
+    done = False
+    async for line in response.aiter_lines():
+        if done:
+            continue
+        if line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+            continue
+        if line or not data:
+            continue  # another field (event:, id:, a comment), or nothing to dispatch
+        payload, data = "\n".join(data), []
+        if payload.strip() == "[DONE]":
+            done = True
+        else:
+            await assembler.feed(json.loads(payload))
+    if data and "\n".join(data).strip() != "[DONE]":  # a last event without its blank line
+        await assembler.feed(json.loads("\n".join(data)))
 
 
 def _lower(headers: Any) -> dict[str, str]:
