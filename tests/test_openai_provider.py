@@ -511,6 +511,30 @@ async def test_request_fields_map_to_the_format(serve_chat: Any, stream: bool) -
     assert ("stream_options" in body) is stream and body.get("stream", False) is stream
 
 
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_params_win_and_their_tools_are_added(serve_chat: Any, stream: bool) -> None:
+    server = serve_chat([reply("ok")])
+    extra = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    agent = agent_over(
+        server, stream, max_tokens=100, params={"max_tokens": 50, "tools": [extra], "seed": 7}
+    )
+    response = await agent.provider.complete(  # type: ignore[attr-defined]
+        ModelRequest(
+            model="qwen3:8b",
+            max_tokens=100,
+            messages=[Message.user("go")],
+            tools=[echo.definition],
+            params=agent.params,
+        )
+    )
+    assert response.text == "ok" and response.headers["content-type"].startswith(
+        "text/event-stream" if stream else "application/json"
+    )
+    body = server.recorded[0].body
+    assert body["max_tokens"] == 50 and body["seed"] == 7
+    assert [t["function"]["name"] for t in body["tools"]] == ["echo", "lookup"]
+
+
 @pytest.mark.parametrize(
     ("choice", "sent"),
     [
@@ -575,6 +599,14 @@ async def test_api_failures_are_typed(
     with pytest.raises(expected, match=words.replace("(", r"\(")) as info:
         await agent_over(server, stream).run("go")
     assert info.value.result is not None and info.value.result.stop_reason == "error"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_an_error_answer_carries_its_headers(serve_chat: Any, stream: bool) -> None:
+    server = serve_chat([Fault.rate_limited(retry_after=7)])
+    with pytest.raises(RateLimitError) as info:
+        await agent_over(server, stream).run("go")
+    assert info.value.headers["retry-after"] == "7"
 
 
 async def test_retry_after_is_honoured(serve_chat: Any) -> None:
