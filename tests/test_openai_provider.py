@@ -940,3 +940,42 @@ async def test_events_of_a_streamed_response_are_neutral() -> None:
     response = await assembler.finish()
     assert isinstance(events[0], BlockStart) and isinstance(events[-1], BlockStop)
     assert response.text == "Hi" and response.stop_reason == "end_turn"
+
+
+@pytest.mark.filterwarnings("always::ResourceWarning")  # the SDK's, shown by this test
+def test_the_sdks_stream_leaves_readers_behind_under_trio() -> None:
+    """Why the provider reads a stream's events itself (see its module docstring)."""
+    import gc
+    import warnings
+
+    import trio
+    import trio.testing
+
+    from agentloop.testing import ChatCompletionsServer
+
+    async def main(server: ChatCompletionsServer) -> list[str]:
+        client = server.client()
+        messages: Any = [{"role": "user", "content": "hi"}]
+        with pytest.warns(ResourceWarning) as caught:
+            chunks = await client.chat.completions.create(model="m", messages=messages, stream=True)
+            async for _ in chunks:
+                pass
+            del chunks
+            gc.collect()
+            await trio.testing.wait_all_tasks_blocked()  # trio's closing of the leftovers
+        # The provider, on the same loop: the body is read to its end, nothing is left.
+        provider = OpenAIChatProvider(client, stream=True)
+        request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+        with warnings.catch_warnings(record=True) as ours:
+            warnings.simplefilter("always")
+            assert (await provider.complete(request)).text == "hi"
+            gc.collect()
+            await trio.testing.wait_all_tasks_blocked()
+        assert [w for w in ours if issubclass(w.category, ResourceWarning)] == []
+        await server.aclose()
+        return [str(w.message) for w in caught]
+
+    server = ChatCompletionsServer([reply("hi"), reply("hi")])
+    server.start()
+    warned = trio.run(main, server)
+    assert any("garbage collected before it had been exhausted" in w for w in warned)
