@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -364,3 +365,15 @@ async def test_a_stream_failing_before_any_block_is_retried_then_raised_with_its
     assert len(server.recorded) == 2
     assert isinstance(info.value.__cause__, anthropic.APIStatusError)
     assert info.value.headers["request-id"] == "req_local"
+
+
+def test_retry_after_reads_seconds_milliseconds_and_dates() -> None:
+    from email.utils import formatdate
+
+    from agentloop.providers.base import retry_after
+
+    assert retry_after({"retry-after": "7"}) == 7.0
+    assert retry_after({"retry-after-ms": "250", "retry-after": "7"}) == 0.25
+    assert retry_after({"retry-after": formatdate(0, usegmt=True)}) == 0.0  # long past
+    assert 3590 < (retry_after({"retry-after": formatdate(time.time() + 3600)}) or 0) <= 3600
+    assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None
