@@ -602,6 +602,28 @@ async def test_api_failures_are_typed(
 
 
 @pytest.mark.parametrize("stream", STREAMED)
+async def test_a_lone_surrogate_the_sdk_cannot_encode_is_sent_escaped(
+    serve_chat: Any, stream: bool
+) -> None:
+    prompt = "name: \udce9"  # what os.fsdecode gives for a name that is not UTF-8
+    plain, escaped = serve_chat([reply("ok")]), serve_chat([reply("ok")])
+    with pytest.raises(UnicodeEncodeError):
+        await plain.client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": prompt}]
+        )
+    params = {"temperature": 0.5, "extra_headers": {"x-trace": "t"}, "extra_query": {"v": "1"}}
+    for server, said in ((plain, "name: x"), (escaped, prompt)):
+        agent = agent_over(server, stream, params=params)
+        assert (await agent.run(said)).text == "ok"
+    (sent,), (expected,) = escaped.recorded, plain.recorded
+    assert sent.body["messages"][0]["content"] == prompt
+    assert sent.body == {**expected.body, "messages": sent.body["messages"]}
+    assert sent.query == expected.query == {"v": "1"}
+    for name in ("x-trace", "authorization", "x-stainless-timeout"):
+        assert sent.headers.get(name) == expected.headers.get(name)
+
+
+@pytest.mark.parametrize("stream", STREAMED)
 async def test_an_error_answer_carries_its_headers(serve_chat: Any, stream: bool) -> None:
     server = serve_chat([Fault.rate_limited(retry_after=7)])
     with pytest.raises(RateLimitError) as info:
