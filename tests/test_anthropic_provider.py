@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import socket
+import time
+from dataclasses import replace
 from typing import Any
 
 import anthropic
-import httpx2
+import anyio
 import pytest
 
 from agentloop import Agent, AnthropicProvider, ProviderError, tool
@@ -14,6 +16,7 @@ from agentloop.errors import (
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
+    ConfigurationError,
     CreditBalanceError,
     MissingAPIKeyError,
     OverloadedError,
@@ -22,7 +25,7 @@ from agentloop.errors import (
 )
 from agentloop.messages import Message
 from agentloop.providers.base import ModelRequest
-from agentloop.testing import Fault, RawResponse, reply
+from agentloop.testing import Fault, RawResponse, reply, tool_call
 
 
 @tool
@@ -162,6 +165,23 @@ async def test_request_fields_pass_through(serve: Any) -> None:
     ]
 
 
+async def test_params_win_over_fields_and_their_tools_are_added(serve: Any) -> None:
+    server = serve([reply("ok")])
+    web_search = {"type": "web_search_20250305", "name": "web_search"}
+    agent = Agent(
+        client=server.client(),
+        tools=[noop],
+        max_tokens=100,
+        metadata={"user_id": "agent"},
+        params={"max_tokens": 50, "metadata": {"user_id": "params"}, "tools": [web_search]},
+    )
+    await agent.run("hi")
+    (body,) = server.requests
+    assert body["max_tokens"] == 50 and body["metadata"] == {"user_id": "params"}
+    assert [t["name"] for t in body["tools"]] == ["noop", "web_search"]
+    assert body["tools"][1] == web_search
+
+
 async def test_tool_choice_none_and_thinking_are_sent(serve: Any) -> None:
     server = serve([reply("ok")])
     thinking = {"type": "enabled", "budget_tokens": 1024}
@@ -193,94 +213,167 @@ def test_default_provider_is_anthropic() -> None:
     assert isinstance(agent.provider, AnthropicProvider) and agent.provider.client is client
 
 
-# ------------------------------------------------------------------ complete_once
+# ------------------------------------------------------------------ headers and retries
 
-ERROR_ANSWERS = [
-    error(400, "invalid_request_error", CREDIT),
-    error(402, "billing_error", "Payment required"),
-    error(401, "authentication_error", "invalid x-api-key"),
-    error(429, "rate_limit_error", "slow down"),
-    error(500, "api_error", "oops"),
-    error(529, "overloaded_error", "Overloaded"),
-    RawResponse(503, "upstream connect error"),
-]
+MODES = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
+REQUEST = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
 
 
-async def _fail(serve: Any, answer: RawResponse, once: bool) -> tuple[ProviderError, list[Any]]:
+@pytest.mark.parametrize("stream", MODES)
+async def test_a_response_carries_its_headers(serve: Any, stream: bool) -> None:
+    server = serve([reply("ok")])
+    response = await AnthropicProvider(server.client(), stream=stream).complete(REQUEST)
+    assert response.text == "ok" and response.headers["request-id"] == "req_local"
+    kind = "text/event-stream" if stream else "application/json"
+    assert response.headers["content-type"].startswith(kind)
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_an_error_answer_carries_its_headers(serve: Any, stream: bool) -> None:
+    limits = {"anthropic-ratelimit-requests-remaining": "0", "retry-after": "7"}
+    answer = RawResponse(429, error(429, "rate_limit_error", "slow down").json, headers=limits)
     server = serve([answer])
-    http = anthropic.DefaultAsyncHttpxClient()
-    provider = AnthropicProvider(server.client(http_client=http))
-    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
-    with pytest.raises(ProviderError) as info:
-        if once:
-            await provider.complete_once(request, http)
-        else:
-            await provider.complete(request)
-    return info.value, server.recorded
+    with pytest.raises(RateLimitError) as info:
+        await AnthropicProvider(server.client(), stream=stream).complete(REQUEST)
+    assert info.value.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert info.value.headers["retry-after"] == "7"
+    assert info.value.request_id == info.value.headers["request-id"] == "req_local"
 
 
-@pytest.mark.parametrize("answer", ERROR_ANSWERS, ids=lambda a: str(a.status))
-async def test_complete_once_types_errors_as_complete_does(serve: Any, answer: RawResponse) -> None:
-    ours, _ = await _fail(serve, answer, once=True)
-    theirs, _ = await _fail(serve, answer, once=False)
-    assert type(ours) is type(theirs)
-    assert (ours.status_code, ours.body, ours.request_id) == (
-        theirs.status_code,
-        theirs.body,
-        theirs.request_id,
-    )
-    if isinstance(theirs.body, dict):
-        assert str(ours) == str(theirs)
-    # The cause carries the answer, as the SDK's error does (its headers are read there).
-    assert isinstance(ours.__cause__, httpx2.HTTPStatusError)
-    assert ours.__cause__.response.status_code == answer.status
-
-
-async def test_complete_once_sends_once_whatever_the_client_retries(serve: Any) -> None:
-    server = serve([Fault.overloaded(retry_after=0), reply("late")])
-    http = anthropic.DefaultAsyncHttpxClient()
-    provider = AnthropicProvider(server.client(http_client=http, max_retries=3))
-    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
-    with pytest.raises(OverloadedError) as info:
-        await provider.complete_once(request, http)
-    assert info.value.__cause__.response.headers["retry-after"] == "0"  # type: ignore[union-attr]
+@pytest.mark.parametrize("stream", MODES)
+async def test_a_retry_after_over_the_ceiling_is_raised_at_once(serve: Any, stream: bool) -> None:
+    server = serve([Fault.rate_limited(retry_after=3600), reply("never")])
+    provider = AnthropicProvider(server.client(max_retries=3), stream=stream)
+    assert provider.max_retry_wait == 60.0
+    with anyio.fail_after(10), pytest.raises(RateLimitError, match="max_retry_wait") as info:
+        await provider.complete(REQUEST)
+    assert info.value.headers["retry-after"] == "3600" and info.value.status_code == 429
     assert len(server.recorded) == 1
-    assert (await provider.complete_once(request, http)).text == "late"
 
 
-async def test_complete_once_to_an_unreachable_api_is_a_connection_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    http = anthropic.DefaultAsyncHttpxClient()
-    client = anthropic.AsyncAnthropic(
-        base_url=f"http://127.0.0.1:{port}", api_key="k", http_client=http
+async def test_a_retry_after_under_the_ceiling_is_waited_for(serve: Any) -> None:
+    server = serve([Fault.rate_limited(retry_after=0.3), reply("ok")])
+    provider = AnthropicProvider(server.client(max_retries=1), max_retry_wait=0.5)
+    assert (await provider.complete(REQUEST)).text == "ok"
+    first, second = server.request_times
+    assert second - first >= 0.25
+
+
+def test_max_retry_wait_is_checked() -> None:
+    with pytest.raises(ConfigurationError, match="max_retry_wait"):
+        AnthropicProvider(anthropic.AsyncAnthropic(api_key="k"), max_retry_wait=0)
+
+
+@pytest.mark.parametrize("stream", MODES)
+@pytest.mark.parametrize("params", [{}, {"timeout": 30.0}], ids=["default", "given"])
+async def test_requests_carry_the_sdks_own_timeout_headers(
+    serve: Any, stream: bool, params: dict[str, Any]
+) -> None:
+    ours, theirs = serve([reply("ok")]), serve([reply("ok")])
+    await AnthropicProvider(ours.client(), stream=stream).complete(replace(REQUEST, params=params))
+    answer = await theirs.client().messages.create(**_plain_arguments(), **params, stream=stream)
+    if stream:
+        async for _ in answer:  # type: ignore[union-attr]
+            pass
+    (sent,), (expected,) = ours.recorded, theirs.recorded
+    for name in ("x-stainless-timeout", "x-stainless-read-timeout"):
+        assert sent.headers[name] == expected.headers[name]
+    if not stream:  # the SDK's default timeout (600 s), never a placeholder
+        assert sent.headers["x-stainless-timeout"] == ("30.0" if params else "600")
+
+
+# ------------------------------------------------------------------ where the SDK cannot
+
+
+SURROGATE = "name: \udce9"  # a lone surrogate, as os.fsdecode gives for a non-UTF-8 name
+
+
+async def test_the_sdk_cannot_send_a_lone_surrogate(serve: Any) -> None:
+    client = serve([reply("never")]).client()
+    with pytest.raises(UnicodeEncodeError):
+        await client.messages.create(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": SURROGATE}]
+        )
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_a_lone_surrogate_is_sent_escaped_with_the_same_options(
+    serve: Any, stream: bool
+) -> None:
+    params = {
+        "betas": ["b-1"],
+        "temperature": 0.5,
+        "extra_headers": {"x-trace": "t"},
+        "extra_query": {"region": "eu"},
+        "extra_body": {"custom": 1},
+    }
+    plain, escaped = serve([reply("ok")]), serve([reply("ok")])
+    for server, prompt in ((plain, "name: x"), (escaped, SURROGATE)):
+        provider = AnthropicProvider(server.client(), stream=stream)
+        request = replace(REQUEST, messages=[Message.user(prompt)], params=params)
+        assert (await provider.complete(request)).text == "ok"
+    (sent,) = escaped.recorded
+    (expected,) = plain.recorded
+    assert sent.body["messages"][0]["content"] == SURROGATE
+    assert sent.body == {**expected.body, "messages": sent.body["messages"]}
+    assert sent.query == expected.query == {"region": "eu"}
+    for name in ("anthropic-beta", "x-trace", "x-stainless-timeout", "authorization"):
+        assert sent.headers[name] == expected.headers[name]
+
+
+async def test_streamed_tool_input_is_parsed_once_not_per_delta(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's `messages.stream()` re-parses the partial input on every delta."""
+    import jiter
+
+    parsed: list[int] = []
+    real = jiter.from_json
+
+    def counting(data: bytes, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(len(data))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(jiter, "from_json", counting)
+    value = "x" * 2000
+    server = serve(
+        [reply(tool_call("noop", {"value": value})), reply(tool_call("noop", {"value": value}))]
     )
-    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
-    try:
-        with pytest.raises(APIConnectionError, match="could not reach"):
-            await AnthropicProvider(client).complete_once(request, http)
-    finally:
-        await client.close()
+    client = server.client()
+    async with client.messages.stream(**_plain_arguments()) as helper:
+        await helper.get_final_message()
+    deltas = len(parsed)
+    assert deltas > 50 and sum(parsed) > 50 * 1000  # every delta: the whole input again
+    parsed.clear()
+    response = await AnthropicProvider(client, stream=True).complete(REQUEST)
+    assert response.tool_uses[0].input == {"value": value}
+    assert parsed == []
 
 
-async def test_complete_once_goes_through_the_sdk_for_other_clients(serve: Any) -> None:
-    class Custom(anthropic.AsyncAnthropic):
-        """A client class of the application's, whose requests only the SDK knows how to make."""
+def _plain_arguments() -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
-    server = serve([reply("ok"), reply("ok")])
-    http = anthropic.DefaultAsyncHttpxClient()
-    direct = AnthropicProvider(server.client(http_client=http))
-    custom = AnthropicProvider(
-        Custom(base_url=server.base_url, api_key="k", max_retries=0, http_client=http)
-    )
-    request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
-    assert (await direct.complete_once(request, http)).text == "ok"
-    assert (await custom.complete_once(request, http)).text == "ok"
-    try:
-        first, second = server.recorded
-        # Only the SDK numbers its attempts.
-        assert "x-stainless-retry-count" not in first.headers
-        assert second.headers["x-stainless-retry-count"] == "0"
-    finally:
-        await custom.client.close()
+
+async def test_a_stream_failing_before_any_block_is_retried_then_raised_with_its_cause(
+    serve: Any,
+) -> None:
+    broken = Fault.stream_error(reply("never"), after_blocks=0)
+    server = serve([broken, broken])
+    provider = AnthropicProvider(server.client(max_retries=1), stream=True)
+    with pytest.raises(OverloadedError) as info:
+        await provider.complete(REQUEST)
+    assert len(server.recorded) == 2
+    assert isinstance(info.value.__cause__, anthropic.APIStatusError)
+    assert info.value.headers["request-id"] == "req_local"
+
+
+def test_retry_after_reads_seconds_milliseconds_and_dates() -> None:
+    from email.utils import formatdate
+
+    from agentloop.providers.base import retry_after
+
+    assert retry_after({"retry-after": "7"}) == 7.0
+    assert retry_after({"retry-after-ms": "250", "retry-after": "7"}) == 0.25
+    assert retry_after({"retry-after": formatdate(0, usegmt=True)}) == 0.0  # long past
+    assert 3590 < (retry_after({"retry-after": formatdate(time.time() + 3600)}) or 0) <= 3600
+    assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None

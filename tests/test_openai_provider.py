@@ -203,7 +203,7 @@ def test_short_ids_map_the_same_way_for_the_call_and_its_result() -> None:
 
 
 def test_each_message_is_converted_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentloop.providers.openai as module
+    import agentloop.providers.openai.request as module
 
     converted: list[str] = []
     original = module._assistant
@@ -511,6 +511,30 @@ async def test_request_fields_map_to_the_format(serve_chat: Any, stream: bool) -
     assert ("stream_options" in body) is stream and body.get("stream", False) is stream
 
 
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_params_win_and_their_tools_are_added(serve_chat: Any, stream: bool) -> None:
+    server = serve_chat([reply("ok")])
+    extra = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    agent = agent_over(
+        server, stream, max_tokens=100, params={"max_tokens": 50, "tools": [extra], "seed": 7}
+    )
+    response = await agent.provider.complete(  # type: ignore[attr-defined]
+        ModelRequest(
+            model="qwen3:8b",
+            max_tokens=100,
+            messages=[Message.user("go")],
+            tools=[echo.definition],
+            params=agent.params,
+        )
+    )
+    assert response.text == "ok" and response.headers["content-type"].startswith(
+        "text/event-stream" if stream else "application/json"
+    )
+    body = server.recorded[0].body
+    assert body["max_tokens"] == 50 and body["seed"] == 7
+    assert [t["function"]["name"] for t in body["tools"]] == ["echo", "lookup"]
+
+
 @pytest.mark.parametrize(
     ("choice", "sent"),
     [
@@ -575,6 +599,36 @@ async def test_api_failures_are_typed(
     with pytest.raises(expected, match=words.replace("(", r"\(")) as info:
         await agent_over(server, stream).run("go")
     assert info.value.result is not None and info.value.result.stop_reason == "error"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_a_lone_surrogate_the_sdk_cannot_encode_is_sent_escaped(
+    serve_chat: Any, stream: bool
+) -> None:
+    prompt = "name: \udce9"  # what os.fsdecode gives for a name that is not UTF-8
+    plain, escaped = serve_chat([reply("ok")]), serve_chat([reply("ok")])
+    with pytest.raises(UnicodeEncodeError):
+        await plain.client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": prompt}]
+        )
+    params = {"temperature": 0.5, "extra_headers": {"x-trace": "t"}, "extra_query": {"v": "1"}}
+    for server, said in ((plain, "name: x"), (escaped, prompt)):
+        agent = agent_over(server, stream, params=params)
+        assert (await agent.run(said)).text == "ok"
+    (sent,), (expected,) = escaped.recorded, plain.recorded
+    assert sent.body["messages"][0]["content"] == prompt
+    assert sent.body == {**expected.body, "messages": sent.body["messages"]}
+    assert sent.query == expected.query == {"v": "1"}
+    for name in ("x-trace", "authorization", "x-stainless-timeout"):
+        assert sent.headers.get(name) == expected.headers.get(name)
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_an_error_answer_carries_its_headers(serve_chat: Any, stream: bool) -> None:
+    server = serve_chat([Fault.rate_limited(retry_after=7)])
+    with pytest.raises(RateLimitError) as info:
+        await agent_over(server, stream).run("go")
+    assert info.value.headers["retry-after"] == "7"
 
 
 async def test_retry_after_is_honoured(serve_chat: Any) -> None:
@@ -867,6 +921,30 @@ def test_the_provider_protocol_imports_no_sdk() -> None:
     assert not external & {"anthropic", "openai", "httpx", "httpx2"}, external
 
 
+def test_the_providers_package_imports_no_sdk_until_a_provider_is_used() -> None:
+    """`agentloop.providers` (on its own, without the top package) loads SDKs lazily."""
+    import agentloop
+
+    root = os.path.dirname(agentloop.__file__)
+    code = (
+        "import sys, types\n"
+        f"package = types.ModuleType('agentloop'); package.__path__ = [{root!r}]\n"
+        "sys.modules['agentloop'] = package\n"
+        "import agentloop.providers, agentloop.providers.base\n"
+        "sdks = ('anthropic', 'openai', 'httpx', 'httpx2', 'tenacity')\n"
+        "print(sorted(m for m in sdks if m in sys.modules))\n"
+        "from agentloop.providers import AnthropicProvider, OpenAIChatProvider\n"
+        "print(AnthropicProvider.__module__, OpenAIChatProvider.__module__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "[]",
+        "agentloop.providers.anthropic agentloop.providers.openai.provider",
+    ]
+
+
 def test_presets_are_named() -> None:
     assert set(PRESETS) == {"openai", "ollama", "vllm", "llamacpp"}
     assert PRESETS["ollama"].server == "Ollama"
@@ -884,3 +962,42 @@ async def test_events_of_a_streamed_response_are_neutral() -> None:
     response = await assembler.finish()
     assert isinstance(events[0], BlockStart) and isinstance(events[-1], BlockStop)
     assert response.text == "Hi" and response.stop_reason == "end_turn"
+
+
+@pytest.mark.filterwarnings("always::ResourceWarning")  # the SDK's, shown by this test
+def test_the_sdks_stream_leaves_readers_behind_under_trio() -> None:
+    """Why the provider reads a stream's events itself (see its module docstring)."""
+    import gc
+    import warnings
+
+    import trio
+    import trio.testing
+
+    from agentloop.testing import ChatCompletionsServer
+
+    async def main(server: ChatCompletionsServer) -> list[str]:
+        client = server.client()
+        messages: Any = [{"role": "user", "content": "hi"}]
+        with pytest.warns(ResourceWarning) as caught:
+            chunks = await client.chat.completions.create(model="m", messages=messages, stream=True)
+            async for _ in chunks:
+                pass
+            del chunks
+            gc.collect()
+            await trio.testing.wait_all_tasks_blocked()  # trio's closing of the leftovers
+        # The provider, on the same loop: the body is read to its end, nothing is left.
+        provider = OpenAIChatProvider(client, stream=True)
+        request = ModelRequest(model="m", max_tokens=8, messages=[Message.user("hi")])
+        with warnings.catch_warnings(record=True) as ours:
+            warnings.simplefilter("always")
+            assert (await provider.complete(request)).text == "hi"
+            gc.collect()
+            await trio.testing.wait_all_tasks_blocked()
+        assert [w for w in ours if issubclass(w.category, ResourceWarning)] == []
+        await server.aclose()
+        return [str(w.message) for w in caught]
+
+    server = ChatCompletionsServer([reply("hi"), reply("hi")])
+    server.start()
+    warned = trio.run(main, server)
+    assert any("garbage collected before it had been exhausted" in w for w in warned)

@@ -1,24 +1,39 @@
-"""The Anthropic provider: a `ModelRequest` sent through the official `AsyncAnthropic` client.
+"""The Anthropic provider: a `ModelRequest` sent with the official `AsyncAnthropic` client.
 
-The client is the user's (base_url, retries, headers, timeouts stay theirs). Responses are
-read as the JSON the API sent, so blocks keep every field verbatim; SDK exceptions become
-typed agentloop errors with the SDK exception as `__cause__`.
+The agent hands it each round's request; it calls `client.messages.create` (or
+`client.beta.messages.create` when `betas` are given) through `with_raw_response`, so the
+response is read as the JSON the API sent (every block verbatim) and its headers are kept.
+
+Two jobs are done here rather than by an SDK call, each because the call cannot do it:
+
+- A streamed response is put together from `create(stream=True)`'s events, not with the
+  `messages.stream()` helper, which re-parses a tool's whole partial input JSON on every
+  delta (quadratic in the size of the input); here each input is parsed once, when its
+  block closes.
+- The SDK writes its JSON as UTF-8, which cannot carry lone surrogates (text the API
+  itself sends as JSON escapes, e.g. in a tool's input). A request holding one is sent as
+  JSON with escapes through the client's documented `post()`, with the same body,
+  headers and options `create` would use.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import anthropic
 import anyio
 import httpx2
+import tenacity
 from opentelemetry import propagate, trace
 from pydantic import TypeAdapter
 
 from agentloop import errors
+from agentloop.checks import check_seconds
 from agentloop.messages import ContentBlock
 
 from .base import (
@@ -29,17 +44,20 @@ from .base import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
+    retry_after,
 )
 
 __all__ = ("AnthropicProvider",)
+
+_PATH = "/v1/messages"
 
 
 class AnthropicProvider:
     """Sends requests to the Anthropic Messages API with `AsyncAnthropic`.
 
-    Request parameters map to the wire as `messages.create` maps them (with `betas`, as
-    `beta.messages.create` does); every other field, such as `temperature`, goes into
-    the body as it is.
+    Request fields map to `messages.create`'s parameters (with `betas`, to
+    `beta.messages.create`'s); a field `create()` does not list, such as `temperature`,
+    goes into the body through `extra_body`.
     """
 
     name = "anthropic"
@@ -50,6 +68,7 @@ class AnthropicProvider:
         client: anthropic.AsyncAnthropic | None = None,
         *,
         stream: bool = False,
+        max_retry_wait: float = 60.0,
         **client_options: Any,
     ) -> None:
         """Create a provider.
@@ -57,22 +76,34 @@ class AnthropicProvider:
         Args:
             client: The client to use; by default one is made from `client_options` and
                 the environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
-            stream: Receive each response as a stream (`messages.stream`) and return the
-                accumulated message, instead of one JSON body.
+            stream: Receive each response as a stream and return the accumulated
+                message, instead of one JSON body.
+            max_retry_wait: The longest `retry-after` (seconds) worth waiting for: an
+                error answer asking for more is raised at once, with its headers, rather
+                than retried.
             **client_options: Passed to `AsyncAnthropic(...)` when no client is given.
+
+        Raises:
+            ConfigurationError: `max_retry_wait` is not a number of seconds > 0.
         """
         self.client = client if client is not None else anthropic.AsyncAnthropic(**client_options)
         self.streaming = stream
         """Whether `complete()` receives responses as a stream too."""
-        self._route: _Route | None = None
+        self.max_retry_wait = check_seconds("max_retry_wait", max_retry_wait)
+        """The longest `retry-after` the client's retries wait for."""
+        # The user's client, with one more middleware: it ends the SDK's retries when the
+        # API asks for a longer wait than `max_retry_wait`.
+        self._client = self.client.with_options(
+            middleware=[*self.client.middleware, self._no_long_waits]
+        )
 
     def _check_credentials(self) -> None:
         client = self.client
-        headers = {k.lower() for k in getattr(client, "_custom_headers", {}) or {}}
+        headers = {k.lower() for k, v in client.default_headers.items() if isinstance(v, str)}
         if (
             client.api_key
             or client.auth_token
-            or getattr(client, "credentials", None) is not None
+            or client.credentials is not None
             or "x-api-key" in headers
             or "authorization" in headers
         ):
@@ -83,142 +114,157 @@ class AnthropicProvider:
         )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Send `request` and return the response; API failures raise `ProviderError`s."""
+        """Send `request` and return the response; API failures raise `ProviderError`s.
+
+        The client's own retries (`max_retries`) apply, up to `max_retry_wait` per wait.
+        """
         if self.streaming:
             return await self.stream(request, _ignore)
         self._check_credentials()
-        content, options = _request_parts(request, stream=False)
+        messages, arguments = _arguments(self._client, request, stream=False)
         try:
-            # The body goes to the SDK as ready JSON bytes: its retries, authentication,
-            # headers and errors all apply, but it need not copy and serialise the whole
-            # history again on every request.
-            response = await self.client.post(
-                "/v1/messages", cast_to=httpx2.Response, content=content, options=options
-            )
-            raw = await response.aread()
+            try:
+                raw = await messages.with_raw_response.create(**arguments)
+                headers, body = raw.headers, await raw.read()
+            except UnicodeEncodeError:  # lone surrogates: see the module docstring
+                response = await self._post_escaped(request, arguments, stream=False)
+                headers, body = response.headers, await response.aread()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
-        return _answer(raw)
-
-    async def complete_once(
-        self, request: ModelRequest, http_client: httpx2.AsyncClient
-    ) -> ModelResponse:
-        """Send `request` once over `http_client`, the client's own connection pool.
-
-        For a proxy whose caller retries the request itself, such as the gateway's
-        first upstream request. It is one JSON request (also for a provider made with
-        `stream=True`); its body, credential and headers are those a JSON `complete()`
-        sends, made without the SDK's per-request machinery: there is no retry and no
-        SDK span, and it costs about a third of a millisecond less CPU. A client with a
-        credentials provider, or one that is not an `AsyncAnthropic`, is sent through
-        the SDK as `complete()` does, which retries as that client is set up to.
-        """
-        client = self.client
-        direct = type(client) is anthropic.AsyncAnthropic
-        if not direct or getattr(client, "credentials", None) is not None:
-            return await self.complete(request)
-        self._check_credentials()
-        content, options = _request_parts(request, stream=False)
-        route = self._route
-        if route is None or route.client is not client or route.http_client is not http_client:
-            route = self._route = _Route(client, http_client)
         try:
-            response = await http_client.send(route.request(content, options))
-        except httpx2.TransportError as exc:
-            raise errors.APIConnectionError(
-                f"could not reach the Anthropic API: {exc!r}", request_id=None, body=None
+            decoded = json.loads(body)
+        except ValueError as exc:
+            raise errors.InvalidResponseError(
+                f"the API's answer is not valid JSON: {exc}", headers=_lower(headers)
             ) from exc
-        raw = response.content
-        if response.status_code >= 400:
-            try:
-                response.raise_for_status()
-            except httpx2.HTTPStatusError as exc:  # the cause, carrying the response's headers
-                raise _answer_error(response) from exc
-        return _answer(raw)
+        return _with_headers(ModelResponse.from_wire(decoded), headers)
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
-        """Stream `request` with `messages.stream`, reporting each block as it arrives.
+        """Stream `request`, reporting each block as it arrives.
 
-        The SDK retries a failed response status itself. An overloaded or server error
-        that arrives *inside* the stream before any content block is retried here, with
-        exponential backoff (or the `retry-after` the response carried), at most
-        `client.max_retries` times; nothing already delivered is ever delivered twice.
+        The SDK retries a failed response status itself. An overloaded, rate-limit or
+        server error that arrives *inside* the stream, before any content block, is
+        retried here (with tenacity: exponential backoff from 0.5 s to at most 8 s, with
+        jitter), at most `client.max_retries` times; nothing already delivered is ever
+        delivered twice.
         """
         self._check_credentials()
-        content, options = _request_parts(request, stream=True)
-        attempt = 0
-        while True:
-            state = _StreamState()
-            try:
-                return await self._stream_once(content, options, on_event, state)
-            except anthropic.APIError as exc:
-                error = _translate(exc)
-                # Opening the stream was already retried by the SDK; only an error inside
-                # an open stream, before any content, is retried here.
-                retryable = state.opened and not state.delivered
-                if not (retryable and isinstance(error, _RETRYABLE_MID_STREAM)):
-                    raise error from exc
-                if attempt >= self.client.max_retries:
-                    raise error from exc
-                attempt += 1
-                backoff = min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
-                delay = _retry_after(exc) or backoff
-            except httpx2.TransportError as exc:
-                raise _connection_lost(exc) from exc
-            except ValueError as exc:
-                raise errors.InvalidResponseError(
-                    f"the API's stream carried invalid JSON: {exc}"
-                ) from exc
-            await anyio.sleep(delay)
+        messages, arguments = _arguments(self._client, request, stream=True)
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.client.max_retries + 1),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=8.0, jitter=0.25),
+            retry=tenacity.retry_if_exception_type(_EmptyStreamFailed),
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._stream_once(request, messages, arguments, on_event)
+        except _EmptyStreamFailed as exc:
+            raise exc.error from exc.__cause__
+        raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     async def _stream_once(
         self,
-        content: bytes,
-        options: Any,
+        request: ModelRequest,
+        messages: Any,
+        arguments: dict[str, Any],
         on_event: Callable[[StreamEvent], Awaitable[None]],
-        state: _StreamState,
     ) -> ModelResponse:
-        stream = await self.client.post(
-            "/v1/messages",
+        """One streamed attempt; an error before any block is an `_EmptyStreamFailed`."""
+        delivered = False
+        try:
+            try:
+                raw = await messages.with_raw_response.create(**arguments)
+                headers, events = raw.headers, await raw.parse()
+            except UnicodeEncodeError:  # lone surrogates: see the module docstring
+                events = await self._post_escaped(request, arguments, stream=True)
+                headers = events.response.headers
+            message = _Message()
+            async with events:
+                async for sdk_event in events:
+                    event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
+                    delivered = delivered or event.type == "content_block_start"
+                    await message.add(event, on_event)
+        except anthropic.APIError as exc:
+            error = _translate(exc)
+            # Opening the stream was already retried by the SDK; an error inside an open
+            # stream, before any content, is retried by `stream()`.
+            if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
+                if not delivered and isinstance(error, _RETRYABLE_MID_STREAM):
+                    raise _EmptyStreamFailed(error) from exc
+            raise error from exc
+        except httpx2.TransportError as exc:
+            raise _connection_lost(exc) from exc
+        except ValueError as exc:
+            raise errors.InvalidResponseError(
+                f"the API's stream carried invalid JSON: {exc}"
+            ) from exc
+        if not message.stopped:
+            raise errors.APIConnectionError(
+                "the API's stream ended before `message_stop`: the response is incomplete",
+                headers=_lower(headers),
+            )
+        return _with_headers(ModelResponse.from_wire(message.body()), headers)
+
+    async def _post_escaped(
+        self, request: ModelRequest, arguments: Mapping[str, Any], *, stream: bool
+    ) -> Any:
+        """Send what `create(**arguments)` would, as JSON with escapes, with `post()`."""
+        fields = {k: v for k, v in arguments.items() if k not in _NOT_BODY}
+        fields.update(arguments.get("extra_body") or {})
+        headers = {h: _header(arguments[p]) for p, h in _HEADERS.items() if p in arguments}
+        options: Any = {"headers": {**headers, **arguments.get("extra_headers", {})}}
+        if arguments.get("extra_query"):
+            options["params"] = arguments["extra_query"]
+        if "timeout" in arguments:
+            options["timeout"] = arguments["timeout"]
+        content = request.to_json(fields)
+        if not stream:
+            return await self._client.post(
+                _PATH, cast_to=httpx2.Response, content=content, options=options
+            )
+        return await self._client.post(
+            _PATH,
             cast_to=anthropic.types.Message,
             content=content,
             options=options,
             stream=True,
             stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
         )
-        state.opened = True
-        message = _Message()
-        async with stream:
-            async for sdk_event in stream:
-                event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
-                kind = event.type
-                if kind == "message_start":
-                    message.start(_wire(event.message))
-                    await on_event(MessageStart(_wire(event.message)))
-                elif kind == "content_block_start":
-                    state.delivered = True
-                    block = _wire(event.content_block)
-                    message.blocks[event.index] = block
-                    await on_event(BlockStart(event.index, _BLOCK.validate_python(block)))
-                elif kind == "content_block_delta":
-                    name, value = message.add_delta(event.index, _wire(event.delta))
-                    await on_event(BlockDelta(event.index, name, value))
-                elif kind == "content_block_stop":
-                    block, whole = message.close_block(event.index)
-                    await on_event(BlockStop(event.index, _BLOCK.validate_python(block), whole))
-                elif kind == "message_delta":
-                    message.finish(_wire(event.delta), _wire(event.usage))
-                elif kind == "message_stop":
-                    state.stopped = True
-        if not state.stopped:
-            raise errors.APIConnectionError(
-                "the API's stream ended before `message_stop`: the response is incomplete"
-            )
-        return ModelResponse.from_wire(message.body())
+
+    async def _no_long_waits(self, request: Any, call_next: Any) -> Any:
+        """SDK middleware: raise at once an error answer asking for too long a wait."""
+        response = await call_next(request)
+        status = response.status_code
+        if status < 400 or not (status in (408, 409, 429) or status >= 500):
+            return response
+        headers = _lower(response.headers)
+        wait = retry_after(headers)
+        retries = request.max_retries
+        retries = retries if isinstance(retries, int) else self.client.max_retries
+        if wait is None or wait <= self.max_retry_wait or request.retries_taken >= retries:
+            return response  # the SDK waits and retries, or raises, as it would
+        text = await response.text()
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None
+        error = errors.api_error(
+            status, body, message=text, request_id=headers.get("request-id"), headers=headers
+        )
+        raise type(error)(
+            f"{error} (not retried: retry-after {wait:g} s is over max_retry_wait)",
+            status_code=status,
+            request_id=error.request_id,
+            body=body,
+            headers=headers,
+        )
 
 
 class _Message:
@@ -232,9 +278,29 @@ class _Message:
         self.head: dict[str, Any] = {"type": "message", "role": "assistant"}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.json: dict[int, list[str]] = {}
+        self.stopped = False
+        """`message_stop` arrived: the response is whole."""
 
-    def start(self, message: dict[str, Any]) -> None:
-        self.head = {**message, "content": []}
+    async def add(self, event: Any, on_event: Callable[[StreamEvent], Awaitable[None]]) -> None:
+        """Take one SDK stream event, reporting it to `on_event` as a neutral event."""
+        kind = event.type
+        if kind == "message_start":
+            self.head = {**_wire(event.message), "content": []}
+            await on_event(MessageStart(_wire(event.message)))
+        elif kind == "content_block_start":
+            block = _wire(event.content_block)
+            self.blocks[event.index] = block
+            await on_event(BlockStart(event.index, _BLOCK.validate_python(block)))
+        elif kind == "content_block_delta":
+            name, value = self.add_delta(event.index, _wire(event.delta))
+            await on_event(BlockDelta(event.index, name, value))
+        elif kind == "content_block_stop":
+            block, whole = self.close_block(event.index)
+            await on_event(BlockStop(event.index, _BLOCK.validate_python(block), whole))
+        elif kind == "message_delta":
+            self.finish(_wire(event.delta), _wire(event.usage))
+        elif kind == "message_stop":
+            self.stopped = True
 
     def add_delta(self, index: int, delta: dict[str, Any]) -> tuple[str, str]:
         """Apply a delta to its block; return its `BlockDelta` kind and value."""
@@ -282,6 +348,83 @@ class _Message:
         return {**self.head, "content": [self.blocks[i] for i in sorted(self.blocks)]}
 
 
+class _EmptyStreamFailed(Exception):
+    """A retryable error inside an open stream before any block: `stream()` retries it."""
+
+    def __init__(self, error: errors.ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_RETRYABLE_MID_STREAM = (errors.OverloadedError, errors.ServerError, errors.RateLimitError)
+
+_HEADERS = {
+    "betas": "anthropic-beta",
+    "user_profile_id": "anthropic-user-profile-id",
+    "workspace_id": "anthropic-workspace-id",
+}
+"""Parameters of `create()` that the SDK sends as headers (for `_post_escaped`)."""
+
+_NOT_BODY = {
+    *_HEADERS,
+    "messages",
+    "extra_headers",
+    "extra_query",
+    "extra_body",
+    "timeout",
+}
+
+
+@cache
+def _parameters(resource: Any) -> frozenset[str]:
+    """The names `create()` of a messages resource (`messages` or `beta.messages`) takes."""
+    return frozenset(inspect.signature(resource.create).parameters) - {"self"}
+
+
+def _arguments(
+    client: anthropic.AsyncAnthropic, request: ModelRequest, *, stream: bool
+) -> tuple[Any, dict[str, Any]]:
+    """The messages resource to call and the keyword arguments of its `create()`.
+
+    Fields `create()` lists are its arguments; the others go into `extra_body` (which a
+    given `extra_body` then updates). The W3C trace context goes into `extra_headers`
+    (which the given ones then update), so the upstream continues the run's trace.
+    """
+    fields = request.to_wire()
+    betas = fields.pop("betas", None)
+    messages: Any = client.beta.messages if betas else client.messages
+    accepted = _parameters(messages.__class__)
+    arguments: dict[str, Any] = {"betas": betas} if betas else {}
+    extra_body: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name in accepted:
+            arguments[name] = value
+        else:  # not a parameter of this SDK's create(), e.g. temperature in 2.x
+            extra_body[name] = value
+    extra_body.update(arguments.pop("extra_body", None) or {})
+    if extra_body:
+        arguments["extra_body"] = extra_body
+    headers: dict[str, str] = {}
+    if trace.get_current_span().get_span_context().is_valid:
+        propagate.inject(headers)
+    headers.update(arguments.get("extra_headers") or {})
+    if headers:
+        arguments["extra_headers"] = headers
+    if stream:
+        arguments["stream"] = True
+    elif "timeout" not in arguments:
+        # The client's own timeout, as create() uses it, stated so the SDK does not
+        # refuse a large `max_tokens` without streaming: that choice is the caller's.
+        arguments["timeout"] = client.timeout
+    return messages, arguments
+
+
+def _header(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def _wire(value: Any) -> dict[str, Any]:
     """An SDK model as the JSON the API sent (unset fields left out)."""
     if isinstance(value, dict):
@@ -289,93 +432,17 @@ def _wire(value: Any) -> dict[str, Any]:
     return dict(value.to_dict(mode="json", warnings=False)) if value is not None else {}
 
 
-def _answer(raw: bytes) -> ModelResponse:
-    """The response a successful JSON answer holds."""
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise errors.InvalidResponseError(f"the API's answer is not valid JSON: {exc}") from exc
-    return ModelResponse.from_wire(body)
+def _lower(headers: Any) -> dict[str, str]:
+    """HTTP headers as a dict with lower-case names."""
+    return {str(k).lower(): str(v) for k, v in headers.items()}
 
 
-class _Route:
-    """Where and how `complete_once` sends: the client's URL, headers and timeout, made once."""
-
-    def __init__(self, client: anthropic.AsyncAnthropic, http_client: httpx2.AsyncClient) -> None:
-        self.client = client
-        self.http_client = http_client
-        base = client.base_url  # always ends with "/"
-        self.url = base.copy_with(raw_path=base.raw_path + b"v1/messages")
-        self.query = dict(http_client.params.items())
-        self.query.update((k, str(v)) for k, v in client.default_query.items())
-        # The pool's own headers, then the client's, as `http_client.build_request` layers them.
-        self.headers = {k.lower(): v for k, v in http_client.headers.items()}
-        self.headers.update(
-            (k.lower(), v) for k, v in client.default_headers.items() if isinstance(v, str)
-        )
-        self.timeout = httpx2.Timeout(client.timeout).as_dict()
-
-    def request(self, content: bytes, options: dict[str, Any]) -> httpx2.Request:
-        """The HTTP request `client.post` would send for `options`, without its retry count."""
-        headers = dict(self.headers)
-        for name, value in options["headers"].items():
-            if isinstance(value, str):
-                headers[name.lower()] = value
-            else:  # `anthropic.Omit`: the header is left out
-                headers.pop(name.lower(), None)
-        url = self.url
-        query = {**self.query, **options.get("params", {})}
-        if query:
-            url = url.copy_merge_params(query)
-        timeout = self.timeout
-        if "timeout" in options:
-            timeout = httpx2.Timeout(options["timeout"]).as_dict()
-        return httpx2.Request(
-            "POST", url, headers=headers, content=content, extensions={"timeout": timeout}
-        )
-
-
-def _answer_error(response: httpx2.Response) -> errors.ProviderError:
-    """The agentloop error for an error answer read without the SDK (same wire mapping)."""
-    try:
-        body = json.loads(response.content)
-    except ValueError:
-        body = None
-    return errors.api_error(
-        response.status_code,
-        body,
-        message=response.text or response.reason_phrase,
-        request_id=response.headers.get("request-id"),
-    )
+def _with_headers(response: ModelResponse, headers: Any) -> ModelResponse:
+    return replace(response, headers=_lower(headers))
 
 
 def _connection_lost(exc: Exception) -> errors.APIConnectionError:
     return errors.APIConnectionError(f"the connection to the API broke mid-response: {exc!r}")
-
-
-def _retry_after(exc: anthropic.APIError) -> float | None:
-    """Seconds the API asked to wait (`retry-after`), bounded, or None."""
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return min(max(float(value), 0.0), 60.0) if value is not None else None
-    except ValueError:
-        return None
-
-
-class _StreamState:
-    """What one streaming attempt has seen so far."""
-
-    def __init__(self) -> None:
-        self.opened = False
-        """The HTTP response arrived and the stream is being read."""
-        self.delivered = False
-        """A content block was reported to the caller."""
-        self.stopped = False
-        """`message_stop` arrived: the response is whole."""
-
-
-_RETRYABLE_MID_STREAM = (errors.OverloadedError, errors.ServerError, errors.RateLimitError)
 
 
 async def _ignore(event: StreamEvent) -> None:
@@ -383,54 +450,6 @@ async def _ignore(event: StreamEvent) -> None:
 
 
 _BLOCK = TypeAdapter(ContentBlock)
-
-
-_HEADER_PARAMS = {
-    "betas": "anthropic-beta",
-    "user_profile_id": "anthropic-user-profile-id",
-    "workspace_id": "anthropic-workspace-id",
-}
-"""Parameters of `messages.create` / `beta.messages.create` that the SDK sends as headers."""
-
-
-def _request_parts(request: ModelRequest, *, stream: bool) -> tuple[bytes, Any]:
-    """The body (JSON bytes) and the SDK request options of a request.
-
-    The one mapping of the SDK's request parameters, for both the JSON and the streamed
-    path, done as `messages.create` does it: `extra_headers`, `extra_query`,
-    `extra_body` and `timeout` are request options, not body fields; `betas` (as
-    `beta.messages.create` takes it) and the other header parameters become headers.
-    """
-    fields = request.to_wire(messages=False)
-    headers: dict[str, str] = {"content-type": "application/json"}
-    query: dict[str, Any] = {}
-    for name, header in _HEADER_PARAMS.items():
-        value = fields.pop(name, None)
-        if value is None:
-            continue
-        if name == "betas":
-            value = ",".join(str(v) for v in ([value] if isinstance(value, str) else value))
-        headers[header] = str(value)
-    if trace.get_current_span().get_span_context().is_valid:
-        propagate.inject(headers)  # W3C trace context: the upstream continues this trace
-    headers.update(fields.pop("extra_headers", None) or {})
-    query.update(fields.pop("extra_query", None) or {})
-    options: dict[str, Any] = {
-        "headers": headers,
-        # The SDK's own span of the call (when its tracing is on), nested in agentloop's
-        # `chat` span: the transport's view (URL, status, request id, retries).
-        "span_name": "anthropic.messages.create",
-        "span_route": "/v1/messages",
-        "span_attributes": {"gen_ai.request.model": request.model},
-    }
-    if query:
-        options["params"] = query
-    if "timeout" in fields:
-        options["timeout"] = fields.pop("timeout")
-    fields.update(fields.pop("extra_body", None) or {})
-    if stream:
-        fields["stream"] = True
-    return request.to_json(fields), options
 
 
 def _translate(exc: anthropic.APIError) -> errors.ProviderError:
@@ -442,9 +461,11 @@ def _translate(exc: anthropic.APIError) -> errors.ProviderError:
     status = getattr(exc, "status_code", None)
     if status == 200:  # an `error` event inside a stream whose response said 200
         status = None
+    response = getattr(exc, "response", None)
     return errors.api_error(
         status,
         getattr(exc, "body", None),
         message=str(exc),
         request_id=getattr(exc, "request_id", None),
+        headers=_lower(response.headers) if response is not None else None,
     )

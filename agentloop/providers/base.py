@@ -7,13 +7,17 @@ can sit behind the same `Provider` protocol.
 
 from __future__ import annotations
 
+import email.utils
 import json
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
 
+from agentloop._wire import compact_json
 from agentloop.errors import InvalidResponseError
 from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
 from agentloop.result import Usage
@@ -30,6 +34,7 @@ __all__ = (
     "StreamEvent",
     "StreamingProvider",
     "Usage",
+    "retry_after",
 )
 
 
@@ -50,21 +55,18 @@ class ModelRequest:
     container: str | None = None
     """Container id carried over from an earlier response (code execution)."""
     params: Mapping[str, Any] = field(default_factory=dict)
-    """Further request parameters, sent as they are (`temperature`, `service_tier`, ...);
-    they never replace the fields above."""
+    """Further request parameters (`temperature`, `service_tier`, `extra_headers`, ...),
+    applied last: a key here replaces the field of the same name, except `tools`, whose
+    definitions are added after the agent's."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
-        """The Messages API body as JSON bytes: `messages` plus `fields` (default: the rest).
+        """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).
 
         Each message's JSON is computed once and reused by every later request of the
-        run, so building a body costs little more than joining bytes, however long the
-        history.
+        run; text holding lone surrogates is written with JSON escapes.
         """
         rest = self.to_wire(messages=False) if fields is None else fields
-        try:
-            head = json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
-        except UnicodeEncodeError:  # lone surrogates: escaped, as the API writes them
-            head = json.dumps(rest, separators=(",", ":")).encode()
+        head = compact_json(rest)
         messages = b",".join(m.wire_json for m in self._sent())
         return b'{"messages":[' + messages + (b"]," + head[1:] if len(head) > 2 else b"]}")
 
@@ -77,12 +79,10 @@ class ModelRequest:
 
         Thinking blocks without a signature (reasoning text from a Chat Completions
         server) stay in the history but are left out here: the API refuses them.
+        `params` are applied last and win, except `params["tools"]`, which are added
+        after the agent's tools.
         """
-        body: dict[str, Any] = {
-            **self.params,
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-        }
+        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
         if messages:
             body["messages"] = [m.wire for m in self._sent()]
         optional = {
@@ -96,6 +96,11 @@ class ModelRequest:
             "container": self.container,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        for name, value in self.params.items():
+            if name == "tools" and value and "tools" in body:
+                body["tools"] = [*body["tools"], *value]
+            else:
+                body[name] = value
         return body
 
 
@@ -243,3 +248,25 @@ class StreamingProvider(Provider, Protocol):
     ) -> ModelResponse:
         """Send one request, await `on_event` for each event, return the whole response."""
         ...
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The seconds an error answer asks to wait before a retry, or None when it says none.
+
+    Reads `retry-after-ms`, then `retry-after` as seconds or as an HTTP date, as the SDKs
+    do; `headers` have lower-case names (`ModelResponse.headers`, `ProviderError.headers`).
+    """
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                continue
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    return None
