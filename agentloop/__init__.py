@@ -4,57 +4,177 @@ This module only re-exports the names most code needs; each lives in the module 
 step of the flow (prompt -> request -> provider -> response -> tools -> registry ->
 history -> result). Everything else is public in its own module (`agentloop.errors`,
 `agentloop.events`, `agentloop.providers`, `agentloop.registry`, `agentloop.testing`, ...).
+
+The names are imported on first use, so `import agentloop` (and `agentloop --version`)
+does not pay for the SDKs, pydantic and OpenTelemetry until something needs them.
 """
 
-from .agent import Agent as Agent
-from .errors import AgentloopError as AgentloopError
-from .errors import ConfigurationError as ConfigurationError
-from .errors import HistoryError as HistoryError
-from .errors import ProviderError as ProviderError
-from .errors import RunError as RunError
-from .errors import ToolCallFailed as ToolCallFailed
-from .errors import ToolError as ToolError
-from .history import RepairReport as RepairReport
-from .history import lint_history as lint_history
-from .history import repair as repair
-from .hookspecs import hookimpl as hookimpl
-from .messages import Message as Message
-from .plugins import PluginManager as PluginManager
-from .plugins import plugin_tools as plugin_tools
-from .providers.anthropic import AnthropicProvider as AnthropicProvider
-from .providers.base import Provider as Provider
-from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
-from .result import RunResult as RunResult
-from .result import ToolCallRecord as ToolCallRecord
-from .result import Usage as Usage
-from .stream import RunStream as RunStream
-from .tools import RunContext as RunContext
-from .tools import Tool as Tool
-from .tools import raw_tools as raw_tools
-from .tools import tool as tool
+import importlib
+import typing
+from importlib import metadata
 
-__version__ = "0.1.0"
+# Only modules and private names here: every public name of this module is exported.
+if typing.TYPE_CHECKING:
+    from .agent import Agent as Agent
+    from .errors import AgentloopError as AgentloopError
+    from .errors import ConfigurationError as ConfigurationError
+    from .errors import HistoryError as HistoryError
+    from .errors import ProviderError as ProviderError
+    from .errors import RunError as RunError
+    from .errors import ToolCallFailed as ToolCallFailed
+    from .errors import ToolError as ToolError
+    from .events import Event as Event
+    from .events import ModelResponded as ModelResponded
+    from .events import ModelStreamEvent as ModelStreamEvent
+    from .events import RequestStarted as RequestStarted
+    from .events import RoundFinished as RoundFinished
+    from .events import RunFinished as RunFinished
+    from .events import RunStarted as RunStarted
+    from .events import TextDelta as TextDelta
+    from .events import ThinkingDelta as ThinkingDelta
+    from .events import ToolCallReady as ToolCallReady
+    from .events import ToolCallStarted as ToolCallStarted
+    from .events import ToolInputDelta as ToolInputDelta
+    from .events import ToolResultEvent as ToolResultEvent
+    from .history import RepairReport as RepairReport
+    from .history import lint_history as lint_history
+    from .history import repair as repair
+    from .hookspecs import hookimpl as hookimpl
+    from .messages import ContentBlock as ContentBlock
+    from .messages import DocumentBlock as DocumentBlock
+    from .messages import ImageBlock as ImageBlock
+    from .messages import Message as Message
+    from .messages import RedactedThinkingBlock as RedactedThinkingBlock
+    from .messages import ServerToolResultBlock as ServerToolResultBlock
+    from .messages import ServerToolUseBlock as ServerToolUseBlock
+    from .messages import TextBlock as TextBlock
+    from .messages import ThinkingBlock as ThinkingBlock
+    from .messages import ToolResultBlock as ToolResultBlock
+    from .messages import ToolUseBlock as ToolUseBlock
+    from .messages import UnknownBlock as UnknownBlock
+    from .plugins import PluginManager as PluginManager
+    from .plugins import plugin_tools as plugin_tools
+    from .providers.anthropic import AnthropicProvider as AnthropicProvider
+    from .providers.base import Provider as Provider
+    from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
+    from .result import RunResult as RunResult
+    from .result import StopReason as StopReason
+    from .result import ToolCallRecord as ToolCallRecord
+    from .result import Usage as Usage
+    from .stream import RunStream as RunStream
+    from .tools import RunContext as RunContext
+    from .tools import Tool as Tool
+    from .tools import ToolDefinition as ToolDefinition
+    from .tools import raw_tools as raw_tools
+    from .tools import tool as tool
+
+try:
+    __version__ = metadata.version("agentloop-runner")
+except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+# Where each exported name is defined: the module (below `agentloop`) it is imported from.
+_MODULES = {
+    "Agent": "agent",
+    "AgentloopError": "errors",
+    "AnthropicProvider": "providers.anthropic",
+    "ConfigurationError": "errors",
+    "ContentBlock": "messages",
+    "DocumentBlock": "messages",
+    "Event": "events",
+    "HistoryError": "errors",
+    "ImageBlock": "messages",
+    "Message": "messages",
+    "ModelResponded": "events",
+    "ModelStreamEvent": "events",
+    "OpenAIChatProvider": "providers.openai",
+    "PluginManager": "plugins",
+    "Provider": "providers.base",
+    "ProviderError": "errors",
+    "RedactedThinkingBlock": "messages",
+    "RepairReport": "history",
+    "RequestStarted": "events",
+    "RoundFinished": "events",
+    "RunContext": "tools",
+    "RunError": "errors",
+    "RunFinished": "events",
+    "RunResult": "result",
+    "RunStarted": "events",
+    "RunStream": "stream",
+    "ServerToolResultBlock": "messages",
+    "ServerToolUseBlock": "messages",
+    "StopReason": "result",
+    "TextBlock": "messages",
+    "TextDelta": "events",
+    "ThinkingBlock": "messages",
+    "ThinkingDelta": "events",
+    "Tool": "tools",
+    "ToolCallFailed": "errors",
+    "ToolCallReady": "events",
+    "ToolCallRecord": "result",
+    "ToolCallStarted": "events",
+    "ToolDefinition": "tools",
+    "ToolError": "errors",
+    "ToolInputDelta": "events",
+    "ToolResultBlock": "messages",
+    "ToolResultEvent": "events",
+    "ToolUseBlock": "messages",
+    "UnknownBlock": "messages",
+    "Usage": "result",
+    "hookimpl": "hookspecs",
+    "lint_history": "history",
+    "plugin_tools": "plugins",
+    "raw_tools": "tools",
+    "repair": "history",
+    "tool": "tools",
+}
 
 __all__ = (
     "Agent",
     "AgentloopError",
     "AnthropicProvider",
     "ConfigurationError",
+    "ContentBlock",
+    "DocumentBlock",
+    "Event",
     "HistoryError",
+    "ImageBlock",
     "Message",
+    "ModelResponded",
+    "ModelStreamEvent",
     "OpenAIChatProvider",
     "PluginManager",
     "Provider",
     "ProviderError",
+    "RedactedThinkingBlock",
     "RepairReport",
+    "RequestStarted",
+    "RoundFinished",
     "RunContext",
     "RunError",
+    "RunFinished",
     "RunResult",
+    "RunStarted",
     "RunStream",
+    "ServerToolResultBlock",
+    "ServerToolUseBlock",
+    "StopReason",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "ThinkingDelta",
     "Tool",
     "ToolCallFailed",
+    "ToolCallReady",
     "ToolCallRecord",
+    "ToolCallStarted",
+    "ToolDefinition",
     "ToolError",
+    "ToolInputDelta",
+    "ToolResultBlock",
+    "ToolResultEvent",
+    "ToolUseBlock",
+    "UnknownBlock",
     "Usage",
     "hookimpl",
     "lint_history",
@@ -63,3 +183,18 @@ __all__ = (
     "repair",
     "tool",
 )
+
+
+def __getattr__(name: str) -> typing.Any:
+    """An exported name, imported from its module on first use."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the exported ones included before their first use."""
+    return sorted({*globals(), *__all__})
