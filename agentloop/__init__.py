@@ -11,7 +11,6 @@ does not pay for the SDKs, pydantic and OpenTelemetry until something needs them
 
 import importlib
 import typing
-from importlib import metadata
 
 # Only modules and private names here: every public name of this module is exported.
 if typing.TYPE_CHECKING:
@@ -68,10 +67,8 @@ if typing.TYPE_CHECKING:
     from .tools import raw_tools as raw_tools
     from .tools import tool as tool
 
-try:
-    __version__ = metadata.version("agentloop-runner")
-except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
+    __version__: str
+    """The installed distribution's version (`agentloop-runner`)."""
 
 # Where each exported name is defined: the module (below `agentloop`) it is imported from.
 _MODULES = {
@@ -186,15 +183,26 @@ __all__ = (
 
 
 def __getattr__(name: str) -> typing.Any:
-    """An exported name, imported from its module on first use."""
-    module = _MODULES.get(name)
-    if module is None:
+    """An exported name (or `__version__`), imported from its module on first use."""
+    if name == "__version__":
+        value: typing.Any = _version()
+    elif name in _MODULES:
+        value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
+def _version() -> str:
+    from importlib import metadata  # not cheap: only for whoever asks for the version
+
+    try:
+        return metadata.version("agentloop-runner")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
 def __dir__() -> list[str]:
     """The module's names, the exported ones included before their first use."""
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__all__, "__version__"})
