@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import importlib
 import itertools
+import subprocess
+import sys
 import types
 from importlib import metadata
 from pathlib import Path
@@ -253,3 +255,13 @@ def test_every_module_logs_through_the_silent_logger() -> None:
             ):
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_importing_agentloop_imports_no_sdk() -> None:
+    """`import agentloop` is cheap: its names are imported on first use."""
+    heavy = ("anthropic", "openai", "pydantic", "structlog", "opentelemetry")
+    script = f"import sys, agentloop; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "[]\n"
