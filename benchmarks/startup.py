@@ -1,12 +1,13 @@
 """Start-up time: `agentloop --version` and `import agentloop`, against a bare interpreter.
 
-    python -m benchmarks.startup [--runs 15]
+    python -m benchmarks.startup [--runs 15] [--checkout PATH]
 
 Each command runs in a fresh interpreter, in turn with the others (so a busy machine slows
 all of them alike); the table gives the median wall time with its spread, and the median
 minus the bare interpreter's (`python -c pass`) as what agentloop itself costs. The
 command is run as `python -m agentloop --version`, the code path of the console script,
-with this checkout first on the path. The target: `agentloop --version` within 0.5 s.
+with this checkout (or `--checkout`, for a before/after comparison) first on the path.
+The target: `agentloop --version` within 0.5 s.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def wall_time(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def measure(runs: int) -> dict[str, list[float]]:
+def measure(runs: int, checkout: Path = ROOT) -> dict[str, list[float]]:
     """`runs` wall times of each command, the commands taking turns."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(runs + 1):  # the first round warms the file cache and is dropped
@@ -68,9 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs per command")
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="the agentloop to measure")
     args = parser.parse_args(argv)
-    print(f"{args.runs} runs each, Python {sys.version.split()[0]}\n")
-    print(table(measure(args.runs)))
+    print(f"{args.checkout}: {args.runs} runs each, Python {sys.version.split()[0]}\n")
+    print(table(measure(args.runs, args.checkout)))
 
 
 if __name__ == "__main__":
