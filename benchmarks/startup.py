@@ -33,14 +33,14 @@ BASELINE = "python -c pass"
 def wall_time(command: list[str], env: dict[str, str]) -> float:
     """Seconds from start to exit of one run of `command`."""
     start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, env=env, cwd=env["CHECKOUT"], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
 def measure(runs: int, checkout: Path = ROOT) -> dict[str, list[float]]:
     """`runs` wall times of each command, the commands taking turns."""
     path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path, "CHECKOUT": str(checkout)}
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(runs + 1):  # the first round warms the file cache and is dropped
         for name, command in COMMANDS.items():
