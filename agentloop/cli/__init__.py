@@ -5,12 +5,13 @@ and runs it, and it is the one place that configures logging (structlog over the
 `logging`, to stderr). Plugins add commands and `run` options, and shape a run through the
 hooks in `agentloop.hookspecs`; the command itself knows no plugin by name.
 
-One job per module: `main` (the entry point), `parser` (subcommands and options), `values`
-(the options' value types), `run` (`agentloop run` and `serve`), `listing` (`plugins`,
-`tools`), `report` (what a run prints), `logs` (the command's logging), `exits` (exit codes).
+One job per module: `command` (the entry point, `main`), `parser` (subcommands and
+options), `values` (the options' value types), `run` (`agentloop run` and `serve`),
+`listing` (`plugins`, `tools`), `report` (what a run prints), `logs` (the command's
+logging), `exits` (exit codes).
 """
 
-from .main import main as main
+from .command import main as main
 from .report import format_tool_log as format_tool_log
 from .report import format_transcript as format_transcript
 from .report import print_result as print_result
