@@ -4,57 +4,174 @@ This module only re-exports the names most code needs; each lives in the module 
 step of the flow (prompt -> request -> provider -> response -> tools -> registry ->
 history -> result). Everything else is public in its own module (`agentloop.errors`,
 `agentloop.events`, `agentloop.providers`, `agentloop.registry`, `agentloop.testing`, ...).
+
+The names are imported on first use, so `import agentloop` (and `agentloop --version`)
+does not pay for the SDKs, pydantic and OpenTelemetry until something needs them.
 """
 
-from .agent import Agent as Agent
-from .errors import AgentloopError as AgentloopError
-from .errors import ConfigurationError as ConfigurationError
-from .errors import HistoryError as HistoryError
-from .errors import ProviderError as ProviderError
-from .errors import RunError as RunError
-from .errors import ToolCallFailed as ToolCallFailed
-from .errors import ToolError as ToolError
-from .hookspecs import hookimpl as hookimpl
-from .lint import lint_history as lint_history
-from .messages import Message as Message
-from .plugins import PluginManager as PluginManager
-from .plugins import plugin_tools as plugin_tools
-from .providers.anthropic import AnthropicProvider as AnthropicProvider
-from .providers.base import Provider as Provider
-from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
-from .repair import RepairReport as RepairReport
-from .repair import repair as repair
-from .result import RunResult as RunResult
-from .result import ToolCallRecord as ToolCallRecord
-from .result import Usage as Usage
-from .stream import RunStream as RunStream
-from .tools import RunContext as RunContext
-from .tools import Tool as Tool
-from .tools import raw_tools as raw_tools
-from .tools import tool as tool
+import importlib
+import typing
 
-__version__ = "0.1.0"
+# Only modules and private names here: every public name of this module is exported.
+if typing.TYPE_CHECKING:
+    from .agent import Agent as Agent
+    from .errors import AgentloopError as AgentloopError
+    from .errors import ConfigurationError as ConfigurationError
+    from .errors import HistoryError as HistoryError
+    from .errors import ProviderError as ProviderError
+    from .errors import RunError as RunError
+    from .errors import ToolCallFailed as ToolCallFailed
+    from .errors import ToolError as ToolError
+    from .events import Event as Event
+    from .events import ModelResponded as ModelResponded
+    from .events import ModelStreamEvent as ModelStreamEvent
+    from .events import RequestStarted as RequestStarted
+    from .events import RoundFinished as RoundFinished
+    from .events import RunFinished as RunFinished
+    from .events import RunStarted as RunStarted
+    from .events import TextDelta as TextDelta
+    from .events import ThinkingDelta as ThinkingDelta
+    from .events import ToolCallReady as ToolCallReady
+    from .events import ToolCallStarted as ToolCallStarted
+    from .events import ToolInputDelta as ToolInputDelta
+    from .events import ToolResultEvent as ToolResultEvent
+    from .repairs import RepairReport as RepairReport
+    from .lint import lint_history as lint_history
+    from .repairs import repair as repair
+    from .hookspecs import hookimpl as hookimpl
+    from .messages import ContentBlock as ContentBlock
+    from .messages import DocumentBlock as DocumentBlock
+    from .messages import ImageBlock as ImageBlock
+    from .messages import Message as Message
+    from .messages import RedactedThinkingBlock as RedactedThinkingBlock
+    from .messages import ServerToolResultBlock as ServerToolResultBlock
+    from .messages import ServerToolUseBlock as ServerToolUseBlock
+    from .messages import TextBlock as TextBlock
+    from .messages import ThinkingBlock as ThinkingBlock
+    from .messages import ToolResultBlock as ToolResultBlock
+    from .messages import ToolUseBlock as ToolUseBlock
+    from .messages import UnknownBlock as UnknownBlock
+    from .plugins import PluginManager as PluginManager
+    from .plugins import plugin_tools as plugin_tools
+    from .providers.anthropic import AnthropicProvider as AnthropicProvider
+    from .providers.base import Provider as Provider
+    from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
+    from .result import RunResult as RunResult
+    from .result import StopReason as StopReason
+    from .result import ToolCallRecord as ToolCallRecord
+    from .result import Usage as Usage
+    from .stream import RunStream as RunStream
+    from .tools import RunContext as RunContext
+    from .tools import Tool as Tool
+    from .tools import ToolDefinition as ToolDefinition
+    from .tools import raw_tools as raw_tools
+    from .tools import tool as tool
+
+    __version__: str
+    """The installed distribution's version (`agentloop-runner`)."""
+
+# Where each exported name is defined: the module (below `agentloop`) it is imported from.
+_MODULES = {
+    "Agent": "agent",
+    "AgentloopError": "errors",
+    "AnthropicProvider": "providers.anthropic",
+    "ConfigurationError": "errors",
+    "ContentBlock": "messages",
+    "DocumentBlock": "messages",
+    "Event": "events",
+    "HistoryError": "errors",
+    "ImageBlock": "messages",
+    "Message": "messages",
+    "ModelResponded": "events",
+    "ModelStreamEvent": "events",
+    "OpenAIChatProvider": "providers.openai",
+    "PluginManager": "plugins",
+    "Provider": "providers.base",
+    "ProviderError": "errors",
+    "RedactedThinkingBlock": "messages",
+    "RepairReport": "repairs",
+    "RequestStarted": "events",
+    "RoundFinished": "events",
+    "RunContext": "tools",
+    "RunError": "errors",
+    "RunFinished": "events",
+    "RunResult": "result",
+    "RunStarted": "events",
+    "RunStream": "stream",
+    "ServerToolResultBlock": "messages",
+    "ServerToolUseBlock": "messages",
+    "StopReason": "result",
+    "TextBlock": "messages",
+    "TextDelta": "events",
+    "ThinkingBlock": "messages",
+    "ThinkingDelta": "events",
+    "Tool": "tools",
+    "ToolCallFailed": "errors",
+    "ToolCallReady": "events",
+    "ToolCallRecord": "result",
+    "ToolCallStarted": "events",
+    "ToolDefinition": "tools",
+    "ToolError": "errors",
+    "ToolInputDelta": "events",
+    "ToolResultBlock": "messages",
+    "ToolResultEvent": "events",
+    "ToolUseBlock": "messages",
+    "UnknownBlock": "messages",
+    "Usage": "result",
+    "hookimpl": "hookspecs",
+    "lint_history": "lint",
+    "plugin_tools": "plugins",
+    "raw_tools": "tools",
+    "repair": "repairs",
+    "tool": "tools",
+}
 
 __all__ = (
     "Agent",
     "AgentloopError",
     "AnthropicProvider",
     "ConfigurationError",
+    "ContentBlock",
+    "DocumentBlock",
+    "Event",
     "HistoryError",
+    "ImageBlock",
     "Message",
+    "ModelResponded",
+    "ModelStreamEvent",
     "OpenAIChatProvider",
     "PluginManager",
     "Provider",
     "ProviderError",
+    "RedactedThinkingBlock",
     "RepairReport",
+    "RequestStarted",
+    "RoundFinished",
     "RunContext",
     "RunError",
+    "RunFinished",
     "RunResult",
+    "RunStarted",
     "RunStream",
+    "ServerToolResultBlock",
+    "ServerToolUseBlock",
+    "StopReason",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "ThinkingDelta",
     "Tool",
     "ToolCallFailed",
+    "ToolCallReady",
     "ToolCallRecord",
+    "ToolCallStarted",
+    "ToolDefinition",
     "ToolError",
+    "ToolInputDelta",
+    "ToolResultBlock",
+    "ToolResultEvent",
+    "ToolUseBlock",
+    "UnknownBlock",
     "Usage",
     "hookimpl",
     "lint_history",
@@ -63,3 +180,29 @@ __all__ = (
     "repair",
     "tool",
 )
+
+
+def __getattr__(name: str) -> typing.Any:
+    """An exported name (or `__version__`), imported from its module on first use."""
+    if name == "__version__":
+        value: typing.Any = _version()
+    elif name in _MODULES:
+        value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def _version() -> str:
+    from importlib import metadata  # not cheap: only for whoever asks for the version
+
+    try:
+        return metadata.version("agentloop-runner")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+def __dir__() -> list[str]:
+    """The module's names, the exported ones included before their first use."""
+    return sorted({*globals(), *__all__, "__version__"})

@@ -1,103 +1,76 @@
-"""Where agentloop's log events go: the application's structlog, else the stdlib `logging`.
+"""The logger agentloop's modules log their events with: structlog over the stdlib `logging`.
 
-Every module logs through `get_logger()`. A library stays silent until the application
-decides otherwise: with structlog configured (`structlog.configure(...)`), events go
-through the application's structlog pipeline; without it, they go to the stdlib logger
-`agentloop`, which has a `NullHandler`, so nothing is printed unless the application
-configured `logging`. structlog's unconfigured default (print everything to stdout) is
-never used.
+Every event (`run.start`, `tool.call`, ...) is a structlog event written to the stdlib
+logger `agentloop`, which has a `NullHandler`: nothing is printed until the application
+configures logging. Its processors are the application's structlog configuration, or, while
+there is none, a plain chain for the stdlib: filter by the logger's level first, then a
+record whose message is `event key=value ...`. structlog's own defaults are never used:
+they render every event (locals in tracebacks included) for a console, before the level
+is known. `run_id`, `round` and `tool_use_id` come from structlog's contextvars.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, Processor
 
-__all__ = ("LOGGER_NAME", "Logger", "get_logger", "stdlib_logger")
+__all__ = ("LOGGER_NAME", "get_logger", "stdlib_logger")
 
 LOGGER_NAME = "agentloop"
-"""The name of agentloop's structlog logger and of its stdlib logger."""
+"""The name of the stdlib logger every agentloop event goes to."""
 
 stdlib_logger = logging.getLogger(LOGGER_NAME)
-"""The stdlib logger events go to when structlog is not configured."""
+"""The stdlib logger every agentloop event goes to (silent until the application logs)."""
 stdlib_logger.addHandler(logging.NullHandler())
 
+# The frames between the module that logs and `logging`: structlog's stdlib BoundLogger
+# method and its two `_proxy_to_logger`. The record then points at the line that logged.
+_STRUCTLOG_FRAMES = 3
 
-class Logger:
-    """agentloop's logger: structlog's interface, routed at emit time.
 
-    `bind()` and the level methods (`debug`, `info`, `warning`, `error`, `exception`,
-    `critical`) take an event name and keyword fields, as structlog's do. While
-    structlog is configured, `bind()` returns a logger of the application's structlog
-    configuration, so a run's events take the application's own path (and
-    `structlog.testing.capture_logs()` sees them). Otherwise each event becomes a record
-    of the stdlib logger `agentloop`, built only when that logger is enabled for its level.
-    """
+def _as_record(
+    logger: Any, method: str, event: EventDict
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of the stdlib call: `event key=value ...`, the fields as `extra`."""
+    exc_info = event.pop("exc_info", None)
+    name = event.pop("event", "")
+    message = " ".join([str(name), *(f"{key}={value!r}" for key, value in event.items())])
+    extra = {"event": name, "fields": event}
+    return (message,), {
+        "exc_info": exc_info,
+        "extra": extra,
+        "stacklevel": 1 + _STRUCTLOG_FRAMES,
+    }
 
-    __slots__ = ("_context",)
 
-    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
-        """A logger whose events carry `context`."""
-        self._context: dict[str, Any] = dict(context or {})
+_PLAIN: tuple[Processor, ...] = (
+    structlog.stdlib.filter_by_level,
+    structlog.contextvars.merge_contextvars,
+    _as_record,
+)
 
-    def bind(self, **values: Any) -> Any:
-        """A logger whose events also carry `values`."""
+
+class _Processors:
+    """The processor chain, read when each event is logged (see the module docstring)."""
+
+    def __iter__(self) -> Iterator[Processor]:
         if structlog.is_configured():
-            return structlog.get_logger(LOGGER_NAME).bind(**self._context, **values)
-        return Logger({**self._context, **values})
-
-    def debug(self, event: str, **fields: Any) -> None:
-        """Log `event` at debug level."""
-        self._emit(logging.DEBUG, "debug", event, fields)
-
-    def info(self, event: str, **fields: Any) -> None:
-        """Log `event` at info level."""
-        self._emit(logging.INFO, "info", event, fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        """Log `event` at warning level."""
-        self._emit(logging.WARNING, "warning", event, fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        """Log `event` at error level."""
-        self._emit(logging.ERROR, "error", event, fields)
-
-    def exception(self, event: str, **fields: Any) -> None:
-        """Log `event` at error level with the exception being handled."""
-        fields.setdefault("exc_info", True)
-        self._emit(logging.ERROR, "exception", event, fields)
-
-    def critical(self, event: str, **fields: Any) -> None:
-        """Log `event` at critical level."""
-        self._emit(logging.CRITICAL, "critical", event, fields)
-
-    def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> None:
-        if structlog.is_configured():
-            bound = structlog.get_logger(LOGGER_NAME).bind(**self._context)
-            getattr(bound, method)(event, **fields)
-        elif stdlib_logger.isEnabledFor(level):
-            exc_info = fields.pop("exc_info", None)
-            values = {**structlog.contextvars.get_contextvars(), **self._context, **fields}
-            message = " ".join([event, *(f"{key}={value!r}" for key, value in values.items())])
-            stdlib_logger.log(
-                level,
-                message,
-                exc_info=exc_info,
-                extra={"event": event, "fields": values},
-                stacklevel=3,  # the line that logged, not this module
-            )
+            return iter(structlog.get_config()["processors"])
+        return iter(_PLAIN)
 
 
-_root = Logger()
+def get_logger() -> structlog.stdlib.BoundLogger:
+    """The logger for a module's events: structlog's stdlib BoundLogger over `stdlib_logger`.
 
-
-def get_logger() -> Any:
-    """The logger agentloop logs its events with (see `Logger`).
-
-    Typed `Any`, like `structlog.get_logger()`: while structlog is configured, `bind()`
-    returns one of structlog's bound loggers.
+    Bound loggers follow structlog's configuration as it changes (so
+    `structlog.testing.capture_logs()` sees their events), and they always write to
+    `stdlib_logger`, never to structlog's default of printing to standard output.
     """
-    return _root
+    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        stdlib_logger, processors=_Processors(), wrapper_class=structlog.stdlib.BoundLogger
+    )
+    return logger

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 from anthropic import AsyncAnthropic
 
 from benchmarks.contenders import CONTENDERS
@@ -81,8 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", action="store_true", help="keep agentloop's INFO logs")
     args = parser.parse_args(argv)
     if not args.log:
-        # The usual production setting: INFO events are filtered out cheaply.
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        # The usual production setting: the stdlib level drops INFO events before they are built.
+        logging.getLogger("agentloop").setLevel(logging.WARNING)
     scenario = SCENARIOS[args.scenario]
     result = anyio.run(measure, scenario, args.contender, args.base_url, args.runs, args.profile)
     args.out.write_text(json.dumps(result))

@@ -8,7 +8,9 @@ plugin, in plugins/cortex/tests.
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import socket
 import subprocess
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agentloop.cli import main
+from agentloop import Agent, ConfigurationError
+from agentloop.checks import parse_seconds
+from agentloop.cli import main, values
 from agentloop.plugins import ENV_VAR
 from agentloop.testing import MessagesServer, RawResponse
 
@@ -555,3 +559,63 @@ def test_compat_without_the_openai_provider_is_a_usage_error(
     assert (
         capsys.readouterr().err == "agentloop: error: --compat applies to --provider openai only\n"
     )
+
+
+# --------------------------------------------------------------------------- start-up and values
+
+HEAVY = ("anthropic", "openai", "pydantic", "structlog", "opentelemetry", "agentloop.plugins")
+
+
+def test_version_imports_nothing_heavy() -> None:
+    script = (
+        "import sys\n"
+        "from agentloop.cli import main\n"
+        "assert main(['--version']) == 0\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    version, heavy = done.stdout.splitlines()
+    assert version.startswith("agentloop ") and heavy == "[]"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("2.5", 2.5, id="seconds"),
+        pytest.param("inf", math.inf, id="no-limit"),
+        pytest.param("0", None, id="zero"),
+        pytest.param("-inf", None, id="minus-inf"),
+        pytest.param("nan", None, id="nan"),
+        pytest.param("soon", None, id="text"),
+    ],
+)
+def test_seconds_are_what_agent_takes(text: str, value: float | None) -> None:
+    if value is None:
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a number of seconds"):
+            values.seconds(text)
+        with pytest.raises(ConfigurationError):
+            Agent(tool_timeout=parse_seconds("tool_timeout", text))
+    else:
+        assert values.seconds(text) == value
+        assert Agent(tool_timeout=value).tool_timeout == value
+
+
+def test_a_session_lifetime_must_end() -> None:
+    assert values.finite_seconds("60") == 60.0
+    with pytest.raises(argparse.ArgumentTypeError, match="finite"):
+        values.finite_seconds("inf")
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.0", "two", "true"])
+def test_counts_are_whole_numbers_from_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number >= 1"):
+        values.whole_number(text)
+
+
+def test_an_infinite_timeout_runs(
+    plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "hi", "--timeout", "inf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == "Greeted."

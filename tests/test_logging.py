@@ -1,5 +1,6 @@
-"""Where the library's log events go: nowhere until the application configures logging,
-then through its structlog pipeline or its stdlib `logging` setup, with their context.
+"""Where the library's log events go: to the stdlib logger `agentloop`, silent until the
+application configures logging, then through its `logging` setup or its structlog
+configuration for the stdlib, with their context.
 
 Each case runs a script in a fresh interpreter, as an application would: logging
 configuration is process-wide state.
@@ -21,7 +22,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from agentloop.logs import LOGGER_NAME, Logger, stdlib_logger
+from agentloop.logs import LOGGER_NAME, get_logger, stdlib_logger
 
 # A run with two tool calls in one turn (one of them raises, so `tool.exception` is
 # logged with a traceback), then a run whose model request fails (`run.error`).
@@ -118,15 +119,33 @@ def test_stdlib_logging_gets_the_events_with_their_fields(tmp_path: Path) -> Non
 
 def test_structlog_gets_the_events_with_their_context(tmp_path: Path) -> None:
     setup = """
+    import logging
+    import sys
+
     import structlog
 
     structlog.configure(
         processors=[
+            structlog.stdlib.filter_by_level,
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.JSONRenderer(),
-        ]
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
     )
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ]
+        )
+    )
+    logging.getLogger("agentloop").addHandler(handler)
+    logging.getLogger("agentloop").setLevel(logging.DEBUG)
     """
     done = run_script(tmp_path, setup)
     assert done.stderr == ""
@@ -142,6 +161,23 @@ def test_structlog_gets_the_events_with_their_context(tmp_path: Path) -> None:
         assert (event["run_id"], event["round"]) == (first_run, 1)
         assert event["tool_use_id"].startswith("toolu_")
     assert len({e["tool_use_id"] for e in calls}) == 2
+    (failed,) = [e for e in events if e["event"] == "tool.exception"]
+    assert "RuntimeError: broken on purpose" in failed["exception"]
+
+
+def test_structlog_without_the_stdlib_leaves_the_events_on_the_agentloop_logger(
+    tmp_path: Path,
+) -> None:
+    # The application's structlog prints its own events; agentloop's go to `logging`,
+    # which this application did not configure.
+    setup = """
+    import structlog
+
+    structlog.configure(processors=[structlog.processors.JSONRenderer()])
+    structlog.get_logger().info("app.start")
+    """
+    done = run_script(tmp_path, setup)
+    assert (done.stdout, done.stderr) == ('{"event": "app.start"}\n', "")
 
 
 # --------------------------------------------------------------------------- in process
@@ -176,8 +212,8 @@ class _Loud:
 @pytest.mark.usefixtures("unconfigured_structlog")
 def test_a_disabled_level_builds_no_record() -> None:
     value = _Loud()
-    log = Logger().bind(run_id="r1")
-    assert isinstance(log, Logger)
+    log = get_logger().bind(run_id="r1")
+    assert isinstance(log, structlog.stdlib.BoundLogger)
     previous = stdlib_logger.level
     stdlib_logger.setLevel(logging.INFO)
     try:
@@ -194,15 +230,16 @@ def test_the_stdlib_record_points_at_the_line_that_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.DEBUG, logger=LOGGER_NAME):
-        Logger().bind(round=2).debug("tool.call", tool_use_id="toolu_1", name="x")
+        get_logger().bind(round=2).debug("tool.call", tool_use_id="toolu_1", name="x")
     (record,) = caplog.records
     assert record.funcName == "test_the_stdlib_record_points_at_the_line_that_logged"
     assert record.getMessage() == "tool.call round=2 tool_use_id='toolu_1' name='x'"
     assert record.__dict__["fields"] == {"round": 2, "tool_use_id": "toolu_1", "name": "x"}
 
 
+@pytest.mark.usefixtures("unconfigured_structlog")
 def test_a_logger_bound_before_configuration_follows_it() -> None:
-    log = Logger({"run_id": "r1"})  # as if bound while structlog was unconfigured
+    log = get_logger().bind(run_id="r1")  # bound while structlog is unconfigured
     with capture_logs() as events:
         log.warning("run.error", error="boom")
     assert events == [

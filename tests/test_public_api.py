@@ -8,7 +8,12 @@ run's history, and the core names no plugin.
 from __future__ import annotations
 
 import ast
+import importlib
+import itertools
+import subprocess
+import sys
 import types
+from importlib import metadata
 from pathlib import Path
 
 import agentloop
@@ -21,21 +26,47 @@ PUBLIC = (
     "AgentloopError",
     "AnthropicProvider",
     "ConfigurationError",
+    "ContentBlock",
+    "DocumentBlock",
+    "Event",
     "HistoryError",
+    "ImageBlock",
     "Message",
+    "ModelResponded",
+    "ModelStreamEvent",
     "OpenAIChatProvider",
     "PluginManager",
     "Provider",
     "ProviderError",
+    "RedactedThinkingBlock",
     "RepairReport",
+    "RequestStarted",
+    "RoundFinished",
     "RunContext",
     "RunError",
+    "RunFinished",
     "RunResult",
+    "RunStarted",
     "RunStream",
+    "ServerToolResultBlock",
+    "ServerToolUseBlock",
+    "StopReason",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "ThinkingDelta",
     "Tool",
     "ToolCallFailed",
+    "ToolCallReady",
     "ToolCallRecord",
+    "ToolCallStarted",
+    "ToolDefinition",
     "ToolError",
+    "ToolInputDelta",
+    "ToolResultBlock",
+    "ToolResultEvent",
+    "ToolUseBlock",
+    "UnknownBlock",
     "Usage",
     "hookimpl",
     "lint_history",
@@ -47,10 +78,11 @@ PUBLIC = (
 
 
 def public_names(module: types.ModuleType) -> set[str]:
+    # `dir()`, not `vars()`: agentloop's names are imported on first use.
     return {
         name
-        for name, value in vars(module).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(module)
+        if not name.startswith("_") and not isinstance(getattr(module, name), types.ModuleType)
     }
 
 
@@ -59,13 +91,45 @@ def test_all_is_the_pinned_list() -> None:
     assert public_names(agentloop) == set(PUBLIC)
 
 
+def test_exported_names_are_the_ones_of_their_modules() -> None:
+    """The lazily imported names are the objects of their modules, and no submodule of the
+    same name hides one once every module is imported."""
+    for name in modules():
+        if name.count(".") == 1 and name != "agentloop.__main__":  # not the subpackages'
+            importlib.import_module(name)
+    for name in PUBLIC:
+        value = getattr(agentloop, name)
+        assert not isinstance(value, types.ModuleType), name
+        module = importlib.import_module(f"agentloop.{agentloop._MODULES[name]}")
+        assert getattr(module, name) is value, name
+
+
+def test_the_version_is_the_distributions() -> None:
+    assert agentloop.__version__ == metadata.version("agentloop-runner")
+
+
 def test_testing_all_matches_its_exported_names() -> None:
     assert set(agentloop.testing.__all__) == public_names(agentloop.testing)
 
 
 def test_exported_names_are_documented() -> None:
     for name in agentloop.__all__:
-        assert getattr(agentloop, name).__doc__, name
+        value = getattr(agentloop, name)
+        if isinstance(value, type) or (callable(value) and not hasattr(value, "__origin__")):
+            assert value.__doc__, name
+        else:  # a type alias: a docstring follows its assignment
+            assert alias_docstring(agentloop._MODULES[name], name), name
+
+
+def alias_docstring(module: str, name: str) -> str | None:
+    """The docstring under `name = ...` in an agentloop module."""
+    body = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text()).body
+    for node, after in itertools.pairwise(body):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [t.id for t in targets if isinstance(t, ast.Name)] == [name]:
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                return str(after.value.value)
+    return None
 
 
 def modules() -> dict[str, Path]:
@@ -132,12 +196,11 @@ def test_no_import_circle_among_modules() -> None:
 
 
 def test_nothing_below_the_face_imports_the_agent() -> None:
-    allowed = {"agentloop", "agentloop.cli", "agentloop.__main__"}
+    allowed = {"agentloop", "agentloop.__main__"}
     # The gateway, like the command line, sits on top of the agent.
+    on_top = ("agentloop.gateway.", "agentloop.cli.")
     importers = {
-        k
-        for k, vs in graph().items()
-        if "agentloop.agent" in vs and not k.startswith("agentloop.gateway.")
+        k for k, vs in graph().items() if "agentloop.agent" in vs and not k.startswith(on_top)
     }
     assert importers <= allowed, importers - allowed
 
@@ -192,3 +255,13 @@ def test_every_module_logs_through_the_silent_logger() -> None:
             ):
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_importing_agentloop_imports_no_sdk() -> None:
+    """`import agentloop` is cheap: its names are imported on first use."""
+    heavy = ("anthropic", "openai", "pydantic", "structlog", "opentelemetry")
+    script = f"import sys, agentloop; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "[]\n"

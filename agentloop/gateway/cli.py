@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from agentloop.arguments import port, seconds, whole_number
+from agentloop.cli.values import finite_seconds as seconds
+from agentloop.cli.values import port, whole_number
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool

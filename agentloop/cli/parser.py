@@ -1,0 +1,151 @@
+"""The command's argument parser: `run`, `plugins`, `tools`, `serve`, and the plugins' part.
+
+Plugins add `run` options (`agentloop_run_options`, also given to `tools` and `serve`) and
+commands of their own (`agentloop_register_commands`). Each subcommand's handler is set
+as its `handler` default; usage errors are one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+from typing import NoReturn
+
+from agentloop import __version__
+from agentloop.agent import DEFAULT_MODEL
+from agentloop.errors import ConfigurationError
+from agentloop.gateway.cli import add_serve_command
+from agentloop.plugins import PluginManager
+
+from .exits import EXIT_USAGE
+from .listing import plugins_command, tools_command
+from .run import run_command, serve_with_plugins
+from .values import prompt, seconds, whole_number
+
+__all__ = ("build_parser",)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on standard error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
+    """The argument parser: `run`, `plugins`, `tools`, and the plugins' commands and options."""
+    common = _Parser(add_help=False, allow_abbrev=False)
+    common.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
+    common.add_argument("-v", "--verbose", action="store_true", help="log every event")
+
+    parser = _Parser(
+        prog="agentloop",
+        description="Run agents on the Anthropic Messages API.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"agentloop {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", parents=[common], help="run an agent on a prompt", allow_abbrev=False
+    )
+    run.add_argument("prompt", type=prompt, help="what to ask")
+    run.add_argument("--model", default=DEFAULT_MODEL, help="model name")
+    run.add_argument("--system", help="system prompt")
+    run.add_argument(
+        "--plugin",
+        action="append",
+        dest="plugins",
+        metavar="NAME",
+        help="expose this plugin's tools (repeatable; default: the plugins that ask for it)",
+    )
+    run.add_argument(
+        "--tool",
+        action="append",
+        dest="tools",
+        metavar="NAME",
+        help="expose only these tools (repeatable)",
+    )
+    run.add_argument("--max-rounds", type=whole_number, default=10, help="model requests")
+    run.add_argument("--concurrency", type=whole_number, default=8, help="tool calls at once")
+    run.add_argument(
+        "--timeout", type=seconds, default=30.0, help="seconds per tool call (inf: no limit)"
+    )
+    run.add_argument("--max-tokens", type=whole_number, default=4096)
+    run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    run.add_argument(
+        "--offline",
+        action="store_true",
+        help="run on a plugin's offline model even with an API key",
+    )
+    model = run.add_argument_group("model provider")
+    model.add_argument(
+        "--provider",
+        choices=("anthropic", "openai"),
+        default="anthropic",
+        help="the Messages API (default), or a Chat Completions server (Ollama, vLLM, ...)",
+    )
+    model.add_argument("--base-url", metavar="URL", help="the provider's base URL")
+    model.add_argument("--api-key", metavar="KEY", help="the provider's API key")
+    model.add_argument(
+        "--compat",
+        choices=("openai", "ollama", "vllm", "llamacpp"),
+        help="with --provider openai: the server's quirks preset",
+    )
+    manager.call_each("agentloop_run_options", parser=run)
+    run.set_defaults(handler=partial(run_command, manager=manager))
+
+    plugins = commands.add_parser(
+        "plugins", parents=[common], help="list installed plugins", allow_abbrev=False
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON")
+    plugins.set_defaults(handler=partial(plugins_command, manager=manager))
+
+    tools = commands.add_parser(
+        "tools", parents=[common], help="list the plugins' tools", allow_abbrev=False
+    )
+    tools.add_argument("--schema", action="store_true", help="show each tool's JSON schema")
+    tools.add_argument("--json", action="store_true", help="print JSON (includes schemas)")
+    tools.add_argument(
+        "--plugin",
+        action="append",
+        dest="plugins",
+        metavar="NAME",
+        help="list only this plugin's tools (repeatable)",
+    )
+    # The options that configure a plugin's tools for a run configure what is listed.
+    manager.call_each("agentloop_run_options", parser=tools)
+    tools.set_defaults(handler=partial(tools_command, manager=manager))
+
+    serve = add_serve_command(commands, parents=[common], allow_abbrev=False)
+    # The gateway's tools take the same plugin options as a run's.
+    manager.call_each("agentloop_run_options", parser=serve)
+    serve.set_defaults(handler=partial(serve_with_plugins, manager=manager))
+
+    manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
+    return parser
+
+
+class _Commands:
+    """The `register` callable of `agentloop_register_commands`."""
+
+    def __init__(
+        self,
+        commands: argparse._SubParsersAction[_Parser],
+        common: _Parser,
+    ) -> None:
+        self.commands = commands
+        self.common = common
+
+    def __call__(
+        self, name: str, *, help: str, handler: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        """Add the subcommand `name`; returns its parser for the plugin's arguments."""
+        if name in self.commands.choices:
+            raise ConfigurationError(f"the command {name!r} already exists")
+        parser = self.commands.add_parser(
+            name, parents=[self.common], help=help, allow_abbrev=False
+        )
+        parser.set_defaults(handler=handler)
+        return parser
