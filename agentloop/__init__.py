@@ -35,10 +35,8 @@ if typing.TYPE_CHECKING:
     from .events import ToolCallStarted as ToolCallStarted
     from .events import ToolInputDelta as ToolInputDelta
     from .events import ToolResultEvent as ToolResultEvent
-    from .repairs import RepairReport as RepairReport
-    from .lint import lint_history as lint_history
-    from .repairs import repair as repair
     from .hookspecs import hookimpl as hookimpl
+    from .lint import lint_history as lint_history
     from .messages import ContentBlock as ContentBlock
     from .messages import DocumentBlock as DocumentBlock
     from .messages import ImageBlock as ImageBlock
@@ -56,6 +54,8 @@ if typing.TYPE_CHECKING:
     from .providers.anthropic import AnthropicProvider as AnthropicProvider
     from .providers.base import Provider as Provider
     from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
+    from .repairs import RepairReport as RepairReport
+    from .repairs import repair as repair
     from .result import RunResult as RunResult
     from .result import StopReason as StopReason
     from .result import ToolCallRecord as ToolCallRecord

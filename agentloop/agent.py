@@ -295,9 +295,10 @@ class Agent:
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
     ) -> RunState:
-        thinking = bool(self.thinking) and (self.thinking or {}).get("type") != "disabled"
         linter = HistoryLinter(
-            thinking=thinking, tool_choice=self.tool_choice, allow_file_sources=self._files_beta
+            thinking=self.thinking,
+            tool_choice=self.tool_choice,
+            allow_file_sources=self._files_beta,
         )
         history_ = History.start(history, prompt, linter)
         names = [_tool_name(t) for t in external_tools]
