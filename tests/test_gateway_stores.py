@@ -214,6 +214,31 @@ async def test_snapshots_are_deltas_and_need_every_ancestor() -> None:
     assert await sessions.load("k2") is None, "a snapshot whose ancestor is gone is gone"
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_key_two_conversations_wrote_restores_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "sqlite":
+        store: Any = SQLiteStore(tmp_path / "a.db", ttl=60)
+    else:
+        store = RedisStore(request.getfixturevalue("redis_url"), ttl=60)
+    await store.open()
+    try:
+        sessions = Sessions(store, b"s")
+        mine = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "secret-1"}]
+        theirs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "secret-2"}]
+        await sessions.save("same", mine, parent=None)
+        await sessions.save("same", mine, parent=None)  # a retry storing the same turns
+        found = await sessions.find("same")
+        assert found.session is not None and not found.ambiguous
+        await sessions.save("same", theirs, parent=None)
+        found = await sessions.find("same")
+        assert found.session is None and found.ambiguous
+        assert await sessions.load("same") is None
+    finally:
+        await store.aclose()
+
+
 def test_continue_history_answers_every_call_in_order() -> None:
     assistant = {
         "role": "assistant",

@@ -46,6 +46,7 @@ from agentloop.result import RunResult
 from agentloop.tools import Tool
 
 from .sessions import (
+    Found,
     Session,
     Sessions,
     Thread,
@@ -57,12 +58,16 @@ from .stores import DEFAULT_STORE, Store, open_store
 from .upstream import Transport, Upstream, UpstreamProvider, forwarded_headers
 from .visible import PING, VisibleStream, sse, visible_message
 
-__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "Gateway", "GatewayConfig")
+__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "Gateway", "GatewayConfig")
 
 GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
 """Comma-separated client keys the gateway admits when it has its own upstream key."""
 SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
 """The server secret session keys are derived with (else one is made and kept in the store)."""
+
+SESSION_HEADER = "agentloop-session"
+"""Response header saying what happened to the conversation's session, when it matters:
+`ambiguous` (its hidden turns were not restored), `unsaved` (the store failed)."""
 
 _log = get_logger()
 
@@ -195,6 +200,8 @@ class _Call:
     visible: list[Any]
     """The conversation as the client sees it."""
     session: Session | None
+    notes: dict[str, str]
+    """Headers telling the client what happened to its session (`agentloop-session`)."""
     client_tools: list[Any]
     client_names: frozenset[str]
     stream: bool
@@ -415,7 +422,7 @@ class Gateway:
             _log.info("gateway.failed", status=failure.status, error=str(exc))
             return _json(failure.status, failure.body, request_id, failure.headers)
         message = await self._finish(call, result)
-        return _json(200, message, request_id, call.provider.answer_headers)
+        return _json(200, message, request_id, {**call.provider.answer_headers, **call.notes})
 
     async def count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
@@ -486,7 +493,7 @@ class Gateway:
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
-        session, history = await self._restore(scope, visible)
+        found, history = await self._restore(scope, visible)
         provider = self.upstream.provider(upstream_credential)
         params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
         extra_body = {k: params.pop(k) for k in list(params) if k in _OPTION_NAMES}
@@ -523,7 +530,8 @@ class Gateway:
             provider=provider,
             history=history,
             visible=visible,
-            session=session,
+            session=found.session,
+            notes={SESSION_HEADER: "ambiguous"} if found.ambiguous else {},
             client_tools=list(client_tools),
             client_names=names,
             stream=body.get("stream") is True,
@@ -561,21 +569,29 @@ class Gateway:
             )
         return frozenset(n for n in names if isinstance(n, str))
 
-    async def _restore(self, scope: str, visible: list[Any]) -> tuple[Session | None, list[Any]]:
+    async def _restore(self, scope: str, visible: list[Any]) -> tuple[Found, list[Any]]:
         """The session a visible conversation continues, and the upstream history.
 
         The history is the stored one plus the client's new messages (those after its
-        last assistant message), or the visible conversation when no session matches.
+        last assistant message), or the visible conversation when no session matches
+        or the match is ambiguous (two conversations showed the same text).
         """
         assert self.sessions is not None
         end = _last_assistant(visible) + 1
         if end == 0:
-            return None, list(visible)
+            return Found(None), list(visible)
         prefix = visible[:end]
-        session = await self.sessions.load(self.sessions.key(scope, prefix))
-        if session is None:
-            return None, list(visible)
-        return session, continue_history(session, visible[end:], marker=last_marker(prefix))
+        found = await self.sessions.find(self.sessions.key(scope, prefix))
+        if found.session is None:
+            if found.ambiguous:
+                _log.warning(
+                    "gateway.session_ambiguous",
+                    detail="two conversations showed this text with different hidden turns; "
+                    "forwarded without hidden turns",
+                )
+            return found, list(visible)
+        history = continue_history(found.session, visible[end:], marker=last_marker(prefix))
+        return found, history
 
     async def _thread(self, body: dict[str, Any], scope: str) -> _ThreadCall | None:
         """Expand a message-thread request into a whole conversation (in place)."""
@@ -755,6 +771,7 @@ class _StreamResponse(Response):
                 (b"cache-control", b"no-cache"),
                 (b"request-id", request_id.encode()),
                 *((k.encode(), v.encode("latin-1", "replace")) for k, v in answered.items()),
+                *((k.encode(), v.encode()) for k, v in self.call.notes.items()),
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
 

@@ -9,6 +9,12 @@ stored one plus the client's new messages. Snapshots are immutable and stored as
 (the keys of their ancestors and the messages they add), so a retried request, a
 regenerated answer or a branch from any earlier reply all find their hidden turns.
 
+Two conversations can show the client the same text while their hidden turns differ
+(same question, same visible answer, different tool results). The first write of a key
+wins; a later write of different hidden turns under the same key marks the key
+ambiguous, and an ambiguous key restores nothing: the gateway never guesses which
+conversation a client continues.
+
 Message threads use the same snapshots: a thread record holds the visible messages a
 reply added, keyed by the reply's id, so a `continue` request can be expanded to the
 whole visible conversation.
@@ -23,9 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentloop._wire import compact_json
+
 from .stores import Store
 
 __all__ = (
+    "Found",
     "Session",
     "Sessions",
     "Thread",
@@ -101,6 +110,20 @@ class Thread:
     """The fields a thread keeps from its `create` request (`system`, `tools`)."""
 
 
+@dataclass(frozen=True)
+class Found:
+    """What a session key leads to: a session, nothing, or an ambiguous conversation."""
+
+    session: Session | None
+    ambiguous: bool = False
+    """Two conversations stored different hidden turns under this key: none is restored."""
+
+
+def _ambiguous(key: str) -> str:
+    """The key of the marker saying `key` is held by two different conversations."""
+    return key + ":ambiguous"
+
+
 class Sessions:
     """Derives session keys and reads and writes snapshots in a `Store`."""
 
@@ -122,9 +145,10 @@ class Sessions:
         """The key of a thread's record for the reply `reply_id`, for a client."""
         return self._key(b"thread", credential, reply_id.encode("utf-8", "surrogatepass"))
 
-    async def _chain(self, key: str) -> list[dict[str, Any]] | None:
-        """The records from the root to `key`, or None if any is gone."""
-        (raw,) = await self.store.get_many([key])
+    async def _chain(self, key: str, raw: bytes | None = None) -> list[dict[str, Any]] | None:
+        """The records from the root to `key` (whose value is `raw` when read), or None."""
+        if raw is None:
+            (raw,) = await self.store.get_many([key])
         if raw is None:
             return None
         record = json.loads(raw)
@@ -137,14 +161,22 @@ class Sessions:
         return [*(json.loads(v) for v in earlier if v is not None), record]
 
     async def load(self, key: str) -> Session | None:
-        """The session stored under `key`, or None."""
-        chain = await self._chain(key)
+        """The session stored under `key`, or None (none there, or ambiguous)."""
+        return (await self.find(key)).session
+
+    async def find(self, key: str) -> Found:
+        """The session stored under `key`, unless there is none or it is ambiguous."""
+        raw, marker = await self.store.get_many([key, _ambiguous(key)])
+        if marker is not None:
+            return Found(None, ambiguous=True)
+        chain = await self._chain(key, raw) if raw is not None else None
         if chain is None:
-            return None
+            return Found(None)
         messages = [m for record in chain for m in record.get("add") or []]
-        return Session(
+        session = Session(
             key, tuple(chain[-1].get("up") or []), messages, list(chain[-1].get("held") or [])
         )
+        return Found(session)
 
     async def save(
         self,
@@ -165,7 +197,15 @@ class Sessions:
             up = [*parent.ancestors, parent.key]
             added = messages[len(parent.messages) :]
         record = {"v": _FORMAT, "up": up, "add": list(added), "held": list(held)}
-        await self.store.put(key, _dump(record), refresh=up)
+        value = compact_json(record)
+        # The markers of the ancestors live as long as they do, so an ambiguous key
+        # never becomes unambiguous while it is still there to be found.
+        refresh = [*up, *(_ambiguous(k) for k in (*up, key))]
+        if await self.store.put(key, value, refresh=refresh):
+            return
+        (kept,) = await self.store.get_many([key])
+        if kept is not None and json.loads(kept) != json.loads(value):
+            await self.store.put(_ambiguous(key), b"1")
 
     async def load_thread(self, key: str) -> Thread | None:
         """The thread record stored under `key`, or None."""
@@ -193,20 +233,13 @@ class Sessions:
         record: dict[str, Any] = {"v": _FORMAT, "up": up, "add": list(added)}
         if parent is None:
             record["fields"] = dict(fields)
-        await self.store.put(key, _dump(record), refresh=up)
+        await self.store.put(key, compact_json(record), refresh=up)
 
 
 def _extends(messages: Sequence[Mapping[str, Any]], prefix: Sequence[Mapping[str, Any]]) -> bool:
     if len(messages) < len(prefix):
         return False
     return not prefix or messages[len(prefix) - 1] == prefix[-1]
-
-
-def _dump(record: Mapping[str, Any]) -> bytes:
-    try:
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:  # lone surrogates: escaped
-        return json.dumps(record, separators=(",", ":")).encode()
 
 
 def _blocks(content: Any) -> list[Any]:
