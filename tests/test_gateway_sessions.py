@@ -19,6 +19,7 @@ import anthropic
 import anyio
 import httpx2
 import pytest
+import redis
 from _gateway import GatewayProcess, Upstream, dump, install_plugin, redis_server, start_gateway
 
 from agentloop.testing import reply, tool_call
@@ -97,6 +98,29 @@ async def test_two_gateways_share_sessions_through_redis(
             messages: list[Any] = [{"role": "user", "content": "s?"}]
             answer = await turn(one, messages)
             await turn(two, follow_up(messages, answer))
+        finally:
+            assert one.stop() == 0, one.output()
+            assert two.stop() == 0, two.output()
+    assert restored(upstream.bodies[2], call)
+
+
+async def test_replicas_share_a_secret_file_and_never_keep_one_in_redis(
+    upstream: Upstream, site: Path, tmp_path: Path
+) -> None:
+    call, script = hidden_turn_script("f")
+    upstream.script(*script)
+    secret = tmp_path / "secret"
+    secret.write_text("a long random secret\n")
+    args = ["--secret-file", str(secret)]
+    with redis_server() as url:
+        one = start_gateway(upstream.url, site, tmp_path, store=url, args=args)
+        redis.Redis.from_url(url).flushall()
+        two = start_gateway(upstream.url, site, tmp_path, store=url, args=args)
+        try:
+            messages: list[Any] = [{"role": "user", "content": "f?"}]
+            answer = await turn(one, messages)
+            await turn(two, follow_up(messages, answer))
+            assert not redis.Redis.from_url(url).exists("agentloop:gateway:secret")
         finally:
             assert one.stop() == 0, one.output()
             assert two.stop() == 0, two.output()

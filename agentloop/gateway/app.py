@@ -127,7 +127,8 @@ class GatewayConfig:
     gateway_keys: frozenset[str] = frozenset()
     """The client keys admitted when `upstream_key` is set."""
     secret: bytes | None = None
-    """Secret for session keys; by default made and kept in the store."""
+    """Secret for session keys (every replica sharing a store needs the same one); by
+    default one is made and kept in the store, and checked on every lookup."""
     ping_interval: float = 5.0
     """Seconds of silence after which a stream gets a `ping` event."""
     upstream_timeout: float | None = None
@@ -145,7 +146,7 @@ class GatewayConfig:
         """A config from `options` and the environment.
 
         Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`
-        and `AGENTLOOP_GATEWAY_SECRET`.
+        and `AGENTLOOP_GATEWAY_SECRET` (unless `options` hold a `secret`).
 
         Raises:
             ConfigurationError: an upstream key is set but no gateway key is.
@@ -158,13 +159,10 @@ class GatewayConfig:
                 f"ANTHROPIC_API_KEY is set, so clients must present a gateway key: set "
                 f"{GATEWAY_KEYS_ENV} to a comma-separated list of keys"
             )
-        secret = env.get(SECRET_ENV)
-        return cls(
-            upstream_key=upstream_key,
-            gateway_keys=keys,
-            secret=secret.encode() if secret else None,
-            **options,
-        )
+        if options.get("secret") is None:
+            secret = env.get(SECRET_ENV)
+            options["secret"] = secret.encode() if secret else None
+        return cls(upstream_key=upstream_key, gateway_keys=keys, **options)
 
 
 class _Refusal(Exception):
@@ -335,8 +333,10 @@ class Gateway:
     async def start(self) -> None:
         """Open the store, read (or make) the secret, make the upstream clients."""
         await self.store.open()
-        secret = self.config.secret or await self.store.secret()
-        self.sessions = Sessions(self.store, secret)
+        if self.config.secret is not None:
+            self.sessions = Sessions(self.store, self.config.secret)
+        else:
+            self.sessions = Sessions(self.store, await self.store.secret(), kept=True)
         self.upstream = Upstream(
             self.config.upstream,
             timeout=self.config.upstream_timeout,
@@ -581,7 +581,7 @@ class Gateway:
         if end == 0:
             return Found(None), list(visible)
         prefix = visible[:end]
-        found = await self.sessions.find(self.sessions.key(scope, prefix))
+        found = await self.sessions.restore(scope, prefix)
         if found.session is None:
             if found.ambiguous:
                 _log.warning(
@@ -640,6 +640,8 @@ class Gateway:
         message = visible_message(responses, result, reply_id=call.reply_id)
         reply = {"role": "assistant", "content": message["content"]}
         hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)
+        if hidden or call.thread is not None:
+            await self.sessions.check_secret()
         if hidden:
             key = self.sessions.key(call.scope, [*call.visible, reply])
             await self.sessions.save(key, result.messages, parent=call.session, held=result.held)

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -78,6 +79,12 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         f"(default: {DEFAULT_STORE})",
     )
     serve.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="file holding the secret session keys are derived with (default: "
+        "AGENTLOOP_GATEWAY_SECRET, else one kept in the store)",
+    )
+    serve.add_argument(
         "--session-ttl",
         type=seconds,
         default=3600.0,
@@ -99,6 +106,19 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.set_defaults(handler=serve_command)
     return serve
+
+
+def _read_secret(path: str | None) -> bytes | None:
+    """The secret in the file at `path` (surrounding whitespace dropped), or None."""
+    if path is None:
+        return None
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"--secret-file: {exc.strerror}: {path}") from None
+    if not secret:
+        raise ConfigurationError(f"--secret-file: {path} is empty")
+    return secret
 
 
 def _quiet_logs(verbose: bool) -> None:
@@ -160,6 +180,7 @@ def serve_command(
         if tools is None:
             tools = default_manager().select(plugins=args.plugins, tools=args.tools)
         config = GatewayConfig.from_env(
+            secret=_read_secret(args.secret_file),
             deps=deps,
             upstream=args.upstream,
             store=args.store,

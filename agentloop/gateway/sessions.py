@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloop._wire import compact_json
+from agentloop.logs import get_logger
 
-from .stores import Store
+from .stores import SECRET_KEY, Store
 
 __all__ = (
     "Found",
@@ -45,6 +46,8 @@ __all__ = (
 )
 
 _FORMAT = 1
+
+_log = get_logger()
 
 
 def canonical_json(messages: Sequence[Any]) -> bytes:
@@ -127,10 +130,49 @@ def _ambiguous(key: str) -> str:
 class Sessions:
     """Derives session keys and reads and writes snapshots in a `Store`."""
 
-    def __init__(self, store: Store, secret: bytes) -> None:
-        """Use `store`, deriving keys with `secret`."""
+    def __init__(self, store: Store, secret: bytes, *, kept: bool = False) -> None:
+        """Use `store`, deriving keys with `secret`.
+
+        With `kept`, `secret` is the one kept in the store, and every lookup checks it is
+        still there: a store wiped (a Redis restart, a flush) gets its secret back from
+        the first process that notices, and a process that finds another one adopts it,
+        so processes sharing a store never derive different keys for long.
+        """
         self.store = store
         self._secret = secret
+        self._kept = kept
+
+    async def check_secret(self, stored: bytes | None = None, *, read: bool = True) -> bool:
+        """Whether the kept secret was still in the store (adopting the store's if not).
+
+        `stored` is the store's secret when the caller already read it (`read=False`).
+        Always True when the secret comes from the configuration.
+        """
+        if not self._kept:
+            return True
+        if read:
+            (stored,) = await self.store.get_many([SECRET_KEY])
+        if stored == self._secret:
+            return True
+        self._secret = await self.store.secret(self._secret)
+        _log.warning(
+            "gateway.secret_changed",
+            detail="the store lost the session secret (wiped or restarted); the secret "
+            "in the store now is used, and sessions stored before are gone",
+            adopted=stored is not None,
+        )
+        return False
+
+    async def restore(self, credential: str, visible: Sequence[Any]) -> Found:
+        """The session of a visible conversation (ending with an assistant reply)."""
+        for _ in range(2):
+            key = self.key(credential, visible)
+            extra = [SECRET_KEY] if self._kept else []
+            values = await self.store.get_many([key, _ambiguous(key), *extra])
+            if extra and not await self.check_secret(values[2], read=False):
+                continue  # the key was derived with a secret the store no longer has
+            break
+        return await self._found(key, values[0], values[1])
 
     def _key(self, kind: bytes, credential: str, payload: bytes) -> str:
         scope = credential.encode("utf-8", "surrogatepass")
@@ -167,6 +209,9 @@ class Sessions:
     async def find(self, key: str) -> Found:
         """The session stored under `key`, unless there is none or it is ambiguous."""
         raw, marker = await self.store.get_many([key, _ambiguous(key)])
+        return await self._found(key, raw, marker)
+
+    async def _found(self, key: str, raw: bytes | None, marker: bytes | None) -> Found:
         if marker is not None:
             return Found(None, ambiguous=True)
         chain = await self._chain(key, raw) if raw is not None else None

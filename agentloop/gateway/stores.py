@@ -4,12 +4,14 @@ A store holds opaque values under keys, each kept for a time-to-live and never c
 once written: the first write of a key wins, so concurrent requests can never overwrite
 each other's snapshot. `open_store` picks one from a URL: `sqlite:///PATH` (embedded, the
 default), `redis://HOST:PORT/DB` (shared by several gateway processes) or `memory://`.
-The server secret that keys are derived with lives in the store too, so every process
-sharing a store derives the same keys.
+The server secret that keys are derived with lives in the store too, under `SECRET_KEY`
+(readable with `get_many` like any value, so a gateway can check it is still there in the
+same round trip as a lookup), and every process sharing a store derives the same keys.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 import sqlite3
 import threading
@@ -25,6 +27,7 @@ from agentloop.errors import ConfigurationError
 
 __all__ = (
     "DEFAULT_STORE",
+    "SECRET_KEY",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",
@@ -34,6 +37,9 @@ __all__ = (
 
 DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
 """The store used when none is given: a SQLite file in the working directory."""
+
+SECRET_KEY = "secret"
+"""The key the store keeps the server secret under (it never expires)."""
 
 Clock = Callable[[], float]
 
@@ -54,8 +60,12 @@ class Store(Protocol):
         """Release connections."""
         ...
 
-    async def secret(self) -> bytes:
-        """The server secret, made and kept on first use (it never expires)."""
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The server secret under `SECRET_KEY`; it never expires.
+
+        When there is none, `candidate` (or, when None, 32 random bytes) is kept and
+        returned: the first process to ask after the store was created or wiped decides.
+        """
         ...
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
@@ -111,7 +121,6 @@ class MemoryStore:
         self.ttl = ttl
         self.clock = clock
         self._values: dict[str, tuple[bytes, float]] = {}
-        self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
         """Nothing to open."""
@@ -119,9 +128,11 @@ class MemoryStore:
     async def aclose(self) -> None:
         """Nothing to close (the values stay until the object goes)."""
 
-    async def secret(self) -> bytes:
-        """This store's secret."""
-        return self._secret
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """This store's secret (kept under `SECRET_KEY` with no expiry)."""
+        if self._live(SECRET_KEY, self.clock()) is None:
+            self._values[SECRET_KEY] = (candidate or secrets.token_bytes(32), math.inf)
+        return self._values[SECRET_KEY][0]
 
     def _live(self, key: str, now: float) -> bytes | None:
         item = self._values.get(key)
@@ -164,6 +175,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 
 class SQLiteStore:
     """Values in a SQLite file, created on first use; the embedded default.
+
+    The secret is a row of the `meta` table, which `get_many` reads under `SECRET_KEY`.
 
     One connection, used from worker threads one call at a time; the file is in WAL
     mode, so a gateway restarted on the same file finds every live snapshot.
@@ -211,15 +224,15 @@ class SQLiteStore:
             with self._lock:
                 db.close()
 
-    async def secret(self) -> bytes:
-        """The secret kept in the `meta` table (made on first use)."""
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The secret, kept in the `meta` table (made on first use)."""
+        value = candidate or secrets.token_bytes(32)
 
         def get(db: sqlite3.Connection) -> bytes:
             db.execute(
-                "INSERT OR IGNORE INTO meta (name, value) VALUES ('secret', ?)",
-                (secrets.token_bytes(32),),
+                "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)", (SECRET_KEY, value)
             )
-            row = db.execute("SELECT value FROM meta WHERE name = 'secret'").fetchone()
+            row = db.execute("SELECT value FROM meta WHERE name = ?", (SECRET_KEY,)).fetchone()
             return bytes(row[0])
 
         result: bytes = await self._call(get)
@@ -238,6 +251,10 @@ class SQLiteStore:
                 f"SELECT key, value FROM snapshots WHERE key IN ({marks}) AND expires > ?",
                 (*wanted, now),
             ).fetchall()
+            if SECRET_KEY in wanted:
+                rows += db.execute(
+                    "SELECT name, value FROM meta WHERE name = ?", (SECRET_KEY,)
+                ).fetchall()
             return {str(k): bytes(v) for k, v in rows}
 
         found: dict[str, bytes] = await self._call(get)
@@ -323,10 +340,10 @@ class RedisStore:
         if client is not None:
             await client.aclose()
 
-    async def secret(self) -> bytes:
-        """The secret under `agentloop:gateway:secret` (set once, by whichever process is first)."""
-        name = self.PREFIX + "secret"
-        await self._redis.set(name, secrets.token_bytes(32), nx=True)
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The secret under `agentloop:gateway:secret` (set by whichever process is first)."""
+        name = self.PREFIX + SECRET_KEY
+        await self._redis.set(name, candidate or secrets.token_bytes(32), nx=True)
         value = await self._redis.get(name)
         return bytes(value)
 
