@@ -174,9 +174,20 @@ def wait_until_healthy(gateway: GatewayProcess, timeout: float = 60) -> None:
     pytest.fail(f"the gateway did not become healthy:\n{gateway.output()}")
 
 
+@dataclass
+class RedisProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Kill the server (SIGKILL: no chance to tidy up)."""
+        self.process.kill()
+        self.process.wait(10)
+
+
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A real `redis-server` on a free port, without persistence; its URL."""
+def redis_process() -> Iterator[RedisProcess]:
+    """A real `redis-server` on a free port, without persistence."""
     binary = shutil.which("redis-server")
     if binary is None:
         if os.environ.get("CI") == "true":
@@ -201,10 +212,17 @@ def redis_server() -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("redis-server did not start")
             time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process)
     finally:
         process.terminate()
         process.wait(10)
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A real `redis-server` on a free port, without persistence; its URL."""
+    with redis_process() as server:
+        yield server.url
 
 
 def dump(blocks: Sequence[Any]) -> list[dict[str, Any]]:

@@ -6,17 +6,20 @@ upstream is the scripted Messages server.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
 import pytest
 import redis
-from _gateway import dump, gateway_on, redis_server
+from _gateway import dump, gateway_on, redis_process, redis_server
 
 from agentloop import tool
-from agentloop.gateway.app import GatewayConfig
+from agentloop.gateway.app import SESSION_HEADER, GatewayConfig
 from agentloop.testing import MessagesServer, reply, tool_call
 
 pytestmark = pytest.mark.timeout(60)
@@ -68,3 +71,67 @@ async def test_replicas_agree_on_the_secret_after_redis_lost_it(upstream: Messag
                 await two.messages.create(model="m", max_tokens=50, messages=follow_up(answer))
     sent = upstream.recorded[-1].body["messages"]
     assert sent[1]["content"] == [CALL], "the new replica restored the old one's hidden turn"
+
+
+async def test_a_dead_redis_is_an_api_error_and_a_finished_answer_still_arrives(
+    upstream: MessagesServer,
+) -> None:
+    with redis_process() as server:
+
+        @tool
+        def lookup(key: str) -> str:
+            """Look a key up (the store dies meanwhile)."""
+            server.stop()
+            return f"value of {key}"
+
+        config = GatewayConfig(upstream=upstream.base_url, store=server.url, tools=[lookup])
+        async with gateway_on(config) as url, client(url) as http:
+            raw = await http.messages.with_raw_response.create(
+                model="m", max_tokens=50, messages=ASK
+            )
+            answer = await raw.parse()
+            # The run ended after its tool ran: the answer is the client's, though unsaved.
+            assert dump(answer.content) == [{"type": "text", "text": "It is the value of k."}]
+            assert raw.headers[SESSION_HEADER] == "unsaved"
+            with pytest.raises(anthropic.InternalServerError) as caught:
+                await http.messages.create(model="m", max_tokens=50, messages=follow_up(answer))
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "error"
+    assert error["error"]["type"] == "api_error"
+    assert "session store" in error["error"]["message"]
+    assert len(upstream.requests) == 2, "the failed lookup never went upstream"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_sqlite_file_locked_by_another_process_loses_no_answer(
+    upstream: MessagesServer, tmp_path: Path, stream: bool
+) -> None:
+    db = tmp_path / "locked.db"
+    config = GatewayConfig(upstream=upstream.base_url, store=f"sqlite:///{db}", tools=[lookup])
+    holder = "import sqlite3, sys\n" + (
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('BEGIN EXCLUSIVE')\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    async with gateway_on(config) as url, client(url) as http:
+        async with await anyio.open_process([sys.executable, "-c", holder, str(db)]) as locker:
+            assert locker.stdout is not None and locker.stdin is not None
+            assert await locker.stdout.receive() == b"locked\n"
+            try:
+                if stream:
+                    async with http.messages.stream(
+                        model="m", max_tokens=50, messages=ASK
+                    ) as events:
+                        answer = await events.get_final_message()
+                else:
+                    raw = await http.messages.with_raw_response.create(
+                        model="m", max_tokens=50, messages=ASK
+                    )
+                    assert raw.headers[SESSION_HEADER] == "unsaved"
+                    answer = await raw.parse()
+            finally:
+                await locker.stdin.aclose()
+                await locker.wait()
+    assert dump(answer.content)[-1] == {"type": "text", "text": "It is the value of k."}
+    assert answer.stop_reason == "end_turn"

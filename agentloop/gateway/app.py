@@ -437,10 +437,10 @@ class Gateway:
             _require(body, (("model", str), ("messages", list)))
             client_tools = body.get("tools") or []
             self._client_tool_names(client_tools)
+            _, body["messages"] = await self._restore(scope, body["messages"])
         except _Refusal as refusal:
             body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
             return _json(refusal.status, body, request_id)
-        _, body["messages"] = await self._restore(scope, body["messages"])
         if self.internal:
             body["tools"] = [*(d.to_wire() for d in self.registry.definitions()), *client_tools]
         path = "/v1/messages/count_tokens"
@@ -581,7 +581,8 @@ class Gateway:
         if end == 0:
             return Found(None), list(visible)
         prefix = visible[:end]
-        found = await self.sessions.restore(scope, prefix)
+        with _store_failure("finding the conversation's session"):
+            found = await self.sessions.restore(scope, prefix)
         if found.session is None:
             if found.ambiguous:
                 _log.warning(
@@ -620,7 +621,8 @@ class Gateway:
                 "a continue request cannot send them",
                 {"error_code": "thread_fingerprint_mismatch"},
             )
-        parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
+        with _store_failure("finding the thread"):
+            parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
         if parent is None:
             raise _Refusal(
                 404,
@@ -640,6 +642,32 @@ class Gateway:
         message = visible_message(responses, result, reply_id=call.reply_id)
         reply = {"role": "assistant", "content": message["content"]}
         hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)
+        try:
+            await self._save(call, result, reply, hidden=hidden)
+        except Exception as exc:  # the answer is made: it reaches the client all the same
+            _log.warning(
+                "gateway.session_not_saved",
+                request_id=call.request_id,
+                error=repr(exc),
+                detail="the answer was sent, but continuing it will not restore its hidden turns",
+            )
+            notes = [call.notes[SESSION_HEADER]] if SESSION_HEADER in call.notes else []
+            call.notes[SESSION_HEADER] = ", ".join([*notes, "unsaved"])
+        _log.info(
+            "gateway.reply",
+            request_id=call.request_id,
+            rounds=result.rounds,
+            stop_reason=message["stop_reason"],
+            hidden=hidden,
+        )
+        return message
+
+
+    async def _save(
+        self, call: _Call, result: RunResult, reply: dict[str, Any], *, hidden: bool
+    ) -> None:
+        """Store the run's hidden turns (when it had any) and the thread's reply."""
+        assert self.sessions is not None
         if hidden or call.thread is not None:
             await self.sessions.check_secret()
         if hidden:
@@ -652,14 +680,16 @@ class Gateway:
                 parent=call.thread.parent,
                 fields=call.thread.fields,
             )
-        _log.info(
-            "gateway.reply",
-            request_id=call.request_id,
-            rounds=result.rounds,
-            stop_reason=message["stop_reason"],
-            hidden=hidden,
-        )
-        return message
+
+
+@contextmanager
+def _store_failure(doing: str) -> Iterator[None]:
+    """Answer a store failure as the API answers its own failures: a 500 `api_error`."""
+    try:
+        yield
+    except Exception as exc:
+        _log.error("gateway.store_failed", doing=doing, error=repr(exc))
+        raise _Refusal(500, "api_error", f"the session store failed while {doing}") from exc
 
 
 def _require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> None:
