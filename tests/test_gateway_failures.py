@@ -117,7 +117,7 @@ async def test_a_sqlite_file_locked_by_another_process_loses_no_answer(
     async with gateway_on(config) as url, client(url) as http:
         async with await anyio.open_process([sys.executable, "-c", holder, str(db)]) as locker:
             assert locker.stdout is not None and locker.stdin is not None
-            assert await locker.stdout.receive() == b"locked\n"
+            assert (await locker.stdout.receive()).startswith(b"locked")
             try:
                 if stream:
                     async with http.messages.stream(
