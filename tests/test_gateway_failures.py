@@ -135,3 +135,23 @@ async def test_a_sqlite_file_locked_by_another_process_loses_no_answer(
                 await locker.wait()
     assert dump(answer.content)[-1] == {"type": "text", "text": "It is the value of k."}
     assert answer.stop_reason == "end_turn"
+
+
+async def test_a_deleted_sqlite_file_is_made_again(
+    upstream: MessagesServer, tmp_path: Path
+) -> None:
+    db = tmp_path / "gone.db"
+    config = GatewayConfig(upstream=upstream.base_url, store=f"sqlite:///{db}", tools=[lookup])
+    async with gateway_on(config) as first, client(first) as http:
+        _remove(tmp_path, "gone.db*")  # with its WAL files, as `rm gone.db*` does
+        answer = await http.messages.create(model="m", max_tokens=50, messages=ASK)
+        assert await anyio.Path(db).exists()
+        # Another gateway on the same path (a restart, a second process) continues it.
+        async with gateway_on(config) as second, client(second) as again:
+            await again.messages.create(model="m", max_tokens=50, messages=follow_up(answer))
+    assert upstream.recorded[-1].body["messages"][1]["content"] == [CALL]
+
+
+def _remove(folder: Path, pattern: str) -> None:
+    for path in folder.glob(pattern):
+        path.unlink()

@@ -662,7 +662,6 @@ class Gateway:
         )
         return message
 
-
     async def _save(
         self, call: _Call, result: RunResult, reply: dict[str, Any], *, hidden: bool
     ) -> None:

@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 
 from agentloop.errors import ConfigurationError
+from agentloop.logs import get_logger
 
 __all__ = (
     "DEFAULT_STORE",
@@ -37,6 +38,8 @@ __all__ = (
 
 DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
 """The store used when none is given: a SQLite file in the working directory."""
+
+_log = get_logger()
 
 SECRET_KEY = "secret"
 """The key the store keeps the server secret under (it never expires)."""
@@ -179,7 +182,9 @@ class SQLiteStore:
     The secret is a row of the `meta` table, which `get_many` reads under `SECRET_KEY`.
 
     One connection, used from worker threads one call at a time; the file is in WAL
-    mode, so a gateway restarted on the same file finds every live snapshot.
+    mode, so a gateway restarted on the same file finds every live snapshot. A file
+    deleted or replaced while the gateway runs is noticed on the next call (a `stat`),
+    and the store starts again on a new file.
     """
 
     def __init__(self, path: Path, *, ttl: float, clock: Clock = time.time) -> None:
@@ -188,6 +193,7 @@ class SQLiteStore:
         self.ttl = ttl
         self.clock = clock
         self._db: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(1)
 
@@ -196,26 +202,32 @@ class SQLiteStore:
             with self._lock:
                 if self._db is None:
                     raise RuntimeError("the sqlite store is not open")
+                if self._file != _identity(self.path):
+                    # The file was deleted (or replaced) under the open connection,
+                    # which would go on writing where nobody can read: start again.
+                    _log.warning("gateway.sqlite_recreated", path=str(self.path))
+                    self._db.close()
+                    self._db, self._file = self._connect()
                 with self._db:  # one transaction per call
                     return function(self._db)
 
         return await anyio.to_thread.run_sync(locked, limiter=self._limiter)
 
+    def _connect(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
+        """A connection to the file (made with its folder and tables when missing)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(_SCHEMA)
+        db.isolation_level = "DEFERRED"
+        return db, _identity(self.path)
+
     async def open(self) -> None:
         """Create the file (and its folder) and tables when missing."""
-
-        def connect() -> sqlite3.Connection:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            db.isolation_level = "DEFERRED"
-            return db
-
         if self._db is None:
-            self._db = await anyio.to_thread.run_sync(connect)
+            self._db, self._file = await anyio.to_thread.run_sync(self._connect)
 
     async def aclose(self) -> None:
         """Close the connection."""
@@ -297,6 +309,15 @@ class SQLiteStore:
 
         deleted: int = await self._call(purge)
         return deleted
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at `path` as (device, inode), or None when there is none."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class RedisStore:
