@@ -55,7 +55,13 @@ from .sessions import (
     moved_markers,
 )
 from .stores import DEFAULT_STORE, Store, open_store
-from .upstream import Transport, Upstream, UpstreamProvider, forwarded_headers
+from .upstream import (
+    RETRY_WAIT_LIMIT,
+    Transport,
+    Upstream,
+    UpstreamProvider,
+    forwarded_headers,
+)
 from .visible import PING, VisibleStream, sse, visible_message
 
 __all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "Gateway", "GatewayConfig")
@@ -132,7 +138,11 @@ class GatewayConfig:
     ping_interval: float = 5.0
     """Seconds of silence after which a stream gets a `ping` event."""
     upstream_timeout: float | None = None
-    """Seconds the SDK waits for an upstream response (its default when None)."""
+    """Seconds the SDK waits for an upstream response, and the longest silence within an
+    upstream stream (the SDK's 600 when None; `math.inf` for no limit)."""
+    retry_wait_limit: float = RETRY_WAIT_LIMIT
+    """The longest `retry-after` a hidden round waits for; a longer one goes to the
+    client (with its `retry-after` header), as the API's answer would."""
     upstream_transport: Transport = "auto"
     """The HTTP client upstream: "aiohttp", "httpx", or "auto" (aiohttp when installed
     and on asyncio, as under `agentloop serve`; else httpx)."""
@@ -340,6 +350,7 @@ class Gateway:
         self.upstream = Upstream(
             self.config.upstream,
             timeout=self.config.upstream_timeout,
+            retry_wait_limit=self.config.retry_wait_limit,
             transport=self.config.upstream_transport,
         )
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))

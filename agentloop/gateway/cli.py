@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from agentloop.arguments import port, seconds, whole_number
+from agentloop.checks import parse_seconds
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool
@@ -99,6 +100,21 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.add_argument("--tool-timeout", type=seconds, default=30.0, help="seconds per tool call")
     serve.add_argument(
+        "--upstream-timeout",
+        type=_seconds_or_inf,
+        default=None,
+        metavar="SECONDS",
+        help="seconds an upstream request may take, and the longest silence within an "
+        "upstream stream ('inf' for no limit; default: 600)",
+    )
+    serve.add_argument(
+        "--max-retry-wait",
+        type=seconds,
+        metavar="SECONDS",
+        help="longest retry-after a hidden round waits for; a longer one goes to the "
+        "client (default: 10)",
+    )
+    serve.add_argument(
         "--upstream-transport",
         choices=("auto", "aiohttp", "httpx"),
         default="auto",
@@ -106,6 +122,16 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.set_defaults(handler=serve_command)
     return serve
+
+
+def _seconds_or_inf(value: str) -> float:
+    """A number of seconds > 0, `inf` included."""
+    try:
+        return parse_seconds("the value", value)
+    except ConfigurationError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds > 0 or 'inf', got {value!r}"
+        ) from None
 
 
 def _read_secret(path: str | None) -> bytes | None:
@@ -190,6 +216,8 @@ def serve_command(
             tool_concurrency=args.tool_concurrency,
             tool_timeout=args.tool_timeout,
             upstream_transport=args.upstream_transport,
+            upstream_timeout=args.upstream_timeout,
+            **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)
     except ConfigurationError as exc:
