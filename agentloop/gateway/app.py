@@ -288,6 +288,15 @@ def _failure(exc: Exception, request_id: str, provider: UpstreamProvider) -> _Fa
     return _Failure(500, _error_body("api_error", "internal gateway error", request_id), {})
 
 
+def _api_headers(request: Request) -> dict[str, str]:
+    """The client's API headers to send upstream, which must be ASCII as the API's are."""
+    headers = forwarded_headers(request.headers)
+    for name, value in headers.items():
+        if not value.isascii():
+            raise _Refusal(400, "invalid_request_error", f"{name}: header value must be ASCII")
+    return headers
+
+
 def _credential(request: Request) -> str | None:
     key = request.headers.get("x-api-key")
     if key:
@@ -481,12 +490,17 @@ class Gateway:
     ) -> Response:
         assert self.upstream is not None
         try:
+            headers = _api_headers(request)
+        except _Refusal as refusal:
+            error = _error_body(refusal.kind, str(refusal), request_id)
+            return _json(refusal.status, error, request_id)
+        try:
             answer = await self.upstream.forward(
                 credential,
                 request.method,
                 path,
                 body=body,
-                headers=forwarded_headers(request.headers),
+                headers=headers,
                 query=dict(request.query_params),
             )
         except ProviderError as exc:
@@ -501,6 +515,7 @@ class Gateway:
         body = await _json_object(request)
         thread = await self._thread(body, scope)
         _require(body, (("model", str), ("max_tokens", int), ("messages", list)))
+        _check_types(body)
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
@@ -510,7 +525,7 @@ class Gateway:
         extra_body = {k: params.pop(k) for k in list(params) if k in _OPTION_NAMES}
         if extra_body:
             params["extra_body"] = extra_body
-        headers = forwarded_headers(request.headers)
+        headers = _api_headers(request)
         if headers:
             params["extra_headers"] = headers
         if request.query_params:
@@ -702,6 +717,29 @@ def _store_failure(doing: str) -> Iterator[None]:
         raise _Refusal(500, "api_error", f"the session store failed while {doing}") from exc
 
 
+# The fields the gateway reads itself, and the JSON types they must have (absent or null
+# is fine); every other field goes upstream unread.
+_TYPES: dict[str, tuple[type, ...]] = {
+    "system": (str, list),
+    "tools": (list,),
+    "tool_choice": (dict,),
+    "thinking": (dict,),
+    "metadata": (dict,),
+    "stop_sequences": (list,),
+    "stream": (bool,),
+}
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", bool: "a boolean"}
+
+
+def _check_types(body: Mapping[str, Any]) -> None:
+    """Refuse a field the gateway reads whose value has the wrong JSON type."""
+    for name, kinds in _TYPES.items():
+        value = body.get(name)
+        if value is not None and not isinstance(value, kinds):
+            wanted = " or ".join(_TYPE_NAMES[k] for k in kinds)
+            raise _Refusal(400, "invalid_request_error", f"{name}: Input should be {wanted}")
+
+
 def _require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> None:
     """Refuse a body missing one of `fields` or holding a value of another type."""
     for name, kind in fields:
@@ -711,15 +749,60 @@ def _require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> Non
             raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
 
 
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body served, as the API's limit (32 MB): larger ones get 413."""
+MAX_DEPTH = 256
+"""The deepest nesting of arrays and objects a request body may hold."""
+
+
 async def _json_object(request: Request) -> dict[str, Any]:
-    """The request's body, which must be one JSON object."""
+    """The request's body, which must be one JSON object of at most `MAX_BODY_BYTES`.
+
+    The body is read in chunks and refused as soon as it is too large, so a huge body
+    never sits in memory whole.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
     try:
-        body = json.loads(await request.body())
+        body = json.loads(b"".join(chunks))
+    except RecursionError:
+        body = None  # nested too deep for the parser: refused below
     except ValueError as exc:
         raise _Refusal(400, "invalid_request_error", f"the body is not valid JSON: {exc}") from None
+    if body is None or not _shallow(body, MAX_DEPTH):
+        raise _Refusal(
+            400, "invalid_request_error", f"the body nests arrays and objects over {MAX_DEPTH} deep"
+        )
     if not isinstance(body, dict):
         raise _Refusal(400, "invalid_request_error", "the body must be a JSON object")
     return body
+
+
+def _too_large() -> _Refusal:
+    message = f"the request exceeds the maximum size of {MAX_BODY_BYTES // 2**20} MB"
+    return _Refusal(413, "request_too_large", message)
+
+
+def _shallow(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and dicts at most `limit` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children if isinstance(item, (dict, list)) else ():
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return False
+                stack.append((child, depth + 1))
+    return True
 
 
 def _last_assistant(messages: Sequence[Any]) -> int:
