@@ -186,6 +186,17 @@ def test_canonical_json_ignores_how_a_client_wrote_the_conversation() -> None:
     assert canonical_json(with_null) != canonical_json(without)
 
 
+def test_canonical_json_writes_a_whole_number_one_way() -> None:
+    def asked(value: Any) -> list[Any]:
+        call = {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": value, "y": [value]}}
+        return [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]}]
+
+    # What Python sent, and what a JavaScript client echoes back (`JSON.stringify`).
+    assert canonical_json(asked(1.0)) == canonical_json(asked(1))
+    assert canonical_json(asked(1e21)) == canonical_json(asked(10**21))
+    assert canonical_json(asked(1.5)) != canonical_json(asked(1))
+
+
 async def test_keys_are_scoped_by_credential_and_secret() -> None:
     store = MemoryStore(ttl=60)
     visible = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]

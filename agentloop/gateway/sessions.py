@@ -55,12 +55,25 @@ def canonical_json(messages: Sequence[Any]) -> bytes:
 
     Keys are sorted and whitespace dropped; a string content is one text block; null
     fields and `cache_control` markers (clients move them from request to request) are
-    left out of blocks, at every depth that holds blocks. Tool inputs are kept as they are.
+    left out of blocks, at every depth that holds blocks. A whole number is written the
+    same whether it came as `1` or `1.0` (JavaScript's `JSON.stringify` writes `1.0` as
+    `1`), at every depth; tool inputs are otherwise kept as they are.
     """
-    normal = [_message(m) for m in messages]
+    normal = [_numbers(_message(m)) for m in messages]
     return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
         "utf-8", "surrogatepass"
     )
+
+
+def _numbers(value: Any) -> Any:
+    """`value` with every float that is a whole number (`1.0`, `1e21`) made an int."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return value
 
 
 def _message(message: Any) -> Any:
