@@ -110,6 +110,24 @@ async def test_a_client_that_goes_away_cancels_the_run() -> None:
         assert len(served.upstream.requests) == 1, "no further round was asked for"
 
 
+async def test_a_json_client_that_goes_away_cancels_the_run() -> None:
+    async with serve_gateway() as served:
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                async with httpx2.AsyncClient(timeout=30) as http:
+                    await http.post(
+                        served.url + "/v1/messages", json={**BODY, "stream": False}, headers=HEADERS
+                    )
+
+            group.start_soon(ask)
+            await served.started.wait()
+            group.cancel_scope.cancel()  # the client closes its connection mid-run
+        with anyio.fail_after(10):
+            await served.cancelled.wait()
+        assert len(served.upstream.requests) == 1, "no further round was asked for"
+
+
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 

@@ -104,6 +104,29 @@ async def test_sqlite_purge_deletes_the_rows(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM snapshots").fetchone() == (0,)
 
 
+async def test_a_sqlite_purge_shrinks_the_file(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "shrink.db"
+    store = SQLiteStore(path, ttl=5, clock=clock)
+    await store.open()
+    try:
+        for i in range(1000):
+            await store.put(f"k{i}", bytes(10_000))
+        full = _size(tmp_path)
+        clock.now += 6
+        assert await store.purge() == 1000
+        emptied = _size(tmp_path)
+    finally:
+        await store.aclose()
+    assert full > 10_000_000
+    assert emptied < full / 10, (full, emptied)
+
+
+def _size(folder: Path) -> int:
+    """Bytes of the SQLite files in `folder` (the database and its WAL)."""
+    return sum(p.stat().st_size for p in folder.glob("shrink.db*"))
+
+
 async def test_the_sqlite_secret_outlives_the_process(tmp_path: Path) -> None:
     secrets = []
     for _ in range(2):

@@ -429,18 +429,29 @@ class Gateway:
             return _json(refusal.status, body, request_id)
         if call.stream:
             return _StreamResponse(self, call)
-        try:
-            with continued_trace(call):
-                result = await call.agent.run(
-                    None,
-                    history=call.history,
-                    deps=self.config.deps,
-                    external_tools=call.client_tools,
-                )
-        except Exception as exc:
-            failure = _failure(exc, request_id, call.provider)
-            _log.info("gateway.failed", status=failure.status, error=str(exc))
+        result: RunResult | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as group:
+            # A client that goes away cancels its run, as for a stream.
+            group.start_soon(_cancel_on_disconnect, request.receive, group.cancel_scope)
+            try:
+                with continued_trace(call):
+                    result = await call.agent.run(
+                        None,
+                        history=call.history,
+                        deps=self.config.deps,
+                        external_tools=call.client_tools,
+                    )
+            except Exception as exc:
+                error = exc
+            group.cancel_scope.cancel()
+        if error is not None:
+            failure = _failure(error, request_id, call.provider)
+            _log.info("gateway.failed", status=failure.status, error=str(error))
             return _json(failure.status, failure.body, request_id, failure.headers)
+        if result is None:  # the client went away: nobody to answer
+            _log.info("gateway.client_gone", request_id=request_id)
+            return Response(status_code=499)
         message = await self._finish(call, result)
         return _json(200, message, request_id, {**call.provider.answer_headers, **call.notes})
 
@@ -848,7 +859,7 @@ class _StreamResponse(Response):
         self.call.provider.on_event = on_event
         async with anyio.create_task_group() as group:
             group.start_soon(self._run, send_items, view)
-            group.start_soon(self._watch, receive, group.cancel_scope)
+            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
             try:
                 await self._write(items, scope, send)
             finally:
@@ -873,14 +884,6 @@ class _StreamResponse(Response):
                 send_items.send_nowait(("end", view.finish(call.provider.responses, result)))
             except Exception as exc:
                 send_items.send_nowait(("error", exc))
-
-    @staticmethod
-    async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                scope.cancel()
-                return
 
     async def _write(self, items: Any, scope: Scope, send: Send) -> None:
         started = False
@@ -940,6 +943,15 @@ class _StreamResponse(Response):
                     if started:
                         await body(b"", more=False)
                     return
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel `scope` when the client disconnects (its body has been read by then)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
 
 
 async def _no_receive() -> Any:

@@ -176,6 +176,10 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
+_INCREMENTAL = 2
+"""`PRAGMA auto_vacuum` for incremental vacuuming."""
+
+
 class SQLiteStore:
     """Values in a SQLite file, created on first use; the embedded default.
 
@@ -217,6 +221,11 @@ class SQLiteStore:
         """A connection to the file (made with its folder and tables when missing)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            # Set before the first table (a file made without it is rewritten once), so
+            # purges can hand the space of expired rows back to the file system.
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            db.execute("VACUUM")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
@@ -301,13 +310,19 @@ class SQLiteStore:
         return written
 
     async def purge(self) -> int:
-        """Delete the expired rows."""
+        """Delete the expired rows, and give their space back to the file system."""
         now = self.clock()
 
         def purge(db: sqlite3.Connection) -> int:
             return db.execute("DELETE FROM snapshots WHERE expires <= ?", (now,)).rowcount
 
+        def shrink(db: sqlite3.Connection) -> None:
+            db.executescript("PRAGMA incremental_vacuum;")  # steps it to the end
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
         deleted: int = await self._call(purge)
+        if deleted:
+            await self._call(shrink)
         return deleted
 
 
