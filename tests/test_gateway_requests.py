@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import anthropic
 import anyio
 import httpx2
 import pytest
@@ -18,7 +19,7 @@ from _gateway import gateway_on
 
 from agentloop import tool
 from agentloop.gateway.app import GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.testing import MessagesServer, RawResponse, reply, sse_events, tool_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,9 +35,9 @@ def lookup(key: str) -> str:
 
 
 @asynccontextmanager
-async def served() -> AsyncIterator[tuple[str, MessagesServer]]:
+async def served(*script: Any) -> AsyncIterator[tuple[str, MessagesServer]]:
     """The gateway (in this task: a fixture would cross tasks) and its upstream."""
-    upstream = MessagesServer([reply("never")] * 20).start()
+    upstream = MessagesServer(list(script)).start()
     config = GatewayConfig(upstream=upstream.base_url, store="memory://", tools=[lookup])
     try:
         async with gateway_on(config) as url:
@@ -126,3 +127,57 @@ async def test_a_body_over_32_mb_is_refused_before_it_is_read() -> None:
         assert streamed.status_code == 413, streamed.text
         assert streamed.json()["error"]["type"] == "request_too_large"
     assert upstream.requests == []
+
+
+async def test_request_ids_agree_between_header_and_body() -> None:
+    refused = RawResponse(
+        429,
+        {
+            "type": "error",
+            "error": {"type": "rate_limit_error", "message": "Slow down"},
+            "request_id": "req_upstream",
+        },
+        headers={"request-id": "req_upstream", "retry-after": "1"},
+    )
+    async with served(refused) as (url, _), httpx2.AsyncClient(timeout=30) as http:
+        missing = await http.get(url + "/v2/nothing", headers=HEADERS)
+        health = await http.get(url + "/healthz")
+        limited = await http.post(url + "/v1/messages", json=ask(), headers=HEADERS)
+    assert missing.status_code == 404
+    assert missing.headers["request-id"] == missing.json()["request_id"]
+    assert health.headers["request-id"].startswith("req_")
+    assert limited.status_code == 429
+    assert limited.headers["request-id"] == limited.json()["request_id"] == "req_upstream"
+
+
+async def test_a_block_streamed_before_message_start_still_reaches_the_client_in_order() -> None:
+    events = [
+        (name, data)
+        for frame in sse_events(reply("Out of order.")).split("\n\n")
+        if frame
+        for name, data in [_frame(frame)]
+    ]
+    start = events.pop(0)
+    events.insert(1, start)  # content_block_start, then message_start
+    disordered = "".join(f"event: {n}\ndata: {json.dumps(d)}\n\n" for n, d in events)
+    upstream = MessagesServer([RawResponse(200, sse=disordered)]).start()
+    config = GatewayConfig(upstream=upstream.base_url, store="memory://")
+    try:
+        async with gateway_on(config) as url:
+            client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+            async with (
+                client,
+                client.messages.stream(
+                    model="m", max_tokens=10, messages=ask()["messages"]
+                ) as stream,
+            ):
+                message = await stream.get_final_message()
+    finally:
+        upstream.stop()
+    assert [b.type for b in message.content] == ["text"]
+    assert message.content[0].text == "Out of order."  # type: ignore[union-attr]
+
+
+def _frame(frame: str) -> tuple[str, Any]:
+    lines = dict(line.split(": ", 1) for line in frame.splitlines())
+    return lines["event"], json.loads(lines["data"])

@@ -214,6 +214,8 @@ class _Call:
     client_names: frozenset[str]
     stream: bool
     request_id: str
+    model: str = ""
+    """The model the client asked for."""
     thread: _ThreadCall | None = None
     reply_id: str | None = None
     trace: Context | None = None
@@ -253,7 +255,7 @@ def _json(
     return Response(
         body,
         status,
-        headers={**(headers or {}), "request-id": request_id},
+        headers={"request-id": request_id, **(headers or {})},
         media_type="application/json",
     )
 
@@ -279,7 +281,10 @@ def _failure(exc: Exception, request_id: str, provider: UpstreamProvider) -> _Fa
             # The upstream's answer, unchanged (an error event inside a stream has no
             # status of its own: it gets the one its type has).
             status = exc.status_code or _STATUS_OF.get(body["error"].get("type"), 500)
-            return _Failure(status, body, provider.error_headers)
+            headers = dict(provider.error_headers)
+            if isinstance(body.get("request_id"), str):  # the id the body names, in both
+                headers["request-id"] = body["request_id"]
+            return _Failure(status, body, headers)
         body = _error_body("api_error", f"upstream request failed: {exc}", request_id)
         return _Failure(502, body, {})
     if isinstance(exc, (HistoryError, ConfigurationError)):
@@ -398,7 +403,8 @@ class Gateway:
             status = exc.status_code if isinstance(exc, HTTPException) else 404
             kind = "not_found_error" if status == 404 else "invalid_request_error"
             message = f"{request.method} {request.url.path} is not served here"
-            return _json(status, _error_body(kind, message, _new_id("req_")), _new_id("req_"))
+            request_id = _new_id("req_")
+            return _json(status, _error_body(kind, message, request_id), request_id)
 
         return Starlette(
             routes=[
@@ -415,7 +421,8 @@ class Gateway:
     async def healthz(self, request: Request) -> Response:
         """200 once the store is open."""
         ready = self.sessions is not None
-        return _json(200 if ready else 503, {"status": "ok" if ready else "starting"}, "")
+        body = {"status": "ok" if ready else "starting"}
+        return _json(200 if ready else 503, body, _new_id("req_"))
 
     # ------------------------------------------------------------------ /v1/messages
 
@@ -573,6 +580,7 @@ class Gateway:
             client_names=names,
             stream=body.get("stream") is True,
             request_id=request_id,
+            model=body["model"],
             thread=thread,
             reply_id=_new_id("msg_") if thread is not None else None,
             trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
@@ -849,7 +857,9 @@ class _StreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
-        view = VisibleStream(self.call.client_names, reply_id=self.call.reply_id)
+        view = VisibleStream(
+            self.call.client_names, reply_id=self.call.reply_id, model=self.call.model
+        )
 
         async def on_event(round_: int, event: Any) -> None:
             data = view.feed(round_, event)
