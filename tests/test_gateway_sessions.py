@@ -7,6 +7,7 @@ the scripted Messages server, which lints every history it receives.
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +21,15 @@ import anyio
 import httpx2
 import pytest
 import redis
-from _gateway import GatewayProcess, Upstream, dump, install_plugin, redis_server, start_gateway
+from _gateway import (
+    ROOT,
+    GatewayProcess,
+    Upstream,
+    dump,
+    install_plugin,
+    redis_server,
+    start_gateway,
+)
 
 from agentloop.testing import reply, tool_call
 
@@ -210,3 +219,35 @@ def test_an_upstream_key_without_gateway_keys_is_refused_at_startup(tmp_path: Pa
     )
     assert done.returncode == 2
     assert "AGENTLOOP_GATEWAY_KEYS" in done.stderr
+
+
+@pytest.mark.parametrize("problem", ["port-in-use", "bad-upstream"])
+def test_a_gateway_that_cannot_work_says_so_in_one_line_at_startup(
+    problem: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLOOP_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, from any working directory
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        upstream = "not-a-url" if problem == "bad-upstream" else "http://127.0.0.1:9"
+        if problem == "bad-upstream":
+            port = 0
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentloop.gateway",
+                *("--upstream", upstream, "--port", str(port), "--store", "memory://"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("agentloop: error: ")
+    assert ("not-a-url" if problem == "bad-upstream" else f"127.0.0.1:{port}") in line

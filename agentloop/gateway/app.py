@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import anyio
 from opentelemetry import context as otel_context
@@ -332,6 +332,11 @@ class Gateway:
         Raises:
             ConfigurationError: the store URL or a limit cannot work.
         """
+        where = urlsplit(config.upstream)
+        if where.scheme not in ("http", "https") or not where.hostname:
+            raise ConfigurationError(
+                f"the upstream must be an http:// or https:// URL, not {config.upstream!r}"
+            )
         self.config = config
         self.registry = ToolRegistry(config.tools)
         self.internal = frozenset(self.registry.names)

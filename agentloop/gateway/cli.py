@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -197,7 +198,7 @@ def serve_command(
         from .app import Gateway, GatewayConfig
     except ImportError as exc:
         print(
-            f"agentloop serve: {exc.name or exc} is missing; "
+            f"agentloop: error: {exc.name or exc} is missing; "
             "install it with: pip install 'agentloop-runner[gateway]'",
             file=sys.stderr,
         )
@@ -220,8 +221,9 @@ def serve_command(
             **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)
+        listening = _listen(args.host, args.port)
     except ConfigurationError as exc:
-        print(f"agentloop serve: {exc}", file=sys.stderr)
+        print(f"agentloop: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False))
     _quiet_logs(verbose)
@@ -243,5 +245,29 @@ def serve_command(
         file=sys.stderr,
         flush=True,
     )
-    server.run()
+    with listening:
+        server.run(sockets=[listening])
     return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` for the server, so a taken port fails up front.
+
+    Raises:
+        ConfigurationError: the address cannot be listened on (in use, not local, ...).
+    """
+    try:
+        (family, kind, proto, _, address), *_ = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
