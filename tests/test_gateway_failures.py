@@ -20,7 +20,7 @@ from _gateway import dump, gateway_on, redis_process, redis_server
 
 from agentloop import tool
 from agentloop.gateway.app import SESSION_HEADER, GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.testing import Fault, MessagesServer, reply, tool_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,3 +155,41 @@ async def test_a_deleted_sqlite_file_is_made_again(
 def _remove(folder: Path, pattern: str) -> None:
     for path in folder.glob(pattern):
         path.unlink()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_retry_after_a_failed_hidden_round_never_runs_the_tools_again(
+    stream: bool,
+) -> None:
+    ran: list[str] = []
+
+    @tool
+    def remember(note: str) -> str:
+        """Write a note down (a side effect)."""
+        ran.append(note)
+        return "written"
+
+    failed = Fault.server_error(500, retry_after=0)
+    upstream = MessagesServer(
+        [reply(tool_call("remember", {"note": "n"})), failed, failed, failed, reply("Noted.")]
+    ).start()
+    config = GatewayConfig(upstream=upstream.base_url, store="memory://", tools=[remember])
+    try:
+        async with gateway_on(config) as url, client(url) as http:
+
+            async def ask() -> Any:
+                if not stream:
+                    return await http.messages.create(model="m", max_tokens=50, messages=ASK)
+                async with http.messages.stream(model="m", max_tokens=50, messages=ASK) as s:
+                    return await s.get_final_message()
+
+            with pytest.raises(anthropic.APIStatusError):
+                await ask()
+            answer = await ask()  # the client's retry of the same request
+    finally:
+        upstream.stop()
+    assert ran == ["n"], "the tool ran once"
+    assert dump(answer.content)[-1] == {"type": "text", "text": "Noted."}
+    last = upstream.recorded[-1].body["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user"]
+    assert last[2]["content"][0]["content"] == "written"

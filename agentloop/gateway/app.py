@@ -458,6 +458,7 @@ class Gateway:
                 error = exc
             group.cancel_scope.cancel()
         if error is not None:
+            await self._keep_partial(call, error)
             failure = _failure(error, request_id, call.provider)
             _log.info("gateway.failed", status=failure.status, error=str(error))
             return _json(failure.status, failure.body, request_id, failure.headers)
@@ -627,6 +628,12 @@ class Gateway:
         or the match is ambiguous (two conversations showed the same text).
         """
         assert self.sessions is not None
+        if self.internal:  # a failed attempt of this very request may have run tools
+            with _store_failure("finding the conversation's session"):
+                kept = await self.sessions.restore(scope, visible, retry=True)
+            if kept.session is not None:
+                _log.info("gateway.retry_resumed", rounds_kept=len(kept.session.messages))
+                return kept, list(kept.session.messages)
         end = _last_assistant(visible) + 1
         if end == 0:
             return Found(None), list(visible)
@@ -711,6 +718,23 @@ class Gateway:
             hidden=hidden,
         )
         return message
+
+    async def _keep_partial(self, call: _Call, exc: Exception) -> None:
+        """After a failed run whose gateway tools ran, keep what they did for a retry."""
+        assert self.sessions is not None
+        partial: RunResult | None = getattr(exc, "result", None)
+        if partial is None or not partial.tool_calls:
+            return
+        try:
+            await self.sessions.check_secret()
+            key = self.sessions.retry_key(call.scope, call.visible)
+            await self.sessions.save(key, partial.messages, parent=call.session)
+        except Exception as failure:
+            _log.warning("gateway.partial_not_saved", error=repr(failure))
+        else:
+            _log.info(
+                "gateway.partial_kept", request_id=call.request_id, calls=len(partial.tool_calls)
+            )
 
     async def _save(
         self, call: _Call, result: RunResult, reply: dict[str, Any], *, hidden: bool
@@ -898,6 +922,7 @@ class _StreamResponse(Response):
                 await self.gateway._finish(call, result)
                 send_items.send_nowait(("end", view.finish(call.provider.responses, result)))
             except Exception as exc:
+                await self.gateway._keep_partial(call, exc)
                 send_items.send_nowait(("error", exc))
 
     async def _write(self, items: Any, scope: Scope, send: Send) -> None:

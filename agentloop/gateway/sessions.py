@@ -15,6 +15,10 @@ wins; a later write of different hidden turns under the same key marks the key
 ambiguous, and an ambiguous key restores nothing: the gateway never guesses which
 conversation a client continues.
 
+A run that fails after the gateway's tools ran (the upstream failed in a later round)
+keeps its partial history under a key derived from the whole request, so the client's
+retry of that request goes on from there instead of running the tools again.
+
 Message threads use the same snapshots: a thread record holds the visible messages a
 reply added, keyed by the reply's id, so a `continue` request can be expanded to the
 whole visible conversation.
@@ -176,10 +180,16 @@ class Sessions:
         )
         return False
 
-    async def restore(self, credential: str, visible: Sequence[Any]) -> Found:
-        """The session of a visible conversation (ending with an assistant reply)."""
+    async def restore(
+        self, credential: str, visible: Sequence[Any], *, retry: bool = False
+    ) -> Found:
+        """The session of a visible conversation (ending with an assistant reply).
+
+        With `retry`, the partial run kept for a request that failed after the gateway's
+        tools ran, found from the whole request's conversation (`retry_key`).
+        """
         for _ in range(2):
-            key = self.key(credential, visible)
+            key = (self.retry_key if retry else self.key)(credential, visible)
             extra = [SECRET_KEY] if self._kept else []
             values = await self.store.get_many([key, _ambiguous(key), *extra])
             if extra and not await self.check_secret(values[2], read=False):
@@ -195,6 +205,10 @@ class Sessions:
     def key(self, credential: str, visible: Sequence[Any]) -> str:
         """The key of a visible conversation (ending with an assistant reply) for a client."""
         return self._key(b"session", credential, canonical_json(visible))
+
+    def retry_key(self, credential: str, visible: Sequence[Any]) -> str:
+        """The key of the partial run kept for a failed request's whole conversation."""
+        return self._key(b"retry", credential, canonical_json(visible))
 
     def thread_key(self, credential: str, reply_id: str) -> str:
         """The key of a thread's record for the reply `reply_id`, for a client."""
