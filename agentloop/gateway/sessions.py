@@ -64,9 +64,7 @@ def canonical_json(messages: Sequence[Any]) -> bytes:
     `1`), at every depth; tool inputs are otherwise kept as they are.
     """
     normal = [_numbers(_message(m)) for m in messages]
-    return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    return compact_json(normal, sort_keys=True)
 
 
 def _numbers(value: Any) -> Any:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from agentloop._wire import random_id
+from agentloop._wire import compact_json, random_id
 from agentloop.messages import ToolUseBlock
 from agentloop.providers.base import (
     BlockDelta,
@@ -44,8 +44,7 @@ _SUMMED = (
 
 def sse(name: str, data: Any) -> bytes:
     """One server-sent event as the API writes it."""
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {payload}\n\n".encode("utf-8", "surrogatepass")
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), compact_json(data))
 
 
 PING = sse("ping", {"type": "ping"})
