@@ -169,7 +169,13 @@ class Gateway:
             body = error_body(refusal.kind, str(refusal), request_id, refusal.details)
             return json_answer(refusal.status, body, request_id)
         if call.stream:
-            return StreamResponse(self, call)
+            return StreamResponse(
+                call,
+                finish=self._finish,
+                keep_partial=self._keep_partial,
+                deps=self.config.deps,
+                ping_interval=self.config.ping_interval,
+            )
         result: RunResult | None = None
         error: Exception | None = None
         async with anyio.create_task_group() as group:

@@ -7,20 +7,21 @@ API's `error` event. A client that goes away cancels the run.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from agentloop.events import ModelStreamEvent
 from agentloop.logs import get_logger
+from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
 from .errors import answer_failure, json_answer
+from .upstream import UpstreamProvider
 from .visible import PING, VisibleStream, sse
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 __all__ = ("StreamResponse", "cancel_on_disconnect")
 
@@ -37,24 +38,33 @@ class StreamResponse(Response):
     API's `error` event.
     """
 
-    def __init__(self, gateway: Gateway, call: Call) -> None:
-        self.gateway = gateway
+    def __init__(
+        self,
+        call: Call,
+        *,
+        finish: Callable[[Call, RunResult], Awaitable[Any]],
+        keep_partial: Callable[[Call, Exception], Awaitable[None]],
+        deps: Any,
+        ping_interval: float,
+    ) -> None:
+        """Answer `call`; `finish` stores a finished run, `keep_partial` a failed one."""
         self.call = call
+        self.finish = finish
+        self.keep_partial = keep_partial
+        self.deps = deps
+        self.ping_interval = ping_interval
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the call, writing its events (and pings) as they come."""
         send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
-        view = VisibleStream(
-            self.call.client_names, reply_id=self.call.reply_id, model=self.call.model
+        view = _Feed(
+            VisibleStream(
+                self.call.client_names, reply_id=self.call.reply_id, model=self.call.model
+            ),
+            send_items,
         )
-
-        async def on_event(round_: int, event: Any) -> None:
-            data = view.feed(round_, event)
-            if data:
-                send_items.send_nowait(("data", data))
-
-        self.call.provider.on_event = on_event
+        self.call.provider.on_event = view.from_provider
         async with anyio.create_task_group() as group:
             group.start_soon(self._run, send_items, view)
             group.start_soon(cancel_on_disconnect, receive, group.cancel_scope)
@@ -63,7 +73,7 @@ class StreamResponse(Response):
             finally:
                 group.cancel_scope.cancel()
 
-    async def _run(self, send_items: Any, view: VisibleStream) -> None:
+    async def _run(self, send_items: Any, view: _Feed) -> None:
         call = self.call
         with send_items:
             try:
@@ -71,22 +81,24 @@ class StreamResponse(Response):
                     async with call.agent.run_stream(
                         None,
                         history=call.history,
-                        deps=self.gateway.config.deps,
+                        deps=self.deps,
                         external_tools=call.client_tools,
                     ) as stream:
-                        async for _ in stream:
-                            pass
+                        async for event in stream:
+                            if isinstance(event, ModelStreamEvent):
+                                view.from_run(event, self.call.provider)
                 result = stream.result
                 assert result is not None
-                await self.gateway._finish(call, result)
-                send_items.send_nowait(("end", view.finish(call.provider.responses, result)))
+                await self.finish(call, result)
+                end = view.stream.finish(call.provider.responses, result)
+                send_items.send_nowait(("end", end))
             except Exception as exc:
-                await self.gateway._keep_partial(call, exc)
+                await self.keep_partial(call, exc)
                 send_items.send_nowait(("error", exc))
 
     async def _write(self, items: Any, scope: Scope, send: Send) -> None:
         started = False
-        interval = self.gateway.config.ping_interval
+        interval = self.ping_interval
         request_id = self.call.request_id
 
         async def start() -> None:
@@ -144,6 +156,36 @@ class StreamResponse(Response):
                     if started:
                         await body(b"", more=False)
                     return
+
+
+class _Feed:
+    """Feeds the upstream's events to the `VisibleStream`, from the run's own event stream.
+
+    The run reports them as `ModelStreamEvent`s; until the agent emits those, they come
+    from the upstream provider directly (`from_provider`). The first `ModelStreamEvent`
+    turns the provider's report off, and events already fed from it are not fed again.
+    """
+
+    def __init__(self, stream: VisibleStream, send_items: Any) -> None:
+        self.stream = stream
+        self.send_items = send_items
+        self._fed: dict[int, Any] = {}
+        """Events fed from the provider (by id, kept alive), until the run reports its own."""
+
+    def _feed(self, round_: int, event: Any) -> None:
+        data = self.stream.feed(round_, event)
+        if data:
+            self.send_items.send_nowait(("data", data))
+
+    async def from_provider(self, round_: int, event: Any) -> None:
+        self._fed[id(event)] = event
+        self._feed(round_, event)
+
+    def from_run(self, event: ModelStreamEvent, provider: UpstreamProvider) -> None:
+        provider.on_event = None
+        if self._fed.pop(id(event.event), None) is event.event:
+            return
+        self._feed(event.round, event.event)
 
 
 async def cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

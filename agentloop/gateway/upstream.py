@@ -3,9 +3,7 @@
 Requests go out through `AnthropicProvider` over the SDK's `AsyncAnthropic`, one client
 per upstream credential sharing one connection pool. The first model request of a client
 request is sent once, without retries, so an upstream error reaches the client as it was
-(its own retry logic reads it); as JSON it goes straight over the pool, with the SDK's
-headers and credential but not its per-request machinery (the passthrough case, where
-the gateway's cost is most of the added latency). The hidden rounds after it are retried
+(its own retry logic reads it). The hidden rounds after it are retried
 by the gateway, since the client cannot retry those on its own; an answer asking to wait
 longer than the gateway's limit goes to the client as it is. A stream that stays silent
 longer than the upstream timeout is given up. Every response is recorded, and while
@@ -108,7 +106,6 @@ class Upstream:
         """The provider of one client request sent upstream with `credential`."""
         return UpstreamProvider(
             self.client_provider(credential),
-            http_client=self.http,
             idle_timeout=self.idle_timeout,
             retry_wait_limit=self.retry_wait_limit,
         )
@@ -173,7 +170,9 @@ def _pool(transport: Transport) -> httpx2.AsyncClient:
     """The SDK's HTTP client for `transport`, with a hook noting rate-limit headers.
 
     The hook keeps each answer's rate-limit headers for the client request that asked
-    (see `UpstreamProvider.answer_headers`). aiohttp parses and writes HTTP in C: two to
+    (see `UpstreamProvider.answer_headers`): a streamed answer's status and headers go to
+    the client when its first event does, before the `ModelResponse` (and its `headers`)
+    exists. aiohttp parses and writes HTTP in C: two to
     three tenths of a millisecond less CPU per upstream request than httpx. It runs on
     asyncio only.
     """
@@ -217,19 +216,16 @@ class UpstreamProvider:
         provider: AnthropicProvider,
         on_event: OnEvent | None = None,
         *,
-        http_client: httpx2.AsyncClient | None = None,
         idle_timeout: float = _SDK_TIMEOUT,
         retry_wait_limit: float = RETRY_WAIT_LIMIT,
     ) -> None:
         """Send every model request with `provider` (whose client does not retry).
 
-        With `http_client` (the pool `provider`'s client uses), a first JSON request goes
-        straight over it (`AnthropicProvider.complete_once`). Hidden rounds are retried
+        Hidden rounds are retried
         (`HIDDEN_ROUND_RETRIES`) unless the upstream asks to wait more than
         `retry_wait_limit` seconds; a stream silent for `idle_timeout` seconds fails.
         """
         self.provider = provider
-        self.http_client = http_client
         self.on_event = on_event
         self.idle_timeout = idle_timeout
         self.retry_wait_limit = retry_wait_limit
@@ -242,20 +238,13 @@ class UpstreamProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` as one JSON request."""
-
-        async def send() -> ModelResponse:
-            if self.responses or self.http_client is None:
-                return await self.provider.complete(request)
-            return await self.provider.complete_once(request, self.http_client)
-
-        return await self._ask(send, lambda: True)
+        return await self._ask(lambda: self.provider.complete(request), lambda: True)
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
         """Stream `request`, reporting each event to the gateway, then to the run."""
         round_ = len(self.responses)
-        report = self.on_event
         heard = False
 
         async def send() -> ModelResponse:
@@ -266,8 +255,8 @@ class UpstreamProvider:
                     nonlocal heard
                     heard = True
                     idle.deadline = anyio.current_time() + self.idle_timeout
-                    if report is not None:
-                        await report(round_, event)
+                    if self.on_event is not None:  # read each time: it may be turned off
+                        await self.on_event(round_, event)
                     await on_event(event)
 
                 return await self.provider.stream(request, tee)
@@ -295,6 +284,8 @@ class UpstreamProvider:
                     raise
             else:
                 self.responses.append(response)
+                if response.headers:  # else the pool's hook noted them (`_note_answer`)
+                    self.answer_headers = _read_by_clients(response.headers)
                 return response
             finally:
                 _ASKING.reset(token)
