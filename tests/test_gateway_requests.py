@@ -84,6 +84,11 @@ def deep_tool_input(depth: int) -> bytes:
             json.dumps(ask(stream="true")).encode(), {}, MESSAGES, id="stream-as-a-string"
         ),
         pytest.param(
+            json.dumps({**ask(), "max_tokens": True}).encode(), {}, MESSAGES, id="max-tokens-bool"
+        ),
+        pytest.param(b'"text"', {}, BOTH, id="a-json-string"),
+        pytest.param(b"null", {}, BOTH, id="json-null"),
+        pytest.param(
             json.dumps(ask()).encode(), {"anthropic-beta": "bêta-é"}, BOTH, id="non-ascii-beta"
         ),
     ],

@@ -38,12 +38,13 @@ from .errors import Refusal, answer_failure, error_body, json_answer, store_fail
 from .parsing import (
     AGENT_FIELDS,
     OPTION_NAMES,
+    CountFields,
+    MessagesFields,
     api_headers,
-    check_types,
+    check_fields,
     credential,
     json_object,
     last_assistant,
-    require,
 )
 from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
 from .stores import Store, open_store
@@ -213,7 +214,7 @@ class Gateway:
         try:
             scope, upstream_credential = self._authenticate(request)
             body = await json_object(request)
-            require(body, (("model", str), ("messages", list)))
+            check_fields(body, CountFields)
             client_tools = body.get("tools") or []
             self._client_tool_names(client_tools)
             _, body["messages"] = await self._restore(scope, body["messages"])
@@ -273,8 +274,7 @@ class Gateway:
         scope, upstream_credential = self._authenticate(request)
         body = await json_object(request)
         thread = await self._thread(body, scope)
-        require(body, (("model", str), ("max_tokens", int), ("messages", list)))
-        check_types(body)
+        check_fields(body, MessagesFields)
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)

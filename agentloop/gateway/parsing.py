@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 
 from .errors import Refusal
@@ -21,12 +22,13 @@ __all__ = (
     "MAX_BODY_BYTES",
     "MAX_DEPTH",
     "OPTION_NAMES",
+    "CountFields",
+    "MessagesFields",
     "api_headers",
-    "check_types",
+    "check_fields",
     "credential",
     "json_object",
     "last_assistant",
-    "require",
 )
 
 # Request fields the Agent takes as its own options; every other field goes upstream as
@@ -82,36 +84,43 @@ def credential(request: Request) -> str | None:
     return None
 
 
-# The fields the gateway reads itself, and the JSON types they must have (absent or null
-# is fine); every other field goes upstream unread.
-_TYPES: dict[str, tuple[type, ...]] = {
-    "system": (str, list),
-    "tools": (list,),
-    "tool_choice": (dict,),
-    "thinking": (dict,),
-    "metadata": (dict,),
-    "stop_sequences": (list,),
-    "stream": (bool,),
-}
-_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", bool: "a boolean"}
+class CountFields(BaseModel):
+    """The fields of a token count the gateway reads itself; the rest goes upstream unread.
+
+    Strict: JSON types only, as the API takes them (a `"true"` is not a boolean).
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str
+    messages: list[Any]
+    tools: list[dict[str, Any]] | None = None
 
 
-def check_types(body: Mapping[str, Any]) -> None:
-    """Refuse a field the gateway reads whose value has the wrong JSON type."""
-    for name, kinds in _TYPES.items():
-        value = body.get(name)
-        if value is not None and not isinstance(value, kinds):
-            wanted = " or ".join(_TYPE_NAMES[k] for k in kinds)
-            raise Refusal(400, "invalid_request_error", f"{name}: Input should be {wanted}")
+class MessagesFields(CountFields):
+    """The fields of a `/v1/messages` request the gateway reads itself."""
+
+    max_tokens: int
+    system: str | list[Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stop_sequences: list[Any] | None = None
+    stream: bool | None = None
 
 
-def require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> None:
-    """Refuse a body missing one of `fields` or holding a value of another type."""
-    for name, kind in fields:
-        if name not in body:
-            raise Refusal(400, "invalid_request_error", f"{name}: Field required")
-        if not isinstance(body[name], kind) or isinstance(body[name], bool):
-            raise Refusal(400, "invalid_request_error", f"{name}: invalid value")
+def check_fields(body: Mapping[str, Any], fields: type[BaseModel]) -> None:
+    """Refuse a body whose fields do not fit `fields`, naming the first problem.
+
+    As the API names it: `max_tokens: Field required`, `stream: Input should be a valid
+    boolean`.
+    """
+    try:
+        fields.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise Refusal(400, "invalid_request_error", f"{where}: {first['msg']}") from None
 
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -138,11 +147,12 @@ async def json_object(request: Request) -> dict[str, Any]:
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
+        deep = not _shallow(body, MAX_DEPTH)
     except RecursionError:
-        body = None  # nested too deep for the parser: refused below
+        deep = True  # too deep even for the parser
     except ValueError as exc:
         raise Refusal(400, "invalid_request_error", f"the body is not valid JSON: {exc}") from None
-    if body is None or not _shallow(body, MAX_DEPTH):
+    if deep:
         raise Refusal(
             400, "invalid_request_error", f"the body nests arrays and objects over {MAX_DEPTH} deep"
         )
