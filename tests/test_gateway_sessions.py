@@ -209,6 +209,7 @@ async def test_gateway_keys_admit_clients_and_its_own_key_goes_upstream(
 def test_an_upstream_key_without_gateway_keys_is_refused_at_startup(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
     env["ANTHROPIC_API_KEY"] = "sk-upstream"
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, from any working directory
     done = subprocess.run(
         [sys.executable, "-m", "agentloop.gateway", *("--upstream", "http://127.0.0.1:9")],
         env=env,
