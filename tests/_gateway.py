@@ -14,16 +14,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
 import httpx2
 import pytest
+import uvicorn
 
+from agentloop.gateway.app import Gateway, GatewayConfig
 from agentloop.testing import Fault, MessagesServer, RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,9 +174,20 @@ def wait_until_healthy(gateway: GatewayProcess, timeout: float = 60) -> None:
     pytest.fail(f"the gateway did not become healthy:\n{gateway.output()}")
 
 
+@dataclass
+class RedisProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Kill the server (SIGKILL: no chance to tidy up)."""
+        self.process.kill()
+        self.process.wait(10)
+
+
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A real `redis-server` on a free port, without persistence; its URL."""
+def redis_process() -> Iterator[RedisProcess]:
+    """A real `redis-server` on a free port, without persistence."""
     binary = shutil.which("redis-server")
     if binary is None:
         if os.environ.get("CI") == "true":
@@ -198,12 +212,49 @@ def redis_server() -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("redis-server did not start")
             time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process)
     finally:
         process.terminate()
         process.wait(10)
 
 
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A real `redis-server` on a free port, without persistence; its URL."""
+    with redis_process() as server:
+        yield server.url
+
+
 def dump(blocks: Sequence[Any]) -> list[dict[str, Any]]:
     """SDK content blocks as the JSON dicts a request would carry."""
     return [b.to_dict() if hasattr(b, "to_dict") else dict(b) for b in blocks]
+
+
+@asynccontextmanager
+async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
+    """The gateway served by uvicorn in this task's task group; yields its URL."""
+    gateway = config if isinstance(config, Gateway) else Gateway(config)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        url = f"http://127.0.0.1:{port}"
+        await anyio.to_thread.run_sync(wait_healthy_url, url)
+        try:
+            yield url
+        finally:
+            server.should_exit = True
+
+
+def wait_healthy_url(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the gateway did not start")

@@ -33,7 +33,7 @@ from _gateway import (
     wait_until_healthy,
 )
 
-from agentloop.testing import Fault, RawResponse, reply, sse_events, tool_call
+from agentloop.testing import Fault, Paced, RawResponse, reply, sse_events, tool_call
 from agentloop.testing.scripted import cache_markers
 from agentloop.testing.server import count_tokens
 
@@ -485,6 +485,33 @@ async def test_upstream_error_mid_stream_is_an_error_event(
         "type": "error",
         "error": {"type": "overloaded_error", "message": "Overloaded"},
     }
+
+
+async def test_a_silent_upstream_stream_ends_with_an_error_event(
+    upstream: Upstream, site: Path, logs: Path
+) -> None:
+    upstream.script(Paced(reply("Never finished."), block_delay=50))
+    gateway = start_gateway(upstream.url, site, logs, args=["--upstream-timeout", "1"])
+    body = {
+        "model": "m",
+        "max_tokens": 100,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Go."}],
+    }
+    try:
+        started = time.monotonic()
+        async with httpx2.AsyncClient(timeout=30) as http:
+            async with http.stream(
+                "POST", gateway.url + "/v1/messages", json=body, headers={"x-api-key": "sk-a"}
+            ) as r:
+                events = await read_sse(r)
+        waited = time.monotonic() - started
+    finally:
+        assert gateway.stop() == 0, gateway.output()
+    assert events[0][0] == "message_start"
+    assert events[-1][0] == "error"
+    assert events[-1][1]["error"]["type"] == "api_error"
+    assert waited < 15
 
 
 # --------------------------------------------------------------------------- sessions

@@ -6,7 +6,6 @@ goes away mid-run) or a look at the gateway's parts (its upstream transport).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,8 +15,7 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-import uvicorn
-from _gateway import free_port
+from _gateway import free_port, gateway_on
 
 from agentloop import tool
 from agentloop.errors import ConfigurationError
@@ -35,23 +33,6 @@ class Served:
     started: anyio.Event
     release: anyio.Event
     cancelled: anyio.Event
-
-
-@asynccontextmanager
-async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
-    gateway = config if isinstance(config, Gateway) else Gateway(config)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
-    )
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        url = f"http://127.0.0.1:{port}"
-        await anyio.to_thread.run_sync(_wait_healthy, url)
-        try:
-            yield url
-        finally:
-            server.should_exit = True
 
 
 @asynccontextmanager
@@ -83,18 +64,6 @@ async def serve_gateway() -> AsyncIterator[Served]:
                 release.set()
     finally:
         upstream.stop()
-
-
-def _wait_healthy(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the gateway did not start")
 
 
 BODY: dict[str, Any] = {
@@ -136,6 +105,24 @@ async def test_a_client_that_goes_away_cancels_the_run() -> None:
                         json.loads(line.removeprefix("data: "))
                         break
         # The connection is closed; the gateway cancels the run and its tool call.
+        with anyio.fail_after(10):
+            await served.cancelled.wait()
+        assert len(served.upstream.requests) == 1, "no further round was asked for"
+
+
+async def test_a_json_client_that_goes_away_cancels_the_run() -> None:
+    async with serve_gateway() as served:
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                async with httpx2.AsyncClient(timeout=30) as http:
+                    await http.post(
+                        served.url + "/v1/messages", json={**BODY, "stream": False}, headers=HEADERS
+                    )
+
+            group.start_soon(ask)
+            await served.started.wait()
+            group.cancel_scope.cancel()  # the client closes its connection mid-run
         with anyio.fail_after(10):
             await served.cancelled.wait()
         assert len(served.upstream.requests) == 1, "no further round was asked for"

@@ -7,6 +7,7 @@ the scripted Messages server, which lints every history it receives.
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +20,16 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-from _gateway import GatewayProcess, Upstream, dump, install_plugin, redis_server, start_gateway
+import redis
+from _gateway import (
+    ROOT,
+    GatewayProcess,
+    Upstream,
+    dump,
+    install_plugin,
+    redis_server,
+    start_gateway,
+)
 
 from agentloop.testing import reply, tool_call
 
@@ -103,6 +113,29 @@ async def test_two_gateways_share_sessions_through_redis(
     assert restored(upstream.bodies[2], call)
 
 
+async def test_replicas_share_a_secret_file_and_never_keep_one_in_redis(
+    upstream: Upstream, site: Path, tmp_path: Path
+) -> None:
+    call, script = hidden_turn_script("f")
+    upstream.script(*script)
+    secret = tmp_path / "secret"
+    secret.write_text("a long random secret\n")
+    args = ["--secret-file", str(secret)]
+    with redis_server() as url:
+        one = start_gateway(upstream.url, site, tmp_path, store=url, args=args)
+        redis.Redis.from_url(url).flushall()
+        two = start_gateway(upstream.url, site, tmp_path, store=url, args=args)
+        try:
+            messages: list[Any] = [{"role": "user", "content": "f?"}]
+            answer = await turn(one, messages)
+            await turn(two, follow_up(messages, answer))
+            assert not redis.Redis.from_url(url).exists("agentloop:gateway:secret")
+        finally:
+            assert one.stop() == 0, one.output()
+            assert two.stop() == 0, two.output()
+    assert restored(upstream.bodies[2], call)
+
+
 async def test_a_session_past_its_ttl_is_gone(
     upstream: Upstream, site: Path, tmp_path: Path
 ) -> None:
@@ -176,6 +209,7 @@ async def test_gateway_keys_admit_clients_and_its_own_key_goes_upstream(
 def test_an_upstream_key_without_gateway_keys_is_refused_at_startup(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
     env["ANTHROPIC_API_KEY"] = "sk-upstream"
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, from any working directory
     done = subprocess.run(
         [sys.executable, "-m", "agentloop.gateway", *("--upstream", "http://127.0.0.1:9")],
         env=env,
@@ -186,3 +220,35 @@ def test_an_upstream_key_without_gateway_keys_is_refused_at_startup(tmp_path: Pa
     )
     assert done.returncode == 2
     assert "AGENTLOOP_GATEWAY_KEYS" in done.stderr
+
+
+@pytest.mark.parametrize("problem", ["port-in-use", "bad-upstream"])
+def test_a_gateway_that_cannot_work_says_so_in_one_line_at_startup(
+    problem: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLOOP_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, from any working directory
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        upstream = "not-a-url" if problem == "bad-upstream" else "http://127.0.0.1:9"
+        if problem == "bad-upstream":
+            port = 0
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentloop.gateway",
+                *("--upstream", upstream, "--port", str(port), "--store", "memory://"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("agentloop: error: ")
+    assert ("not-a-url" if problem == "bad-upstream" else f"127.0.0.1:{port}") in line

@@ -104,6 +104,29 @@ async def test_sqlite_purge_deletes_the_rows(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM snapshots").fetchone() == (0,)
 
 
+async def test_a_sqlite_purge_shrinks_the_file(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "shrink.db"
+    store = SQLiteStore(path, ttl=5, clock=clock)
+    await store.open()
+    try:
+        for i in range(1000):
+            await store.put(f"k{i}", bytes(10_000))
+        full = _size(tmp_path)
+        clock.now += 6
+        assert await store.purge() == 1000
+        emptied = _size(tmp_path)
+    finally:
+        await store.aclose()
+    assert full > 10_000_000
+    assert emptied < full / 10, (full, emptied)
+
+
+def _size(folder: Path) -> int:
+    """Bytes of the SQLite files in `folder` (the database and its WAL)."""
+    return sum(p.stat().st_size for p in folder.glob("shrink.db*"))
+
+
 async def test_the_sqlite_secret_outlives_the_process(tmp_path: Path) -> None:
     secrets = []
     for _ in range(2):
@@ -186,6 +209,17 @@ def test_canonical_json_ignores_how_a_client_wrote_the_conversation() -> None:
     assert canonical_json(with_null) != canonical_json(without)
 
 
+def test_canonical_json_writes_a_whole_number_one_way() -> None:
+    def asked(value: Any) -> list[Any]:
+        call = {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": value, "y": [value]}}
+        return [{"role": "user", "content": "q"}, {"role": "assistant", "content": [call]}]
+
+    # What Python sent, and what a JavaScript client echoes back (`JSON.stringify`).
+    assert canonical_json(asked(1.0)) == canonical_json(asked(1))
+    assert canonical_json(asked(1e21)) == canonical_json(asked(10**21))
+    assert canonical_json(asked(1.5)) != canonical_json(asked(1))
+
+
 async def test_keys_are_scoped_by_credential_and_secret() -> None:
     store = MemoryStore(ttl=60)
     visible = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -212,6 +246,31 @@ async def test_snapshots_are_deltas_and_need_every_ancestor() -> None:
     assert child is not None and child.messages == second and child.ancestors == ("k1",)
     del store._values["k1"]
     assert await sessions.load("k2") is None, "a snapshot whose ancestor is gone is gone"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_key_two_conversations_wrote_restores_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "sqlite":
+        store: Any = SQLiteStore(tmp_path / "a.db", ttl=60)
+    else:
+        store = RedisStore(request.getfixturevalue("redis_url"), ttl=60)
+    await store.open()
+    try:
+        sessions = Sessions(store, b"s")
+        mine = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "secret-1"}]
+        theirs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "secret-2"}]
+        await sessions.save("same", mine, parent=None)
+        await sessions.save("same", mine, parent=None)  # a retry storing the same turns
+        found = await sessions.find("same")
+        assert found.session is not None and not found.ambiguous
+        await sessions.save("same", theirs, parent=None)
+        found = await sessions.find("same")
+        assert found.session is None and found.ambiguous
+        assert await sessions.load("same") is None
+    finally:
+        await store.aclose()
 
 
 def test_continue_history_answers_every_call_in_order() -> None:

@@ -11,287 +11,50 @@ Token counts are taken of what the upstream would receive; model listings pass t
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
-import os
-import secrets
-import string
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import anyio
-from opentelemetry import context as otel_context
 from opentelemetry import propagate
-from opentelemetry.context import Context
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
+from agentloop._wire import random_id
 from agentloop.agent import Agent
-from agentloop.errors import (
-    ConfigurationError,
-    HistoryError,
-    MissingAPIKeyError,
-    ProviderError,
-)
+from agentloop.checks import check_count, check_seconds
+from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.logs import get_logger
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
-from agentloop.tools import Tool
 
-from .sessions import (
-    Session,
-    Sessions,
-    Thread,
-    continue_history,
-    last_marker,
-    moved_markers,
+from .calls import Call, ThreadCall, continued_trace
+from .config import GATEWAY_KEYS_ENV, SECRET_ENV, SESSION_HEADER, GatewayConfig
+from .errors import Refusal, answer_failure, error_body, json_answer, store_failure
+from .parsing import (
+    AGENT_FIELDS,
+    OPTION_NAMES,
+    CountFields,
+    MessagesFields,
+    api_headers,
+    check_fields,
+    credential,
+    json_object,
+    last_assistant,
 )
-from .stores import DEFAULT_STORE, Store, open_store
-from .upstream import Transport, Upstream, UpstreamProvider, forwarded_headers
-from .visible import PING, VisibleStream, sse, visible_message
+from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
+from .stores import Store, open_store
+from .streaming import StreamResponse, cancel_on_disconnect
+from .upstream import Upstream
+from .visible import visible_message
 
-__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "Gateway", "GatewayConfig")
-
-GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
-"""Comma-separated client keys the gateway admits when it has its own upstream key."""
-SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
-"""The server secret session keys are derived with (else one is made and kept in the store)."""
+__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "Gateway", "GatewayConfig")
 
 _log = get_logger()
-
-# Request fields the Agent takes as its own options; every other field goes upstream as
-# it is (through `params`).
-_AGENT_FIELDS = frozenset(
-    {
-        "model",
-        "messages",
-        "max_tokens",
-        "system",
-        "tools",
-        "tool_choice",
-        "thinking",
-        "metadata",
-        "stop_sequences",
-        "stream",
-        "thread",
-    }
-)
-# Names the provider reads as request options rather than body fields: a client field of
-# that name is sent in the body through `extra_body`.
-_OPTION_NAMES = frozenset(
-    {
-        "extra_headers",
-        "extra_query",
-        "extra_body",
-        "timeout",
-        "betas",
-        "user_profile_id",
-        "workspace_id",
-    }
-)
-_ID_ALPHABET = string.ascii_letters + string.digits
-
-
-@dataclass(frozen=True, kw_only=True)
-class GatewayConfig:
-    """How a gateway runs (what `agentloop serve` builds from its options)."""
-
-    upstream: str
-    """Base URL of the Messages API to forward to (e.g. `https://api.anthropic.com`)."""
-    store: str = DEFAULT_STORE
-    """Session store URL: `sqlite:///PATH`, `redis://HOST:PORT/DB` or `memory://`."""
-    session_ttl: float = 3600.0
-    """Seconds a stored session is kept after it was last written."""
-    tools: Sequence[Tool] = ()
-    """The gateway's own tools (run inside the loop, never shown to the client)."""
-    max_rounds: int = 10
-    """Most upstream requests for one client request."""
-    tool_concurrency: int = 8
-    """Most calls of the gateway's tools in flight at once, per request."""
-    tool_timeout: float = 30.0
-    """Seconds a tool call may take, unless the tool sets its own."""
-    upstream_key: str | None = None
-    """The gateway's own upstream API key; when set, clients must present a gateway key."""
-    gateway_keys: frozenset[str] = frozenset()
-    """The client keys admitted when `upstream_key` is set."""
-    secret: bytes | None = None
-    """Secret for session keys; by default made and kept in the store."""
-    ping_interval: float = 5.0
-    """Seconds of silence after which a stream gets a `ping` event."""
-    upstream_timeout: float | None = None
-    """Seconds the SDK waits for an upstream response (its default when None)."""
-    upstream_transport: Transport = "auto"
-    """The HTTP client upstream: "aiohttp", "httpx", or "auto" (aiohttp when installed
-    and on asyncio, as under `agentloop serve`; else httpx)."""
-    deps: Any = None
-    """Passed to every run as `deps` (what the gateway's tools receive)."""
-    tracer_provider: Any = None
-    """Where the runs' OpenTelemetry spans go (the global tracer provider when None)."""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:
-        """A config from `options` and the environment.
-
-        Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`
-        and `AGENTLOOP_GATEWAY_SECRET`.
-
-        Raises:
-            ConfigurationError: an upstream key is set but no gateway key is.
-        """
-        env = os.environ if environ is None else environ
-        upstream_key = env.get("ANTHROPIC_API_KEY") or None
-        keys = frozenset(k.strip() for k in env.get(GATEWAY_KEYS_ENV, "").split(",") if k.strip())
-        if upstream_key and not keys:
-            raise ConfigurationError(
-                f"ANTHROPIC_API_KEY is set, so clients must present a gateway key: set "
-                f"{GATEWAY_KEYS_ENV} to a comma-separated list of keys"
-            )
-        secret = env.get(SECRET_ENV)
-        return cls(
-            upstream_key=upstream_key,
-            gateway_keys=keys,
-            secret=secret.encode() if secret else None,
-            **options,
-        )
-
-
-class _Refusal(Exception):
-    """A request answered with an API error before any upstream request."""
-
-    def __init__(
-        self, status: int, kind: str, message: str, details: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.details = details
-
-
-@dataclass
-class _ThreadCall:
-    parent: Thread | None
-    fields: dict[str, Any]
-    added: list[Any]
-    """The visible messages this request adds to the thread (before the reply)."""
-
-
-@dataclass
-class _Call:
-    """One client request, ready to run."""
-
-    scope: str
-    """The client's credential: what its sessions are scoped by."""
-    agent: Agent
-    provider: UpstreamProvider
-    history: list[dict[str, Any]]
-    """The upstream history the run starts from."""
-    visible: list[Any]
-    """The conversation as the client sees it."""
-    session: Session | None
-    client_tools: list[Any]
-    client_names: frozenset[str]
-    stream: bool
-    request_id: str
-    thread: _ThreadCall | None = None
-    reply_id: str | None = None
-    trace: Context | None = None
-    """The W3C trace context the client sent (`traceparent`), which the run continues."""
-
-
-@contextmanager
-def continued_trace(call: _Call) -> Iterator[None]:
-    """Make the client's trace context current while its run lasts.
-
-    The run's spans and its upstream requests then continue the client's trace.
-    """
-    if call.trace is None:
-        yield
-        return
-    token = otel_context.attach(call.trace)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
-
-
-def _error_body(kind: str, message: str, request_id: str, details: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"type": kind, "message": message}
-    if details is not None:
-        error["details"] = details
-    return {"type": "error", "error": error, "request_id": request_id}
-
-
-def _json(
-    status: int, data: Any, request_id: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    try:
-        body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:
-        body = json.dumps(data, separators=(",", ":")).encode()
-    return Response(
-        body,
-        status,
-        headers={**(headers or {}), "request-id": request_id},
-        media_type="application/json",
-    )
-
-
-_STATUS_OF = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
-
-
-@dataclass(frozen=True)
-class _Failure:
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str]
-
-
-def _failure(exc: Exception, request_id: str, provider: UpstreamProvider) -> _Failure:
-    """How a failed run is answered: with the upstream's own error where there is one."""
-    if isinstance(exc, MissingAPIKeyError):
-        body = _error_body("authentication_error", "x-api-key header is required", request_id)
-        return _Failure(401, body, {})
-    if isinstance(exc, ProviderError):
-        body = exc.body
-        if isinstance(body, dict) and isinstance(body.get("error"), dict):
-            # The upstream's answer, unchanged (an error event inside a stream has no
-            # status of its own: it gets the one its type has).
-            status = exc.status_code or _STATUS_OF.get(body["error"].get("type"), 500)
-            return _Failure(status, body, provider.error_headers)
-        body = _error_body("api_error", f"upstream request failed: {exc}", request_id)
-        return _Failure(502, body, {})
-    if isinstance(exc, (HistoryError, ConfigurationError)):
-        return _Failure(400, _error_body("invalid_request_error", str(exc), request_id), {})
-    _log.error("gateway.internal_error", error=repr(exc), exc_info=exc)
-    return _Failure(500, _error_body("api_error", "internal gateway error", request_id), {})
-
-
-def _credential(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
-    if key:
-        return key
-    auth = request.headers.get("authorization", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
-
-
-def _new_id(prefix: str) -> str:
-    """`prefix` and 24 random base62 characters (from one read of the system's randomness)."""
-    number = int.from_bytes(secrets.token_bytes(18), "big")
-    chars = []
-    for _ in range(24):
-        number, digit = divmod(number, 62)
-        chars.append(_ID_ALPHABET[digit])
-    return prefix + "".join(chars)
 
 
 class Gateway:
@@ -303,6 +66,11 @@ class Gateway:
         Raises:
             ConfigurationError: the store URL or a limit cannot work.
         """
+        where = urlsplit(config.upstream)
+        if where.scheme not in ("http", "https") or not where.hostname:
+            raise ConfigurationError(
+                f"the upstream must be an http:// or https:// URL, not {config.upstream!r}"
+            )
         self.config = config
         self.registry = ToolRegistry(config.tools)
         self.internal = frozenset(self.registry.names)
@@ -315,24 +83,23 @@ class Gateway:
                 "pip install 'agentloop-runner[gateway]'"
             )
         # Checked once here, so a bad limit fails at startup, not on each request.
-        Agent(
-            provider=_Unused(),
-            tools=self.registry,
-            max_rounds=config.max_rounds,
-            tool_concurrency=config.tool_concurrency,
-            tool_timeout=config.tool_timeout,
-        )
+        check_count("max_rounds", config.max_rounds)
+        check_count("tool_concurrency", config.tool_concurrency)
+        check_seconds("tool_timeout", config.tool_timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Open the store, read (or make) the secret, make the upstream clients."""
         await self.store.open()
-        secret = self.config.secret or await self.store.secret()
-        self.sessions = Sessions(self.store, secret)
+        if self.config.secret is not None:
+            self.sessions = Sessions(self.store, self.config.secret)
+        else:
+            self.sessions = Sessions(self.store, await self.store.secret(), kept=True)
         self.upstream = Upstream(
             self.config.upstream,
             timeout=self.config.upstream_timeout,
+            retry_wait_limit=self.config.retry_wait_limit,
             transport=self.config.upstream_transport,
         )
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
@@ -371,7 +138,8 @@ class Gateway:
             status = exc.status_code if isinstance(exc, HTTPException) else 404
             kind = "not_found_error" if status == 404 else "invalid_request_error"
             message = f"{request.method} {request.url.path} is not served here"
-            return _json(status, _error_body(kind, message, _new_id("req_")), _new_id("req_"))
+            request_id = random_id("req_")
+            return json_answer(status, error_body(kind, message, request_id), request_id)
 
         return Starlette(
             routes=[
@@ -388,34 +156,53 @@ class Gateway:
     async def healthz(self, request: Request) -> Response:
         """200 once the store is open."""
         ready = self.sessions is not None
-        return _json(200 if ready else 503, {"status": "ok" if ready else "starting"}, "")
+        body = {"status": "ok" if ready else "starting"}
+        return json_answer(200 if ready else 503, body, random_id("req_"))
 
     # ------------------------------------------------------------------ /v1/messages
 
     async def messages(self, request: Request) -> Response:
         """`POST /v1/messages`: one client request, answered as the API would."""
-        request_id = _new_id("req_")
+        request_id = random_id("req_")
         try:
             call = await self._prepare(request, request_id)
-        except _Refusal as refusal:
-            body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
-            return _json(refusal.status, body, request_id)
+        except Refusal as refusal:
+            body = error_body(refusal.kind, str(refusal), request_id, refusal.details)
+            return json_answer(refusal.status, body, request_id)
         if call.stream:
-            return _StreamResponse(self, call)
-        try:
-            with continued_trace(call):
-                result = await call.agent.run(
-                    None,
-                    history=call.history,
-                    deps=self.config.deps,
-                    external_tools=call.client_tools,
-                )
-        except Exception as exc:
-            failure = _failure(exc, request_id, call.provider)
-            _log.info("gateway.failed", status=failure.status, error=str(exc))
-            return _json(failure.status, failure.body, request_id, failure.headers)
+            return StreamResponse(
+                call,
+                finish=self._finish,
+                keep_partial=self._keep_partial,
+                deps=self.config.deps,
+                ping_interval=self.config.ping_interval,
+            )
+        result: RunResult | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as group:
+            # A client that goes away cancels its run, as for a stream.
+            group.start_soon(cancel_on_disconnect, request.receive, group.cancel_scope)
+            try:
+                with continued_trace(call):
+                    result = await call.agent.run(
+                        None,
+                        history=call.history,
+                        deps=self.config.deps,
+                        external_tools=call.client_tools,
+                    )
+            except Exception as exc:
+                error = exc
+            group.cancel_scope.cancel()
+        if error is not None:
+            await self._keep_partial(call, error)
+            failure = answer_failure(error, request_id, call.provider)
+            _log.info("gateway.failed", status=failure.status, error=str(error))
+            return json_answer(failure.status, failure.body, request_id, failure.headers)
+        if result is None:  # the client went away: nobody to answer
+            _log.info("gateway.client_gone", request_id=request_id)
+            return Response(status_code=499)
         message = await self._finish(call, result)
-        return _json(200, message, request_id, call.provider.answer_headers)
+        return json_answer(200, message, request_id, {**call.provider.answer_headers, **call.notes})
 
     async def count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
@@ -423,17 +210,17 @@ class Gateway:
         The request's conversation is counted as the gateway would send it: with its
         hidden turns restored and the gateway's tools announced beside the client's.
         """
-        request_id = _new_id("req_")
+        request_id = random_id("req_")
         try:
             scope, upstream_credential = self._authenticate(request)
-            body = await _json_object(request)
-            _require(body, (("model", str), ("messages", list)))
+            body = await json_object(request)
+            check_fields(body, CountFields)
             client_tools = body.get("tools") or []
             self._client_tool_names(client_tools)
-        except _Refusal as refusal:
-            body = _error_body(refusal.kind, str(refusal), request_id, refusal.details)
-            return _json(refusal.status, body, request_id)
-        _, body["messages"] = await self._restore(scope, body["messages"])
+            _, body["messages"] = await self._restore(scope, body["messages"])
+        except Refusal as refusal:
+            body = error_body(refusal.kind, str(refusal), request_id, refusal.details)
+            return json_answer(refusal.status, body, request_id)
         if self.internal:
             body["tools"] = [*(d.to_wire() for d in self.registry.definitions()), *client_tools]
         path = "/v1/messages/count_tokens"
@@ -441,15 +228,15 @@ class Gateway:
 
     async def models(self, request: Request) -> Response:
         """`GET /v1/models` and `GET /v1/models/{id}`: the upstream's answer, as it is."""
-        request_id = _new_id("req_")
+        request_id = random_id("req_")
         model_id = request.path_params.get("model_id")
         try:
             _, upstream_credential = self._authenticate(request)
             if model_id in (".", ".."):  # never a model, and would leave /v1/models upstream
-                raise _Refusal(404, "not_found_error", f"model: {model_id}")
-        except _Refusal as refusal:
-            body = _error_body(refusal.kind, str(refusal), request_id)
-            return _json(refusal.status, body, request_id)
+                raise Refusal(404, "not_found_error", f"model: {model_id}")
+        except Refusal as refusal:
+            body = error_body(refusal.kind, str(refusal), request_id)
+            return json_answer(refusal.status, body, request_id)
         path = "/v1/models" if model_id is None else f"/v1/models/{quote(model_id, safe='')}"
         return await self._forward(request, request_id, upstream_credential, path)
 
@@ -463,36 +250,41 @@ class Gateway:
     ) -> Response:
         assert self.upstream is not None
         try:
+            headers = api_headers(request)
+        except Refusal as refusal:
+            error = error_body(refusal.kind, str(refusal), request_id)
+            return json_answer(refusal.status, error, request_id)
+        try:
             answer = await self.upstream.forward(
                 credential,
                 request.method,
                 path,
                 body=body,
-                headers=forwarded_headers(request.headers),
+                headers=headers,
                 query=dict(request.query_params),
             )
         except ProviderError as exc:
             message = f"upstream request failed: {exc}"
-            return _json(502, _error_body("api_error", message, request_id), request_id)
+            return json_answer(502, error_body("api_error", message, request_id), request_id)
         headers = {"request-id": request_id, **answer.headers}
         return Response(answer.content, answer.status, headers=headers)
 
-    async def _prepare(self, request: Request, request_id: str) -> _Call:
+    async def _prepare(self, request: Request, request_id: str) -> Call:
         assert self.sessions is not None and self.upstream is not None
         scope, upstream_credential = self._authenticate(request)
-        body = await _json_object(request)
+        body = await json_object(request)
         thread = await self._thread(body, scope)
-        _require(body, (("model", str), ("max_tokens", int), ("messages", list)))
+        check_fields(body, MessagesFields)
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
-        session, history = await self._restore(scope, visible)
+        found, history = await self._restore(scope, visible)
         provider = self.upstream.provider(upstream_credential)
-        params = {k: v for k, v in body.items() if k not in _AGENT_FIELDS}
-        extra_body = {k: params.pop(k) for k in list(params) if k in _OPTION_NAMES}
+        params = {k: v for k, v in body.items() if k not in AGENT_FIELDS}
+        extra_body = {k: params.pop(k) for k in list(params) if k in OPTION_NAMES}
         if extra_body:
             params["extra_body"] = extra_body
-        headers = forwarded_headers(request.headers)
+        headers = api_headers(request)
         if headers:
             params["extra_headers"] = headers
         if request.query_params:
@@ -516,44 +308,46 @@ class Gateway:
                 tracer_provider=self.config.tracer_provider,
             )
         except ConfigurationError as exc:
-            raise _Refusal(400, "invalid_request_error", str(exc)) from None
-        return _Call(
+            raise Refusal(400, "invalid_request_error", str(exc)) from None
+        return Call(
             scope=scope,
             agent=agent,
             provider=provider,
             history=history,
             visible=visible,
-            session=session,
+            session=found.session,
+            notes={SESSION_HEADER: "ambiguous"} if found.ambiguous else {},
             client_tools=list(client_tools),
             client_names=names,
             stream=body.get("stream") is True,
             request_id=request_id,
+            model=body["model"],
             thread=thread,
-            reply_id=_new_id("msg_") if thread is not None else None,
+            reply_id=random_id("msg_") if thread is not None else None,
             trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
         )
 
     def _authenticate(self, request: Request) -> tuple[str, str]:
         """The client's credential (its session scope) and the credential sent upstream."""
-        presented = _credential(request)
+        presented = credential(request)
         config = self.config
         if config.upstream_key:
             if presented is None or presented not in config.gateway_keys:
-                raise _Refusal(401, "authentication_error", "invalid x-api-key")
+                raise Refusal(401, "authentication_error", "invalid x-api-key")
             return presented, config.upstream_key
         if presented is None:
-            raise _Refusal(401, "authentication_error", "x-api-key header is required")
+            raise Refusal(401, "authentication_error", "x-api-key header is required")
         return presented, presented
 
     def _client_tool_names(self, tools: Any) -> frozenset[str]:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise _Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
+            raise Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
         names = [t.get("name") for t in tools]
         if not all(isinstance(n, str) and n for n in names):
-            raise _Refusal(400, "invalid_request_error", "tools: every tool needs a name")
+            raise Refusal(400, "invalid_request_error", "tools: every tool needs a name")
         clash = sorted(set(names) & self.internal)
         if clash:
-            raise _Refusal(
+            raise Refusal(
                 400,
                 "invalid_request_error",
                 f"tools: {', '.join(clash)} is the name of a tool this gateway runs itself; "
@@ -561,23 +355,38 @@ class Gateway:
             )
         return frozenset(n for n in names if isinstance(n, str))
 
-    async def _restore(self, scope: str, visible: list[Any]) -> tuple[Session | None, list[Any]]:
+    async def _restore(self, scope: str, visible: list[Any]) -> tuple[Found, list[Any]]:
         """The session a visible conversation continues, and the upstream history.
 
         The history is the stored one plus the client's new messages (those after its
-        last assistant message), or the visible conversation when no session matches.
+        last assistant message), or the visible conversation when no session matches
+        or the match is ambiguous (two conversations showed the same text).
         """
         assert self.sessions is not None
-        end = _last_assistant(visible) + 1
+        if self.internal:  # a failed attempt of this very request may have run tools
+            with store_failure("finding the conversation's session"):
+                kept = await self.sessions.restore(scope, visible, retry=True)
+            if kept.session is not None:
+                _log.info("gateway.retry_resumed", rounds_kept=len(kept.session.messages))
+                return kept, list(kept.session.messages)
+        end = last_assistant(visible) + 1
         if end == 0:
-            return None, list(visible)
+            return Found(None), list(visible)
         prefix = visible[:end]
-        session = await self.sessions.load(self.sessions.key(scope, prefix))
-        if session is None:
-            return None, list(visible)
-        return session, continue_history(session, visible[end:], marker=last_marker(prefix))
+        with store_failure("finding the conversation's session"):
+            found = await self.sessions.restore(scope, prefix)
+        if found.session is None:
+            if found.ambiguous:
+                _log.warning(
+                    "gateway.session_ambiguous",
+                    detail="two conversations showed this text with different hidden turns; "
+                    "forwarded without hidden turns",
+                )
+            return found, list(visible)
+        history = continue_history(found.session, visible[end:], marker=last_marker(prefix))
+        return found, history
 
-    async def _thread(self, body: dict[str, Any], scope: str) -> _ThreadCall | None:
+    async def _thread(self, body: dict[str, Any], scope: str) -> ThreadCall | None:
         """Expand a message-thread request into a whole conversation (in place)."""
         assert self.sessions is not None
         thread = body.pop("thread", None)
@@ -586,27 +395,28 @@ class Gateway:
         kind = thread.get("type") if isinstance(thread, dict) else None
         messages = body.get("messages")
         if not isinstance(messages, list):
-            raise _Refusal(400, "invalid_request_error", "messages: Field required")
+            raise Refusal(400, "invalid_request_error", "messages: Field required")
         if kind == "create":
             fields: dict[str, Any] = {k: body[k] for k in ("system", "tools") if k in body}
-            return _ThreadCall(None, fields, list(messages))
+            return ThreadCall(None, fields, list(messages))
         if kind != "continue":
-            raise _Refusal(400, "invalid_request_error", "thread.type: must be create or continue")
+            raise Refusal(400, "invalid_request_error", "thread.type: must be create or continue")
         previous = thread.get("previous_message_id")
         if not isinstance(previous, str) or not previous:
-            raise _Refusal(400, "invalid_request_error", "thread.previous_message_id: required")
+            raise Refusal(400, "invalid_request_error", "thread.previous_message_id: required")
         repeated = [k for k in ("system", "tools") if k in body]
         if repeated:
-            raise _Refusal(
+            raise Refusal(
                 400,
                 "invalid_request_error",
                 f"{' and '.join(repeated)}: a thread keeps the values it was created with; "
                 "a continue request cannot send them",
                 {"error_code": "thread_fingerprint_mismatch"},
             )
-        parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
+        with store_failure("finding the thread"):
+            parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
         if parent is None:
-            raise _Refusal(
+            raise Refusal(
                 404,
                 "not_found_error",
                 f"no thread holds a response with id {previous!r}",
@@ -615,15 +425,59 @@ class Gateway:
         body.update(parent.fields)
         earlier = moved_markers(parent.messages, last_marker(parent.messages))
         body["messages"] = [*earlier, *messages]
-        return _ThreadCall(parent, parent.fields, list(messages))
+        return ThreadCall(parent, parent.fields, list(messages))
 
-    async def _finish(self, call: _Call, result: RunResult) -> dict[str, Any]:
+    async def _finish(self, call: Call, result: RunResult) -> dict[str, Any]:
         """The client's message for a finished run; stores what the client cannot see."""
         assert self.sessions is not None
         responses = call.provider.responses
         message = visible_message(responses, result, reply_id=call.reply_id)
         reply = {"role": "assistant", "content": message["content"]}
         hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)
+        try:
+            await self._save(call, result, reply, hidden=hidden)
+        except Exception as exc:  # the answer is made: it reaches the client all the same
+            _log.warning(
+                "gateway.session_not_saved",
+                request_id=call.request_id,
+                error=repr(exc),
+                detail="the answer was sent, but continuing it will not restore its hidden turns",
+            )
+            notes = [call.notes[SESSION_HEADER]] if SESSION_HEADER in call.notes else []
+            call.notes[SESSION_HEADER] = ", ".join([*notes, "unsaved"])
+        _log.info(
+            "gateway.reply",
+            request_id=call.request_id,
+            rounds=result.rounds,
+            stop_reason=message["stop_reason"],
+            hidden=hidden,
+        )
+        return message
+
+    async def _keep_partial(self, call: Call, exc: Exception) -> None:
+        """After a failed run whose gateway tools ran, keep what they did for a retry."""
+        assert self.sessions is not None
+        partial: RunResult | None = getattr(exc, "result", None)
+        if partial is None or not partial.tool_calls:
+            return
+        try:
+            await self.sessions.check_secret()
+            key = self.sessions.retry_key(call.scope, call.visible)
+            await self.sessions.save(key, partial.messages, parent=call.session)
+        except Exception as failure:
+            _log.warning("gateway.partial_not_saved", error=repr(failure))
+        else:
+            _log.info(
+                "gateway.partial_kept", request_id=call.request_id, calls=len(partial.tool_calls)
+            )
+
+    async def _save(
+        self, call: Call, result: RunResult, reply: dict[str, Any], *, hidden: bool
+    ) -> None:
+        """Store the run's hidden turns (when it had any) and the thread's reply."""
+        assert self.sessions is not None
+        if hidden or call.thread is not None:
+            await self.sessions.check_secret()
         if hidden:
             key = self.sessions.key(call.scope, [*call.visible, reply])
             await self.sessions.save(key, result.messages, parent=call.session, held=result.held)
@@ -634,171 +488,3 @@ class Gateway:
                 parent=call.thread.parent,
                 fields=call.thread.fields,
             )
-        _log.info(
-            "gateway.reply",
-            request_id=call.request_id,
-            rounds=result.rounds,
-            stop_reason=message["stop_reason"],
-            hidden=hidden,
-        )
-        return message
-
-
-def _require(body: Mapping[str, Any], fields: Sequence[tuple[str, type]]) -> None:
-    """Refuse a body missing one of `fields` or holding a value of another type."""
-    for name, kind in fields:
-        if name not in body:
-            raise _Refusal(400, "invalid_request_error", f"{name}: Field required")
-        if not isinstance(body[name], kind) or isinstance(body[name], bool):
-            raise _Refusal(400, "invalid_request_error", f"{name}: invalid value")
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    """The request's body, which must be one JSON object."""
-    try:
-        body = json.loads(await request.body())
-    except ValueError as exc:
-        raise _Refusal(400, "invalid_request_error", f"the body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _Refusal(400, "invalid_request_error", "the body must be a JSON object")
-    return body
-
-
-def _last_assistant(messages: Sequence[Any]) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            return i
-    return -1
-
-
-class _Unused:
-    """A provider that is never called (for checking options at startup)."""
-
-    async def complete(self, request: Any) -> Any:
-        raise RuntimeError("not a real provider")
-
-
-_Item = tuple[str, Any]
-
-
-class _StreamResponse(Response):
-    """One SSE message for the whole run, its status decided by the first upstream answer.
-
-    The HTTP status is sent once the upstream's stream opened: an upstream error before
-    that is answered as the API would (its status and error body); after it, as the
-    API's `error` event.
-    """
-
-    def __init__(self, gateway: Gateway, call: _Call) -> None:
-        self.gateway = gateway
-        self.call = call
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
-        view = VisibleStream(self.call.client_names, reply_id=self.call.reply_id)
-
-        async def on_event(round_: int, event: Any) -> None:
-            data = view.feed(round_, event)
-            if data:
-                send_items.send_nowait(("data", data))
-
-        self.call.provider.on_event = on_event
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._run, send_items, view)
-            group.start_soon(self._watch, receive, group.cancel_scope)
-            try:
-                await self._write(items, scope, send)
-            finally:
-                group.cancel_scope.cancel()
-
-    async def _run(self, send_items: Any, view: VisibleStream) -> None:
-        call = self.call
-        with send_items:
-            try:
-                with continued_trace(call):
-                    async with call.agent.run_stream(
-                        None,
-                        history=call.history,
-                        deps=self.gateway.config.deps,
-                        external_tools=call.client_tools,
-                    ) as stream:
-                        async for _ in stream:
-                            pass
-                result = stream.result
-                assert result is not None
-                await self.gateway._finish(call, result)
-                send_items.send_nowait(("end", view.finish(call.provider.responses, result)))
-            except Exception as exc:
-                send_items.send_nowait(("error", exc))
-
-    @staticmethod
-    async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                scope.cancel()
-                return
-
-    async def _write(self, items: Any, scope: Scope, send: Send) -> None:
-        started = False
-        interval = self.gateway.config.ping_interval
-        request_id = self.call.request_id
-
-        async def start() -> None:
-            nonlocal started
-            started = True
-            answered = self.call.provider.answer_headers
-            headers = [
-                (b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"cache-control", b"no-cache"),
-                (b"request-id", request_id.encode()),
-                *((k.encode(), v.encode("latin-1", "replace")) for k, v in answered.items()),
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-
-        async def body(data: bytes, more: bool = True) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": more})
-
-        async with items:
-            while True:
-                item: _Item | None = None
-                with anyio.move_on_after(interval if started else math.inf):
-                    try:
-                        item = await items.receive()
-                    except anyio.EndOfStream:
-                        item = ("closed", None)
-                if item is None:
-                    await body(PING)
-                    continue
-                kind, value = item
-                if kind == "data":
-                    if not started:
-                        await start()
-                    await body(value)
-                elif kind == "end":
-                    if not started:
-                        await start()
-                    await body(value, more=False)
-                    return
-                elif kind == "error":
-                    failure = _failure(value, request_id, self.call.provider)
-                    _log.info(
-                        "gateway.failed", status=failure.status, error=str(value), streamed=started
-                    )
-                    if not started:
-                        response = _json(failure.status, failure.body, request_id, failure.headers)
-                        await response(scope, _no_receive, send)
-                        return
-                    error = {"type": "error", "error": failure.body["error"]}
-                    await body(sse("error", error), more=False)
-                    return
-                else:  # the run task ended without a word (cancelled)
-                    if started:
-                        await body(b"", more=False)
-                    return
-
-
-async def _no_receive() -> Any:
-    return {"type": "http.disconnect"}

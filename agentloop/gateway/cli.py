@@ -11,16 +11,17 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import structlog
 
-from agentloop.cli.values import finite_seconds as seconds
-from agentloop.cli.values import port, whole_number
+from agentloop.cli.values import finite_seconds, port, seconds, whole_number
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool
@@ -79,8 +80,14 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         f"(default: {DEFAULT_STORE})",
     )
     serve.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="file holding the secret session keys are derived with (default: "
+        "AGENTLOOP_GATEWAY_SECRET, else one kept in the store)",
+    )
+    serve.add_argument(
         "--session-ttl",
-        type=seconds,
+        type=finite_seconds,
         default=3600.0,
         metavar="SECONDS",
         help="seconds a stored session is kept (default: 3600)",
@@ -93,6 +100,21 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.add_argument("--tool-timeout", type=seconds, default=30.0, help="seconds per tool call")
     serve.add_argument(
+        "--upstream-timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds an upstream request may take, and the longest silence within an "
+        "upstream stream ('inf' for no limit; default: 600)",
+    )
+    serve.add_argument(
+        "--max-retry-wait",
+        type=seconds,
+        metavar="SECONDS",
+        help="longest retry-after a hidden round waits for; a longer one goes to the "
+        "client (default: 10)",
+    )
+    serve.add_argument(
         "--upstream-transport",
         choices=("auto", "aiohttp", "httpx"),
         default="auto",
@@ -100,6 +122,19 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.set_defaults(handler=serve_command)
     return serve
+
+
+def _read_secret(path: str | None) -> bytes | None:
+    """The secret in the file at `path` (surrounding whitespace dropped), or None."""
+    if path is None:
+        return None
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"--secret-file: {exc.strerror}: {path}") from None
+    if not secret:
+        raise ConfigurationError(f"--secret-file: {path} is empty")
+    return secret
 
 
 def _quiet_logs(verbose: bool) -> None:
@@ -152,7 +187,7 @@ def serve_command(
         from .app import Gateway, GatewayConfig
     except ImportError as exc:
         print(
-            f"agentloop serve: {exc.name or exc} is missing; "
+            f"agentloop: error: {exc.name or exc} is missing; "
             "install it with: pip install 'agentloop-runner[gateway]'",
             file=sys.stderr,
         )
@@ -161,6 +196,7 @@ def serve_command(
         if tools is None:
             tools = default_manager().select(plugins=args.plugins, tools=args.tools)
         config = GatewayConfig.from_env(
+            secret=_read_secret(args.secret_file),
             deps=deps,
             upstream=args.upstream,
             store=args.store,
@@ -170,10 +206,13 @@ def serve_command(
             tool_concurrency=args.tool_concurrency,
             tool_timeout=args.tool_timeout,
             upstream_transport=args.upstream_transport,
+            upstream_timeout=args.upstream_timeout,
+            **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)
+        listening = _listen(args.host, args.port)
     except ConfigurationError as exc:
-        print(f"agentloop serve: {exc}", file=sys.stderr)
+        print(f"agentloop: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False))
     _quiet_logs(verbose)
@@ -195,5 +234,29 @@ def serve_command(
         file=sys.stderr,
         flush=True,
     )
-    server.run()
+    with listening:
+        server.run(sockets=[listening])
     return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` for the server, so a taken port fails up front.
+
+    Raises:
+        ConfigurationError: the address cannot be listened on (in use, not local, ...).
+    """
+    try:
+        (family, kind, proto, _, address), *_ = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        )
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock

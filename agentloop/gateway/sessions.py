@@ -9,6 +9,16 @@ stored one plus the client's new messages. Snapshots are immutable and stored as
 (the keys of their ancestors and the messages they add), so a retried request, a
 regenerated answer or a branch from any earlier reply all find their hidden turns.
 
+Two conversations can show the client the same text while their hidden turns differ
+(same question, same visible answer, different tool results). The first write of a key
+wins; a later write of different hidden turns under the same key marks the key
+ambiguous, and an ambiguous key restores nothing: the gateway never guesses which
+conversation a client continues.
+
+A run that fails after the gateway's tools ran (the upstream failed in a later round)
+keeps its partial history under a key derived from the whole request, so the client's
+retry of that request goes on from there instead of running the tools again.
+
 Message threads use the same snapshots: a thread record holds the visible messages a
 reply added, keyed by the reply's id, so a `continue` request can be expanded to the
 whole visible conversation.
@@ -23,9 +33,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .stores import Store
+from agentloop._wire import compact_json
+from agentloop.logs import get_logger
+
+from .stores import SECRET_KEY, Store
 
 __all__ = (
+    "Found",
     "Session",
     "Sessions",
     "Thread",
@@ -37,18 +51,31 @@ __all__ = (
 
 _FORMAT = 1
 
+_log = get_logger()
+
 
 def canonical_json(messages: Sequence[Any]) -> bytes:
     """The visible conversation as bytes that do not depend on how a client wrote it.
 
     Keys are sorted and whitespace dropped; a string content is one text block; null
     fields and `cache_control` markers (clients move them from request to request) are
-    left out of blocks, at every depth that holds blocks. Tool inputs are kept as they are.
+    left out of blocks, at every depth that holds blocks. A whole number is written the
+    same whether it came as `1` or `1.0` (JavaScript's `JSON.stringify` writes `1.0` as
+    `1`), at every depth; tool inputs are otherwise kept as they are.
     """
-    normal = [_message(m) for m in messages]
-    return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    normal = [_numbers(_message(m)) for m in messages]
+    return compact_json(normal, sort_keys=True)
+
+
+def _numbers(value: Any) -> Any:
+    """`value` with every float that is a whole number (`1.0`, `1e21`) made an int."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return value
 
 
 def _message(message: Any) -> Any:
@@ -101,13 +128,72 @@ class Thread:
     """The fields a thread keeps from its `create` request (`system`, `tools`)."""
 
 
+@dataclass(frozen=True)
+class Found:
+    """What a session key leads to: a session, nothing, or an ambiguous conversation."""
+
+    session: Session | None
+    ambiguous: bool = False
+    """Two conversations stored different hidden turns under this key: none is restored."""
+
+
+def _ambiguous(key: str) -> str:
+    """The key of the marker saying `key` is held by two different conversations."""
+    return key + ":ambiguous"
+
+
 class Sessions:
     """Derives session keys and reads and writes snapshots in a `Store`."""
 
-    def __init__(self, store: Store, secret: bytes) -> None:
-        """Use `store`, deriving keys with `secret`."""
+    def __init__(self, store: Store, secret: bytes, *, kept: bool = False) -> None:
+        """Use `store`, deriving keys with `secret`.
+
+        With `kept`, `secret` is the one kept in the store, and every lookup checks it is
+        still there: a store wiped (a Redis restart, a flush) gets its secret back from
+        the first process that notices, and a process that finds another one adopts it,
+        so processes sharing a store never derive different keys for long.
+        """
         self.store = store
         self._secret = secret
+        self._kept = kept
+
+    async def check_secret(self, stored: bytes | None = None, *, read: bool = True) -> bool:
+        """Whether the kept secret was still in the store (adopting the store's if not).
+
+        `stored` is the store's secret when the caller already read it (`read=False`).
+        Always True when the secret comes from the configuration.
+        """
+        if not self._kept:
+            return True
+        if read:
+            (stored,) = await self.store.get_many([SECRET_KEY])
+        if stored == self._secret:
+            return True
+        self._secret = await self.store.secret(self._secret)
+        _log.warning(
+            "gateway.secret_changed",
+            detail="the store lost the session secret (wiped or restarted); the secret "
+            "in the store now is used, and sessions stored before are gone",
+            adopted=stored is not None,
+        )
+        return False
+
+    async def restore(
+        self, credential: str, visible: Sequence[Any], *, retry: bool = False
+    ) -> Found:
+        """The session of a visible conversation (ending with an assistant reply).
+
+        With `retry`, the partial run kept for a request that failed after the gateway's
+        tools ran, found from the whole request's conversation (`retry_key`).
+        """
+        for _ in range(2):
+            key = (self.retry_key if retry else self.key)(credential, visible)
+            extra = [SECRET_KEY] if self._kept else []
+            values = await self.store.get_many([key, _ambiguous(key), *extra])
+            if extra and not await self.check_secret(values[2], read=False):
+                continue  # the key was derived with a secret the store no longer has
+            break
+        return await self._found(key, values[0], values[1])
 
     def _key(self, kind: bytes, credential: str, payload: bytes) -> str:
         scope = credential.encode("utf-8", "surrogatepass")
@@ -118,13 +204,18 @@ class Sessions:
         """The key of a visible conversation (ending with an assistant reply) for a client."""
         return self._key(b"session", credential, canonical_json(visible))
 
+    def retry_key(self, credential: str, visible: Sequence[Any]) -> str:
+        """The key of the partial run kept for a failed request's whole conversation."""
+        return self._key(b"retry", credential, canonical_json(visible))
+
     def thread_key(self, credential: str, reply_id: str) -> str:
         """The key of a thread's record for the reply `reply_id`, for a client."""
         return self._key(b"thread", credential, reply_id.encode("utf-8", "surrogatepass"))
 
-    async def _chain(self, key: str) -> list[dict[str, Any]] | None:
-        """The records from the root to `key`, or None if any is gone."""
-        (raw,) = await self.store.get_many([key])
+    async def _chain(self, key: str, raw: bytes | None = None) -> list[dict[str, Any]] | None:
+        """The records from the root to `key` (whose value is `raw` when read), or None."""
+        if raw is None:
+            (raw,) = await self.store.get_many([key])
         if raw is None:
             return None
         record = json.loads(raw)
@@ -137,14 +228,25 @@ class Sessions:
         return [*(json.loads(v) for v in earlier if v is not None), record]
 
     async def load(self, key: str) -> Session | None:
-        """The session stored under `key`, or None."""
-        chain = await self._chain(key)
+        """The session stored under `key`, or None (none there, or ambiguous)."""
+        return (await self.find(key)).session
+
+    async def find(self, key: str) -> Found:
+        """The session stored under `key`, unless there is none or it is ambiguous."""
+        raw, marker = await self.store.get_many([key, _ambiguous(key)])
+        return await self._found(key, raw, marker)
+
+    async def _found(self, key: str, raw: bytes | None, marker: bytes | None) -> Found:
+        if marker is not None:
+            return Found(None, ambiguous=True)
+        chain = await self._chain(key, raw) if raw is not None else None
         if chain is None:
-            return None
+            return Found(None)
         messages = [m for record in chain for m in record.get("add") or []]
-        return Session(
+        session = Session(
             key, tuple(chain[-1].get("up") or []), messages, list(chain[-1].get("held") or [])
         )
+        return Found(session)
 
     async def save(
         self,
@@ -165,7 +267,15 @@ class Sessions:
             up = [*parent.ancestors, parent.key]
             added = messages[len(parent.messages) :]
         record = {"v": _FORMAT, "up": up, "add": list(added), "held": list(held)}
-        await self.store.put(key, _dump(record), refresh=up)
+        value = compact_json(record)
+        # The markers of the ancestors live as long as they do, so an ambiguous key
+        # never becomes unambiguous while it is still there to be found.
+        refresh = [*up, *(_ambiguous(k) for k in (*up, key))]
+        if await self.store.put(key, value, refresh=refresh):
+            return
+        (kept,) = await self.store.get_many([key])
+        if kept is not None and json.loads(kept) != json.loads(value):
+            await self.store.put(_ambiguous(key), b"1")
 
     async def load_thread(self, key: str) -> Thread | None:
         """The thread record stored under `key`, or None."""
@@ -193,20 +303,13 @@ class Sessions:
         record: dict[str, Any] = {"v": _FORMAT, "up": up, "add": list(added)}
         if parent is None:
             record["fields"] = dict(fields)
-        await self.store.put(key, _dump(record), refresh=up)
+        await self.store.put(key, compact_json(record), refresh=up)
 
 
 def _extends(messages: Sequence[Mapping[str, Any]], prefix: Sequence[Mapping[str, Any]]) -> bool:
     if len(messages) < len(prefix):
         return False
     return not prefix or messages[len(prefix) - 1] == prefix[-1]
-
-
-def _dump(record: Mapping[str, Any]) -> bytes:
-    try:
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:  # lone surrogates: escaped
-        return json.dumps(record, separators=(",", ":")).encode()
 
 
 def _blocks(content: Any) -> list[Any]:

@@ -4,12 +4,14 @@ A store holds opaque values under keys, each kept for a time-to-live and never c
 once written: the first write of a key wins, so concurrent requests can never overwrite
 each other's snapshot. `open_store` picks one from a URL: `sqlite:///PATH` (embedded, the
 default), `redis://HOST:PORT/DB` (shared by several gateway processes) or `memory://`.
-The server secret that keys are derived with lives in the store too, so every process
-sharing a store derives the same keys.
+The server secret that keys are derived with lives in the store too, under `SECRET_KEY`
+(readable with `get_many` like any value, so a gateway can check it is still there in the
+same round trip as a lookup), and every process sharing a store derives the same keys.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 import sqlite3
 import threading
@@ -22,9 +24,11 @@ import anyio
 import anyio.to_thread
 
 from agentloop.errors import ConfigurationError
+from agentloop.logs import get_logger
 
 __all__ = (
     "DEFAULT_STORE",
+    "SECRET_KEY",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",
@@ -34,6 +38,11 @@ __all__ = (
 
 DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
 """The store used when none is given: a SQLite file in the working directory."""
+
+_log = get_logger()
+
+SECRET_KEY = "secret"
+"""The key the store keeps the server secret under (it never expires)."""
 
 Clock = Callable[[], float]
 
@@ -54,8 +63,12 @@ class Store(Protocol):
         """Release connections."""
         ...
 
-    async def secret(self) -> bytes:
-        """The server secret, made and kept on first use (it never expires)."""
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The server secret under `SECRET_KEY`; it never expires.
+
+        When there is none, `candidate` (or, when None, 32 random bytes) is kept and
+        returned: the first process to ask after the store was created or wiped decides.
+        """
         ...
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
@@ -111,7 +124,6 @@ class MemoryStore:
         self.ttl = ttl
         self.clock = clock
         self._values: dict[str, tuple[bytes, float]] = {}
-        self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
         """Nothing to open."""
@@ -119,9 +131,11 @@ class MemoryStore:
     async def aclose(self) -> None:
         """Nothing to close (the values stay until the object goes)."""
 
-    async def secret(self) -> bytes:
-        """This store's secret."""
-        return self._secret
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """This store's secret (kept under `SECRET_KEY` with no expiry)."""
+        if self._live(SECRET_KEY, self.clock()) is None:
+            self._values[SECRET_KEY] = (candidate or secrets.token_bytes(32), math.inf)
+        return self._values[SECRET_KEY][0]
 
     def _live(self, key: str, now: float) -> bytes | None:
         item = self._values.get(key)
@@ -162,11 +176,19 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
+_INCREMENTAL = 2
+"""`PRAGMA auto_vacuum` for incremental vacuuming."""
+
+
 class SQLiteStore:
     """Values in a SQLite file, created on first use; the embedded default.
 
+    The secret is a row of the `meta` table, which `get_many` reads under `SECRET_KEY`.
+
     One connection, used from worker threads one call at a time; the file is in WAL
-    mode, so a gateway restarted on the same file finds every live snapshot.
+    mode, so a gateway restarted on the same file finds every live snapshot. A file
+    deleted or replaced while the gateway runs is noticed on the next call (a `stat`),
+    and the store starts again on a new file.
     """
 
     def __init__(self, path: Path, *, ttl: float, clock: Clock = time.time) -> None:
@@ -175,6 +197,7 @@ class SQLiteStore:
         self.ttl = ttl
         self.clock = clock
         self._db: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(1)
 
@@ -183,26 +206,37 @@ class SQLiteStore:
             with self._lock:
                 if self._db is None:
                     raise RuntimeError("the sqlite store is not open")
+                if self._file != _identity(self.path):
+                    # The file was deleted (or replaced) under the open connection,
+                    # which would go on writing where nobody can read: start again.
+                    _log.warning("gateway.sqlite_recreated", path=str(self.path))
+                    self._db.close()
+                    self._db, self._file = self._connect()
                 with self._db:  # one transaction per call
                     return function(self._db)
 
         return await anyio.to_thread.run_sync(locked, limiter=self._limiter)
 
+    def _connect(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
+        """A connection to the file (made with its folder and tables when missing)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            # Set before the first table (a file made without it is rewritten once), so
+            # purges can hand the space of expired rows back to the file system.
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            db.execute("VACUUM")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        db.executescript(_SCHEMA)
+        db.isolation_level = "DEFERRED"
+        return db, _identity(self.path)
+
     async def open(self) -> None:
         """Create the file (and its folder) and tables when missing."""
-
-        def connect() -> sqlite3.Connection:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            db.isolation_level = "DEFERRED"
-            return db
-
         if self._db is None:
-            self._db = await anyio.to_thread.run_sync(connect)
+            self._db, self._file = await anyio.to_thread.run_sync(self._connect)
 
     async def aclose(self) -> None:
         """Close the connection."""
@@ -211,15 +245,15 @@ class SQLiteStore:
             with self._lock:
                 db.close()
 
-    async def secret(self) -> bytes:
-        """The secret kept in the `meta` table (made on first use)."""
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The secret, kept in the `meta` table (made on first use)."""
+        value = candidate or secrets.token_bytes(32)
 
         def get(db: sqlite3.Connection) -> bytes:
             db.execute(
-                "INSERT OR IGNORE INTO meta (name, value) VALUES ('secret', ?)",
-                (secrets.token_bytes(32),),
+                "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)", (SECRET_KEY, value)
             )
-            row = db.execute("SELECT value FROM meta WHERE name = 'secret'").fetchone()
+            row = db.execute("SELECT value FROM meta WHERE name = ?", (SECRET_KEY,)).fetchone()
             return bytes(row[0])
 
         result: bytes = await self._call(get)
@@ -238,6 +272,10 @@ class SQLiteStore:
                 f"SELECT key, value FROM snapshots WHERE key IN ({marks}) AND expires > ?",
                 (*wanted, now),
             ).fetchall()
+            if SECRET_KEY in wanted:
+                rows += db.execute(
+                    "SELECT name, value FROM meta WHERE name = ?", (SECRET_KEY,)
+                ).fetchall()
             return {str(k): bytes(v) for k, v in rows}
 
         found: dict[str, bytes] = await self._call(get)
@@ -272,14 +310,29 @@ class SQLiteStore:
         return written
 
     async def purge(self) -> int:
-        """Delete the expired rows."""
+        """Delete the expired rows, and give their space back to the file system."""
         now = self.clock()
 
         def purge(db: sqlite3.Connection) -> int:
             return db.execute("DELETE FROM snapshots WHERE expires <= ?", (now,)).rowcount
 
+        def shrink(db: sqlite3.Connection) -> None:
+            db.executescript("PRAGMA incremental_vacuum;")  # steps it to the end
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
         deleted: int = await self._call(purge)
+        if deleted:
+            await self._call(shrink)
         return deleted
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at `path` as (device, inode), or None when there is none."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class RedisStore:
@@ -323,10 +376,10 @@ class RedisStore:
         if client is not None:
             await client.aclose()
 
-    async def secret(self) -> bytes:
-        """The secret under `agentloop:gateway:secret` (set once, by whichever process is first)."""
-        name = self.PREFIX + "secret"
-        await self._redis.set(name, secrets.token_bytes(32), nx=True)
+    async def secret(self, candidate: bytes | None = None) -> bytes:
+        """The secret under `agentloop:gateway:secret` (set by whichever process is first)."""
+        name = self.PREFIX + SECRET_KEY
+        await self._redis.set(name, candidate or secrets.token_bytes(32), nx=True)
         value = await self._redis.get(name)
         return bytes(value)
 

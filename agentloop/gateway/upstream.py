@@ -3,17 +3,18 @@
 Requests go out through `AnthropicProvider` over the SDK's `AsyncAnthropic`, one client
 per upstream credential sharing one connection pool. The first model request of a client
 request is sent once, without retries, so an upstream error reaches the client as it was
-(its own retry logic reads it); as JSON it goes straight over the pool, with the SDK's
-headers and credential but not its per-request machinery (the passthrough case, where
-the gateway's cost is most of the added latency). The hidden rounds after it are retried
-by the SDK, since the client cannot retry those on its own. Every response is recorded,
-and while streaming every event is reported to the gateway too. Token counts and model
+(its own retry logic reads it). The hidden rounds after it are retried
+by the gateway, since the client cannot retry those on its own; an answer asking to wait
+longer than the gateway's limit goes to the client as it is. A stream that stays silent
+longer than the upstream timeout is given up. Every response is recorded, and while
+streaming every event is reported to the gateway too. Token counts and model
 listings go through the same clients and come back as the upstream answered them
 (`Upstream.forward`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anthropic
+import anyio
 import httpx2
 import sniffio
 
@@ -30,17 +32,26 @@ from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
 
 __all__ = (
     "HIDDEN_ROUND_RETRIES",
+    "RETRY_WAIT_LIMIT",
     "THREADS_BETA_PREFIX",
     "Forwarded",
     "Transport",
     "Upstream",
     "UpstreamProvider",
+    "UpstreamTimeoutError",
     "forwarded_headers",
     "retry_headers",
 )
 
 HIDDEN_ROUND_RETRIES = 2
-"""SDK retries of the model requests of hidden rounds (the first one has none)."""
+"""Retries of the model requests of hidden rounds (the first one has none)."""
+
+_SDK_TIMEOUT = 600.0
+"""The SDK's default timeout, in seconds."""
+
+RETRY_WAIT_LIMIT = 10.0
+"""The longest `retry-after` a hidden round waits for (beyond it, the error goes to the
+client with its `retry-after`, for its own retry logic)."""
 
 THREADS_BETA_PREFIX = "message-threads-"
 """The `anthropic-beta` value a client sends for message threads, which the gateway
@@ -62,8 +73,13 @@ class Upstream:
         timeout: float | None = None,
         cache: int = 256,
         transport: Transport = "auto",
+        retry_wait_limit: float = RETRY_WAIT_LIMIT,
     ) -> None:
         """Clients for `base_url`; at most `cache` credentials keep their clients.
+
+        `timeout` is the SDK's timeout for each upstream request (its default when None;
+        `math.inf` for none) and the longest silence within an upstream stream;
+        `retry_wait_limit` the longest `retry-after` a hidden round waits for.
 
         Made inside the event loop that will use them: `transport` "auto" picks the
         SDK's aiohttp client on asyncio when aiohttp is installed (`anthropic[aiohttp]`,
@@ -74,33 +90,37 @@ class Upstream:
         """
         options: dict[str, Any] = {"base_url": base_url, "max_retries": 0}
         if timeout is not None:
-            options["timeout"] = timeout
+            options["timeout"] = None if math.isinf(timeout) else timeout
+        self.idle_timeout = _SDK_TIMEOUT if timeout is None else timeout
+        """Longest silence between two events of an upstream stream."""
+        self.retry_wait_limit = retry_wait_limit
         self.http = _pool(transport)
         """The connection pool every client shares."""
         # The base client never sends its own placeholder credential: every request
         # goes through a copy carrying the credential chosen for it.
         self._base = anthropic.AsyncAnthropic(api_key="unset", http_client=self.http, **options)
-        self._clients: OrderedDict[str, tuple[AnthropicProvider, AnthropicProvider]] = OrderedDict()
+        self._clients: OrderedDict[str, AnthropicProvider] = OrderedDict()
         self._cache = cache
 
     def provider(self, credential: str) -> UpstreamProvider:
         """The provider of one client request sent upstream with `credential`."""
-        first, later = self.providers(credential)
-        return UpstreamProvider(first, later, http_client=self.http)
+        return UpstreamProvider(
+            self.client_provider(credential),
+            idle_timeout=self.idle_timeout,
+            retry_wait_limit=self.retry_wait_limit,
+        )
 
-    def providers(self, credential: str) -> tuple[AnthropicProvider, AnthropicProvider]:
-        """The providers for `credential`: without retries, and with them."""
-        pair = self._clients.get(credential)
-        if pair is None:
-            first = self._base.with_options(api_key=credential, max_retries=0)
-            later = first.with_options(max_retries=HIDDEN_ROUND_RETRIES)
-            pair = (AnthropicProvider(first), AnthropicProvider(later))
-            self._clients[credential] = pair
+    def client_provider(self, credential: str) -> AnthropicProvider:
+        """The provider (over a client without retries) for `credential`."""
+        provider = self._clients.get(credential)
+        if provider is None:
+            provider = AnthropicProvider(self._base.with_options(api_key=credential))
+            self._clients[credential] = provider
             while len(self._clients) > self._cache:
                 self._clients.popitem(last=False)
         else:
             self._clients.move_to_end(credential)
-        return pair
+        return provider
 
     async def forward(
         self,
@@ -117,7 +137,7 @@ class Upstream:
         An error answer is returned too, unchanged, for the client to read; only a
         request that got no answer raises (`agentloop.errors.APIConnectionError`).
         """
-        client = self.providers(credential)[0].client
+        client = self.client_provider(credential).client
         options: Any = {"headers": dict(headers or {}), "params": dict(query or {})}
         try:
             if method == "GET":
@@ -150,7 +170,9 @@ def _pool(transport: Transport) -> httpx2.AsyncClient:
     """The SDK's HTTP client for `transport`, with a hook noting rate-limit headers.
 
     The hook keeps each answer's rate-limit headers for the client request that asked
-    (see `UpstreamProvider.answer_headers`). aiohttp parses and writes HTTP in C: two to
+    (see `UpstreamProvider.answer_headers`): a streamed answer's status and headers go to
+    the client when its first event does, before the `ModelResponse` (and its `headers`)
+    exists. aiohttp parses and writes HTTP in C: two to
     three tenths of a millisecond less CPU per upstream request than httpx. It runs on
     asyncio only.
     """
@@ -191,21 +213,22 @@ class UpstreamProvider:
 
     def __init__(
         self,
-        first: AnthropicProvider,
-        later: AnthropicProvider,
+        provider: AnthropicProvider,
         on_event: OnEvent | None = None,
         *,
-        http_client: httpx2.AsyncClient | None = None,
+        idle_timeout: float = _SDK_TIMEOUT,
+        retry_wait_limit: float = RETRY_WAIT_LIMIT,
     ) -> None:
-        """Send the first request with `first`, later ones with `later`.
+        """Send every model request with `provider` (whose client does not retry).
 
-        With `http_client` (the pool `first`'s client uses), a first JSON request goes
-        straight over it (`AnthropicProvider.complete_once`).
+        Hidden rounds are retried
+        (`HIDDEN_ROUND_RETRIES`) unless the upstream asks to wait more than
+        `retry_wait_limit` seconds; a stream silent for `idle_timeout` seconds fails.
         """
-        self.first = first
-        self.later = later
-        self.http_client = http_client
+        self.provider = provider
         self.on_event = on_event
+        self.idle_timeout = idle_timeout
+        self.retry_wait_limit = retry_wait_limit
         self.responses: list[ModelResponse] = []
         self.error_headers: dict[str, str] = {}
         """Headers of the last upstream error answer that clients' retry logic reads."""
@@ -213,47 +236,92 @@ class UpstreamProvider:
         """The headers clients read (rate limits) of the last successful upstream answer,
         for the client's answer."""
 
-    def _provider(self) -> AnthropicProvider:
-        return self.later if self.responses else self.first
-
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` as one JSON request."""
-        token = _ASKING.set(self)
-        try:
-            if self.responses or self.http_client is None:
-                response = await self._provider().complete(request)
-            else:
-                response = await self.first.complete_once(request, self.http_client)
-        except ProviderError as exc:
-            self.error_headers = retry_headers(exc)
-            raise
-        finally:
-            _ASKING.reset(token)
-        self.responses.append(response)
-        return response
+        return await self._ask(lambda: self.provider.complete(request), lambda: True)
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
         """Stream `request`, reporting each event to the gateway, then to the run."""
         round_ = len(self.responses)
-        report = self.on_event
+        heard = False
 
-        async def tee(event: StreamEvent) -> None:
-            if report is not None:
-                await report(round_, event)
-            await on_event(event)
+        async def send() -> ModelResponse:
+            with anyio.CancelScope() as idle:
+                idle.deadline = anyio.current_time() + self.idle_timeout
 
-        token = _ASKING.set(self)
+                async def tee(event: StreamEvent) -> None:
+                    nonlocal heard
+                    heard = True
+                    idle.deadline = anyio.current_time() + self.idle_timeout
+                    if self.on_event is not None:  # read each time: it may be turned off
+                        await self.on_event(round_, event)
+                    await on_event(event)
+
+                return await self.provider.stream(request, tee)
+            raise UpstreamTimeoutError(
+                f"the upstream stream sent nothing for {self.idle_timeout:g} seconds"
+            )
+
+        return await self._ask(send, lambda: not heard)
+
+    async def _ask(
+        self, send: Callable[[], Awaitable[ModelResponse]], repeatable: Callable[[], bool]
+    ) -> ModelResponse:
+        """`send()`, retried in hidden rounds while `repeatable()` and the upstream allows."""
+        hidden = bool(self.responses)
+        attempt = 0
+        while True:
+            token = _ASKING.set(self)
+            try:
+                response = await send()
+            except ProviderError as exc:
+                self.error_headers = {**retry_headers(exc), **_read_by_clients(exc.headers)}
+                wait = _retry_wait(exc, self.error_headers, attempt)
+                retry = hidden and attempt < HIDDEN_ROUND_RETRIES and repeatable()
+                if not retry or wait is None or wait > self.retry_wait_limit:
+                    raise
+            else:
+                self.responses.append(response)
+                if response.headers:  # else the pool's hook noted them (`_note_answer`)
+                    self.answer_headers = _read_by_clients(response.headers)
+                return response
+            finally:
+                _ASKING.reset(token)
+            attempt += 1
+            await anyio.sleep(wait)
+
+
+class UpstreamTimeoutError(APIConnectionError):
+    """An upstream stream went silent for longer than the upstream timeout."""
+
+
+def _retry_wait(exc: ProviderError, headers: Mapping[str, str], attempt: int) -> float | None:
+    """Seconds to wait before retrying after `exc`, or None when it is not worth retrying.
+
+    As the SDK decides: `x-should-retry` first, then the status (408, 409, 429, 5xx, or
+    no answer at all); the wait is the answer's `retry-after-ms` / `retry-after` when
+    given, else a backoff of 0.5 s doubling per attempt, at most 8 s.
+    """
+    should = headers.get("x-should-retry")
+    status = exc.status_code
+    if should == "false":
+        return None
+    if should != "true" and not (
+        status in (408, 409, 429)
+        or (status is not None and status >= 500)
+        or (status is None and isinstance(exc, APIConnectionError))
+    ):
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         try:
-            response = await self._provider().stream(request, tee)
-        except ProviderError as exc:
-            self.error_headers = retry_headers(exc)
-            raise
-        finally:
-            _ASKING.reset(token)
-        self.responses.append(response)
-        return response
+            asked = float(headers.get(name, "")) * scale
+        except ValueError:
+            continue
+        if asked >= 0:
+            return asked
+    return min(0.5 * 2.0**attempt, 8.0)
 
 
 _RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})

@@ -13,6 +13,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from agentloop._wire import compact_json, random_id
 from agentloop.messages import ToolUseBlock
 from agentloop.providers.base import (
     BlockDelta,
@@ -43,8 +44,7 @@ _SUMMED = (
 
 def sse(name: str, data: Any) -> bytes:
     """One server-sent event as the API writes it."""
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {payload}\n\n".encode("utf-8", "surrogatepass")
+    return b"event: %s\ndata: %s\n\n" % (name.encode(), compact_json(data))
 
 
 PING = sse("ping", {"type": "ping"})
@@ -116,16 +116,32 @@ class VisibleStream:
     never sent; the indices of the blocks that are sent run on across rounds.
     """
 
-    def __init__(self, client_tools: Collection[str], *, reply_id: str | None) -> None:
-        """A stream for a request declaring `client_tools`; `reply_id` replaces the id."""
+    def __init__(
+        self, client_tools: Collection[str], *, reply_id: str | None, model: str = ""
+    ) -> None:
+        """A stream for a request declaring `client_tools`; `reply_id` replaces the id.
+
+        `model` (the model asked for) names the message when the upstream sends a block
+        before its `message_start`: the client still gets `message_start` first.
+        """
         self.client_tools = client_tools
         self.reply_id = reply_id
+        self.model = model
         self.started = False
         self._next = 0
         self._index: dict[tuple[int, int], int | None] = {}
 
     def feed(self, round_: int, event: StreamEvent) -> bytes:
         """The SSE bytes for one upstream event."""
+        if not self.started and not isinstance(event, MessageStart):
+            stand_in = {
+                "id": self.reply_id or random_id("msg_"),
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            }
+            return self.feed(round_, MessageStart(stand_in)) + self.feed(round_, event)
         if isinstance(event, MessageStart):
             if self.started:
                 return b""

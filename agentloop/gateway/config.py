@@ -1,0 +1,93 @@
+"""How a gateway runs: its configuration, read from options and the environment.
+
+`agentloop serve` builds a `GatewayConfig` from its options; `Gateway` (in `app`) runs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.errors import ConfigurationError
+from agentloop.tools import Tool
+
+from .stores import DEFAULT_STORE
+from .upstream import RETRY_WAIT_LIMIT, Transport
+
+__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "GatewayConfig")
+
+GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
+"""Comma-separated client keys the gateway admits when it has its own upstream key."""
+SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
+"""The server secret session keys are derived with (else one is made and kept in the store)."""
+
+SESSION_HEADER = "agentloop-session"
+"""Response header saying what happened to the conversation's session, when it matters:
+`ambiguous` (its hidden turns were not restored), `unsaved` (the store failed)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    """How a gateway runs (what `agentloop serve` builds from its options)."""
+
+    upstream: str
+    """Base URL of the Messages API to forward to (e.g. `https://api.anthropic.com`)."""
+    store: str = DEFAULT_STORE
+    """Session store URL: `sqlite:///PATH`, `redis://HOST:PORT/DB` or `memory://`."""
+    session_ttl: float = 3600.0
+    """Seconds a stored session is kept after it was last written."""
+    tools: Sequence[Tool] = ()
+    """The gateway's own tools (run inside the loop, never shown to the client)."""
+    max_rounds: int = 10
+    """Most upstream requests for one client request."""
+    tool_concurrency: int = 8
+    """Most calls of the gateway's tools in flight at once, per request."""
+    tool_timeout: float = 30.0
+    """Seconds a tool call may take, unless the tool sets its own."""
+    upstream_key: str | None = None
+    """The gateway's own upstream API key; when set, clients must present a gateway key."""
+    gateway_keys: frozenset[str] = frozenset()
+    """The client keys admitted when `upstream_key` is set."""
+    secret: bytes | None = None
+    """Secret for session keys (every replica sharing a store needs the same one); by
+    default one is made and kept in the store, and checked on every lookup."""
+    ping_interval: float = 5.0
+    """Seconds of silence after which a stream gets a `ping` event."""
+    upstream_timeout: float | None = None
+    """Seconds the SDK waits for an upstream response, and the longest silence within an
+    upstream stream (the SDK's 600 when None; `math.inf` for no limit)."""
+    retry_wait_limit: float = RETRY_WAIT_LIMIT
+    """The longest `retry-after` a hidden round waits for; a longer one goes to the
+    client (with its `retry-after` header), as the API's answer would."""
+    upstream_transport: Transport = "auto"
+    """The HTTP client upstream: "aiohttp", "httpx", or "auto" (aiohttp when installed
+    and on asyncio, as under `agentloop serve`; else httpx)."""
+    deps: Any = None
+    """Passed to every run as `deps` (what the gateway's tools receive)."""
+    tracer_provider: Any = None
+    """Where the runs' OpenTelemetry spans go (the global tracer provider when None)."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:
+        """A config from `options` and the environment.
+
+        Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`
+        and `AGENTLOOP_GATEWAY_SECRET` (unless `options` hold a `secret`).
+
+        Raises:
+            ConfigurationError: an upstream key is set but no gateway key is.
+        """
+        env = os.environ if environ is None else environ
+        upstream_key = env.get("ANTHROPIC_API_KEY") or None
+        keys = frozenset(k.strip() for k in env.get(GATEWAY_KEYS_ENV, "").split(",") if k.strip())
+        if upstream_key and not keys:
+            raise ConfigurationError(
+                f"ANTHROPIC_API_KEY is set, so clients must present a gateway key: set "
+                f"{GATEWAY_KEYS_ENV} to a comma-separated list of keys"
+            )
+        if options.get("secret") is None:
+            secret = env.get(SECRET_ENV)
+            options["secret"] = secret.encode() if secret else None
+        return cls(upstream_key=upstream_key, gateway_keys=keys, **options)
