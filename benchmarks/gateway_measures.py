@@ -110,9 +110,14 @@ async def stream_request(client: aiohttp.ClientSession, payload: bytes, checks: 
 
 
 def rotated(items: Sequence[T], i: int) -> list[T]:
-    """`items` starting at its `i`-th (wrapping): each round and repeat starts elsewhere."""
+    """`items` starting at its `i`-th (wrapping), backwards every other cycle.
+
+    Each path takes every place in turn, and follows both of its neighbours: a server's
+    work after it has answered (logging, storing) weighs on different paths' requests.
+    """
     shift = i % len(items)
-    return [*items[shift:], *items[:shift]]
+    order = [*items[shift:], *items[:shift]]
+    return order[::-1] if (i // len(items)) % 2 else order
 
 
 async def paired_json(

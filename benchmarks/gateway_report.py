@@ -186,7 +186,7 @@ def verdict_table(run: Run) -> list[str]:
             "{:.2f} ms",
             1000,
         ),
-        ("throughput at 50 clients: ≥ 0.8x the hop's", "throughput", "{:.2f}x", 1),
+        ("throughput at 50 clients: ≥ 0.8x the hop's", "throughput", "{:.3f}x", 1),
     ]
     for label, key, form, scale in rows:
         cells = []
@@ -277,7 +277,8 @@ def report(run: Run) -> str:
         "The client, the upstream, the hop and every gateway share this machine's cores with "
         "other work, so absolute figures move from run to run. That is why every figure "
         "compares paths inside one repeat: latencies are paired differences (the same request "
-        "through each path back to back, the order rotating each round; p50 and p99 are taken "
+        "through each path back to back, the order rotating each round and reversed every other "
+        "cycle; p50 and p99 are taken "
         "over those differences), throughputs are ratios within the repeat. Each cell is the "
         f"median over {n} repeats, with the lowest and highest in brackets.",
         "",
@@ -305,9 +306,11 @@ def report(run: Run) -> str:
         "",
         f"## {o['clients']} clients at once ({o['load_seconds']:g} s per path per repeat)",
         "",
-        "Plain JSON requests back to back from each client. CPU is the path's own server "
-        "process (for `direct`, the upstream's) over the load; RSS after the last repeat, "
-        "peak over the run.",
+        "Plain JSON requests back to back from each client; requests per second count every "
+        "request until the last one in flight has finished. The client and the upstream "
+        "share the cores with the path's server, so a ratio says what the machine does per "
+        "path, not what a server alone could do. CPU is the path's own server process (for "
+        "`direct`, the upstream's) over the load; RSS after the last repeat, peak over the run.",
         "",
         *load_table(run),
         "",
