@@ -1,7 +1,7 @@
 """The gateway's cost against a bare hop and against LiteLLM, paired and repeated.
 
     python -m benchmarks.gateway [--repeats 3] [--rounds 300] [--stream-rounds 60]
-                                 [--clients 50] [--load-seconds 3] [--no-litellm] [--no-write]
+                                 [--clients 50] [--load-seconds 5] [--no-litellm] [--no-write]
 
 Servers, each its own process on 127.0.0.1: the paced scripted upstream and the bare hop
 (`benchmarks.gateway_servers`); `python -m agentloop.gateway` with no tools (a
@@ -50,8 +50,13 @@ class Server:
 
     name: str
     url: str
+    health: str
     process: subprocess.Popen[bytes]
-    stats: measures.ProcessStats
+    log: Path
+
+    @property
+    def stats(self) -> measures.ProcessStats:
+        return measures.ProcessStats(self.process.pid)
 
 
 def progress(text: str) -> None:
@@ -71,28 +76,34 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def start(
+def spawn(
     name: str, command: Sequence[str], port: int, health: str, work: Path, **env: str
 ) -> Server:
-    """Start `command`, wait until `health` answers 200; its output goes to `work/<name>.log`."""
-    log = (work / f"{name}.log").open("wb")
-    process = subprocess.Popen(
-        command, cwd=work, env=clean_env(**env), stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    """Start `command` (its output goes to `work/<name>.log`); `ready` waits for it."""
+    log = work / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=work, env=clean_env(**env), stdout=out, stderr=subprocess.STDOUT
+        )
+    return Server(name, f"http://127.0.0.1:{port}", health, process, log)
+
+
+def ready(server: Server, seconds: float = 240) -> None:
+    """Wait until the server's health path answers 200 (servers start slowly on a busy
+    machine: they all import at once)."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = (work / f"{name}.log").read_text(errors="replace")[-600:]
-            raise RuntimeError(f"{name} exited with {process.returncode}: {tail}")
+        if server.process.poll() is not None:
+            tail = server.log.read_text(errors="replace")[-600:]
+            raise RuntimeError(f"exited with {server.process.returncode}: {tail}")
         try:
-            if httpx2.get(url + health, timeout=2).status_code == 200:
-                return Server(name, url, process, measures.ProcessStats(process.pid))
+            if httpx2.get(server.url + server.health, timeout=2).status_code == 200:
+                return
         except httpx2.TransportError:
             pass
         time.sleep(0.1)
-    stop(process)
-    raise RuntimeError(f"{name} did not answer {health} within 120 s")
+    stop(server.process)
+    raise RuntimeError(f"did not answer {server.health} within {seconds:.0f} s")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -112,7 +123,7 @@ def install_plugin(work: Path) -> Path:
     return site
 
 
-def start_litellm(upstream: str, work: Path) -> Server:
+def spawn_litellm(upstream: str, work: Path) -> Server:
     """The LiteLLM proxy: no database, no telemetry, quiet logs, its config in `work`."""
     executable = Path(sys.executable).with_name("litellm")
     if importlib.util.find_spec("litellm") is None or not executable.exists():
@@ -130,36 +141,53 @@ def start_litellm(upstream: str, work: Path) -> Server:
     command = [str(executable), "--config", "litellm.yaml", "--host", "127.0.0.1"]
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
     env |= {"LITELLM_LOG": "WARNING", "DISABLE_SCHEMA_UPDATE": "True"}
-    return start(
+    return spawn(
         "litellm", [*command, "--port", str(port)], port, "/health/liveliness", work, **env
     )
 
 
 def start_servers(args: argparse.Namespace, work: Path) -> tuple[list[Server], list[str]]:
-    """Every path's server (the upstream is `direct`'s), and notes on what was skipped."""
+    """Every path's server (the upstream is `direct`'s), and notes on what was skipped.
+
+    All start at once, then each is waited for.
+    """
     port = free_port()
+    upstream = f"http://127.0.0.1:{port}"
     pacing = ["--pace", str(args.pace), "--deltas", str(args.deltas)]
     command = [*SERVERS, "upstream", "--port", str(port), *pacing]
-    servers = [start("direct", command, port, "/healthz", work, PYTHONPATH=str(ROOT))]
-    upstream = servers[0].url
+    servers = [spawn("direct", command, port, "/healthz", work, PYTHONPATH=str(ROOT))]
     port = free_port()
     command = [*SERVERS, "hop", "--port", str(port), "--upstream", upstream]
-    servers.append(start("hop", command, port, "/healthz", work, PYTHONPATH=str(ROOT)))
+    servers.append(spawn("hop", command, port, "/healthz", work, PYTHONPATH=str(ROOT)))
+    notes, litellm = [], None
+    if not args.litellm:
+        notes.append("LiteLLM skipped: --no-litellm")
+    else:
+        try:
+            litellm = spawn_litellm(upstream, work)
+        except RuntimeError as exc:
+            notes.append(f"LiteLLM skipped: {exc}")
     site = install_plugin(work)
     for name, plugin in (("agentloop", []), ("agentloop+tools", ["--plugin", "gwtest"])):
         port = free_port()
         command = [*GATEWAY, "--upstream", upstream, "--port", str(port), *plugin]
         command += ["--store", f"sqlite:///{work / name}.db"]
         path = os.pathsep.join([str(ROOT), str(site)])  # this checkout's agentloop
-        servers.append(start(name, command, port, "/healthz", work, PYTHONPATH=path))
-    notes = []
-    if args.litellm:
+        servers.append(spawn(name, command, port, "/healthz", work, PYTHONPATH=path))
+    for server in servers:
         try:
-            servers.append(start_litellm(upstream, work))
+            ready(server)
         except RuntimeError as exc:
+            for other in [*servers, *([litellm] if litellm else [])]:
+                stop(other.process)
+            raise SystemExit(f"{server.name}: {exc}") from exc
+    if litellm is not None:
+        try:
+            ready(litellm)
+            servers.append(litellm)
+        except RuntimeError as exc:
+            stop(litellm.process)
             notes.append(f"LiteLLM skipped: {' '.join(str(exc).split())}")
-    else:
-        notes.append("LiteLLM skipped: --no-litellm")
     return servers, notes
 
 
@@ -210,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pace", type=float, default=0.02, help="upstream seconds per delta")
     parser.add_argument("--deltas", type=int, default=3, help="text deltas per stream")
     parser.add_argument("--clients", type=int, default=50, help="concurrent clients")
-    parser.add_argument("--load-seconds", type=float, default=3.0, help="per path per repeat")
+    parser.add_argument("--load-seconds", type=float, default=5.0, help="per path per repeat")
     parser.add_argument("--no-litellm", dest="litellm", action="store_false")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)

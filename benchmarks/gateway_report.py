@@ -186,7 +186,12 @@ def verdict_table(run: Run) -> list[str]:
             "{:.2f} ms",
             1000,
         ),
-        ("throughput at 50 clients: ≥ 0.8x the hop's", "throughput", "{:.3f}x", 1),
+        (
+            f"throughput at {run.options['clients']} clients: ≥ 0.8x the hop's",
+            "throughput",
+            "{:.3f}x",
+            1,
+        ),
     ]
     for label, key, form, scale in rows:
         cells = []
