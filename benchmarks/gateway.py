@@ -200,7 +200,7 @@ async def one_repeat(servers: list[Server], args: argparse.Namespace, i: int) ->
     streams = await measures.paired_stream(targets, args.stream_rounds, checks)
     progress(f"repeat {i + 1} of {args.repeats}: {args.clients} clients on each path")
     loads = {}
-    for server in [servers[j] for j in measures.rotated(range(len(servers)), i)]:
+    for server in measures.rotated(servers, i):
         loads[server.name] = await measures.load(
             server.url, args.clients, args.load_seconds, checks[server.name], server.stats
         )
@@ -232,7 +232,9 @@ async def run(args: argparse.Namespace) -> Run:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (>= 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="interleaved repeats (3 or more give a spread)"
+    )
     parser.add_argument("--rounds", type=int, default=300, help="paired JSON rounds per repeat")
     parser.add_argument("--stream-rounds", type=int, default=60, help="paired SSE rounds")
     parser.add_argument("--pace", type=float, default=0.02, help="upstream seconds per delta")
