@@ -1,154 +1,66 @@
-"""The gateway's overhead and its behaviour under load.
+"""The gateway's cost against a bare hop and against LiteLLM, paired and repeated.
 
-    python -m benchmarks.gateway [--requests 1000] [--conversations 200] [--no-write]
+    python -m benchmarks.gateway [--repeats 3] [--rounds 300] [--stream-rounds 60]
+                                 [--clients 50] [--load-seconds 5] [--no-litellm] [--no-write]
 
-Four processes: a scripted Messages server (`agentloop.testing.MessagesServer`, which
-lints every history it receives), `python -m agentloop.gateway` in front of it with the
-test tools plugin and the default sqlite store, a bare forwarding hop (the baseline: a
-plain ASGI app on the same uvicorn that forwards the bytes with the gateway's HTTP
-client), and this one as the client (the real `AsyncAnthropic`). It measures:
-
-- passthrough: added latency of a plain request through the gateway against the same
-  request sent to the upstream directly, and through the bare hop (interleaved,
-  sequential; p50 and p99);
-- streaming: time to the first byte of an SSE response, through the gateway and direct;
-- load: 200 conversations at once, each a mixed turn (the gateway's `lookup` and the
-  client's tool in one message) then the client's result and the final answer. Every
-  upstream history is linted: a broken one would come back as a 400.
-
-Writes `benchmarks/RESULTS-gateway.md` unless `--no-write`.
+Servers, each its own process on 127.0.0.1: the paced scripted upstream and the bare hop
+(`benchmarks.gateway_servers`); `python -m agentloop.gateway` with no tools (a
+passthrough) and with the test plugin's tools (`tests/gateway_plugin`), both on this
+checkout's code and the default SQLite store; the LiteLLM proxy (`anthropic/<model>` with
+`api_base` at the same upstream) when it is installed. This process is the client
+(`benchmarks.gateway_measures`). Each repeat runs, on every path in a rotating order:
+paired JSON rounds, paired streamed rounds, then 50 clients for a few seconds each.
+`benchmarks.gateway_report` turns the repeats into `benchmarks/RESULTS-gateway.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import anthropic
 import anyio
 import httpx2
-import uvicorn
+
+from benchmarks import gateway_measures as measures
+from benchmarks.gateway_report import Repeat, Run, report
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "gateway_plugin"
 RESULTS = Path(__file__).resolve().parent / "RESULTS-gateway.md"
-
-CLIENT_TOOL = {
-    "name": "client_tool",
-    "description": "The client's own tool.",
-    "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
-}
 PIP = (sys.executable, "-m", "pip", "-q", "--disable-pip-version-check")
+SERVERS = (sys.executable, "-m", "benchmarks.gateway_servers")
 GATEWAY = (sys.executable, "-m", "agentloop.gateway")
-PLAIN = {"model": "bench-plain", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+WARMUP = 20
 
 
-# --------------------------------------------------------------------------- upstream
+@dataclass
+class Server:
+    """One server process of the run, and how to read its CPU and memory."""
+
+    name: str
+    url: str
+    health: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def stats(self) -> measures.ProcessStats:
+        return measures.ProcessStats(self.process.pid)
 
 
-def respond(body: dict[str, Any]) -> Any:
-    """The upstream's answer: a function of the request, so any number of runs works."""
-    from agentloop.testing import reply, tool_call
-
-    if body.get("model") != "bench-mixed":
-        return reply("hello", usage={"input_tokens": 8, "output_tokens": 2})
-    assistants = sum(1 for m in body["messages"] if m["role"] == "assistant")
-    if assistants == 0:
-        return reply(
-            "Both at once.",
-            tool_call("lookup", {"key": "k"}),
-            tool_call("client_tool", {"x": 1}),
-        )
-    return reply("done")
-
-
-def serve_upstream(port: int) -> None:
-    from agentloop.testing import MessagesServer, ScriptedModel
-
-    class Forgetful(ScriptedModel):
-        def respond(self, body: Any) -> Any:
-            answer = super().respond(body)
-            self.requests.clear()  # lints every history, keeps none
-            return answer
-
-    server = MessagesServer(Forgetful(respond), port=port).start()
-    server._httpd.received = _Sink()  # type: ignore[assignment]
-    server._httpd.recorded = _Sink()  # type: ignore[assignment]
-    server._httpd.arrivals = _Sink()  # type: ignore[assignment]
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    print(f"port {server.base_url.rsplit(':', 1)[1]}", flush=True)
-    stop.wait()
-    server.stop()
-
-
-class _Sink(list):  # type: ignore[type-arg]
-    def append(self, item: Any) -> None:
-        pass
-
-
-def hop_client(upstream: str) -> httpx2.AsyncClient:
-    """The gateway's HTTP client for upstream requests, as `--upstream-transport auto` picks it."""
-    if importlib.util.find_spec("aiohttp"):
-        return anthropic.DefaultAioHttpClient(base_url=upstream)
-    return anthropic.DefaultAsyncHttpxClient(base_url=upstream)
-
-
-def serve_forwarder(port: int, upstream: str) -> None:
-    """The baseline hop: a bare ASGI app on the gateway's uvicorn that forwards the bytes
-    with the gateway's HTTP client.
-
-    No SDK, no loop, no sessions: what any HTTP hop between the client and the
-    upstream costs on this machine, measured in the same run as the gateway.
-    """
-    client: httpx2.AsyncClient | None = None
-    kept = (b"x-api-key", b"anthropic-version", b"content-type")
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        nonlocal client
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            if client is not None:
-                await client.aclose()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        if scope["path"] == "/healthz":
-            status, data = 200, b"ok"
-        else:
-            client = client or hop_client(upstream)
-            headers = [(k, v) for k, v in scope["headers"] if k in kept]
-            answer = await client.post(scope["path"], content=body, headers=headers)
-            status, data = answer.status_code, answer.content
-        length = str(len(data)).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", length)]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-# --------------------------------------------------------------------------- processes
+def progress(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -159,269 +71,182 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AGENTLOOP_"))}
+    return {**env, **extra}
+
+
+def spawn(
+    name: str, command: Sequence[str], port: int, health: str, work: Path, **env: str
+) -> Server:
+    """Start `command` (its output goes to `work/<name>.log`); `ready` waits for it."""
+    log = work / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=work, env=clean_env(**env), stdout=out, stderr=subprocess.STDOUT
+        )
+    return Server(name, f"http://127.0.0.1:{port}", health, process, log)
+
+
+def ready(server: Server, seconds: float = 240) -> None:
+    """Wait until the server's health path answers 200 (servers start slowly on a busy
+    machine: they all import at once)."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{url} exited with {process.returncode}")
+        if server.process.poll() is not None:
+            tail = server.log.read_text(errors="replace")[-600:]
+            raise RuntimeError(f"exited with {server.process.returncode}: {tail}")
         try:
-            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
+            if httpx2.get(server.url + server.health, timeout=2).status_code == 200:
                 return
         except httpx2.TransportError:
             pass
-        time.sleep(0.05)
-    raise SystemExit(f"{url} did not start")
+        time.sleep(0.1)
+    stop(server.process)
+    raise RuntimeError(f"did not answer {server.health} within {seconds:.0f} s")
 
 
-def start_processes(work: Path) -> tuple[str, str, list[subprocess.Popen[bytes]]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AGENTLOOP_"))}
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.gateway", "--serve-upstream", "0"],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-    )
-    assert upstream.stdout is not None
-    line = upstream.stdout.readline().decode()
-    upstream_url = f"http://127.0.0.1:{line.split()[1]}"
-    site = work / "site"
-    source = work / "plugin"
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def install_plugin(work: Path) -> Path:
+    site, source = work / "site", work / "plugin"
     shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    subprocess.run(
-        [*PIP, "install", "--no-deps", "--target", str(site), str(source)],
-        check=True,
-        capture_output=True,
-    )
-    port = free_port()
-    command = [*GATEWAY, "--upstream", upstream_url, "--port", str(port), "--plugin", "gwtest"]
-    command += ["--store", f"sqlite:///{work}/s.db"]
-    gateway = subprocess.Popen(
-        command,
-        env={**env, "PYTHONPATH": str(site)},
-        cwd=work,
-    )
-    gateway_url = f"http://127.0.0.1:{port}"
-    wait_healthy(gateway_url, gateway)
-    return upstream_url, gateway_url, [gateway, upstream]
+    command = [*PIP, "install", "--no-deps", "--target", str(site), str(source)]
+    subprocess.run(command, check=True, capture_output=True)
+    return site
 
 
-def start_forwarder(upstream_url: str) -> tuple[str, subprocess.Popen[bytes]]:
-    port = free_port()
-    command = [sys.executable, "-m", "benchmarks.gateway", "--serve-forwarder", str(port)]
-    forwarder = subprocess.Popen([*command, "--upstream", upstream_url], cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, forwarder)
-    return url, forwarder
-
-
-# --------------------------------------------------------------------------- measures
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-async def passthrough(targets: dict[str, str], n: int) -> dict[str, list[float]]:
-    """`n` plain requests to each target, in a rotating order; seconds each."""
-    times: dict[str, list[float]] = {name: [] for name in targets}
-    clients = {
-        name: anthropic.AsyncAnthropic(base_url=url, api_key="sk-bench", max_retries=0)
-        for name, url in targets.items()
+def spawn_litellm(upstream: str, work: Path) -> Server:
+    """The LiteLLM proxy: no database, no telemetry, quiet logs, its config in `work`."""
+    executable = Path(sys.executable).with_name("litellm")
+    if importlib.util.find_spec("litellm") is None or not executable.exists():
+        raise RuntimeError("not installed (`pip install -e '.[bench]'` brings `litellm[proxy]`)")
+    model = {"model": f"anthropic/{measures.PLAIN['model']}", "api_base": upstream}
+    model["api_key"] = "sk-upstream"
+    config = {
+        "model_list": [{"model_name": measures.PLAIN["model"], "litellm_params": model}],
+        "litellm_settings": {"telemetry": False},
+        # It refuses to start without a master key; the benchmark's key is that key.
+        "general_settings": {"master_key": measures.API_KEY},
     }
-    for _ in range(20):  # warm up connections and code paths
-        for client in clients.values():
-            await client.messages.create(**PLAIN)
-    names = list(targets)
-    for i in range(n):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            started = time.perf_counter()
-            await clients[name].messages.create(**PLAIN)
-            times[name].append(time.perf_counter() - started)
-    for client in clients.values():
-        await client.close()
-    return times
-
-
-async def first_byte(direct: str, gateway: str, n: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"direct": [], "gateway": []}
-    headers = {"x-api-key": "sk-bench", "anthropic-version": "2023-06-01"}
-    body = {**PLAIN, "stream": True}
-    async with httpx2.AsyncClient() as http:
-        for i in range(n + 20):
-            order = ("direct", "gateway") if i % 2 else ("gateway", "direct")
-            for name in order:
-                url = (direct if name == "direct" else gateway) + "/v1/messages"
-                started = time.perf_counter()
-                elapsed = None
-                async with http.stream("POST", url, json=body, headers=headers) as response:
-                    async for _ in response.aiter_raw():
-                        if elapsed is None:
-                            elapsed = time.perf_counter() - started
-                assert elapsed is not None
-                if i >= 20:
-                    times[name].append(elapsed)
-    return times
-
-
-async def load(gateway: str, conversations: int) -> dict[str, Any]:
-    client = anthropic.AsyncAnthropic(
-        base_url=gateway, api_key="sk-bench", max_retries=0, timeout=120
+    (work / "litellm.yaml").write_text(json.dumps(config))  # JSON is YAML
+    port = free_port()
+    command = [str(executable), "--config", "litellm.yaml", "--host", "127.0.0.1"]
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    env |= {"LITELLM_LOG": "WARNING", "DISABLE_SCHEMA_UPDATE": "True"}
+    return spawn(
+        "litellm", [*command, "--port", str(port)], port, "/health/liveliness", work, **env
     )
-    outcomes: list[str] = []
-    durations: list[float] = []
 
-    async def converse(i: int) -> None:
-        started = time.perf_counter()
-        messages: list[Any] = [{"role": "user", "content": f"conversation {i}"}]
+
+def start_servers(args: argparse.Namespace, work: Path) -> tuple[list[Server], list[str]]:
+    """Every path's server (the upstream is `direct`'s), and notes on what was skipped.
+
+    All start at once, then each is waited for.
+    """
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}"
+    pacing = ["--pace", str(args.pace), "--deltas", str(args.deltas)]
+    command = [*SERVERS, "upstream", "--port", str(port), *pacing]
+    servers = [spawn("direct", command, port, "/healthz", work, PYTHONPATH=str(ROOT))]
+    port = free_port()
+    command = [*SERVERS, "hop", "--port", str(port), "--upstream", upstream]
+    servers.append(spawn("hop", command, port, "/healthz", work, PYTHONPATH=str(ROOT)))
+    notes, litellm = [], None
+    if not args.litellm:
+        notes.append("LiteLLM skipped: --no-litellm")
+    else:
         try:
-            first = await client.messages.create(
-                model="bench-mixed", max_tokens=64, messages=messages, tools=[CLIENT_TOOL]
-            )
-            calls = [b for b in first.content if b.type == "tool_use"]
-            assert first.stop_reason == "tool_use" and [c.name for c in calls] == ["client_tool"]
-            messages += [
-                {"role": "assistant", "content": first.content},
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "tool_result", "tool_use_id": calls[0].id, "content": "1"}
-                    ],
-                },
-            ]
-            second = await client.messages.create(
-                model="bench-mixed", max_tokens=64, messages=messages, tools=[CLIENT_TOOL]
-            )
-            ok = second.stop_reason == "end_turn" and second.content[0].type == "text"
-            outcomes.append("ok" if ok else f"unexpected {second.stop_reason}")
-        except Exception as exc:
-            outcomes.append(f"{type(exc).__name__}: {exc}"[:200])
-        durations.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    async with anyio.create_task_group() as group:
-        for i in range(conversations):
-            group.start_soon(converse, i)
-    wall = time.perf_counter() - started
-    await client.close()
-    failures = [o for o in outcomes if o != "ok"]
-    return {
-        "conversations": conversations,
-        "ok": len(outcomes) - len(failures),
-        "failures": failures[:5],
-        "wall": wall,
-        "p50": quantile(durations, 0.5),
-        "p99": quantile(durations, 0.99),
-    }
-
-
-# --------------------------------------------------------------------------- report
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
-
-
-def server_stack() -> str:
-    """What uvicorn runs the gateway on here (its `auto` choice of HTTP parser and loop),
-    and the HTTP client of the gateway's upstream requests."""
-    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
-    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    client = "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx2"
-    return f"uvicorn {uvicorn.__version__} ({http}, {loop}); upstream client: {client}"
-
-
-def report(pt: dict[str, list[float]], fb: dict[str, list[float]], ld: dict[str, Any]) -> str:
-    added50 = quantile(pt["gateway"], 0.5) - quantile(pt["direct"], 0.5)
-    added99 = quantile(pt["gateway"], 0.99) - quantile(pt["direct"], 0.99)
-    hop50 = quantile(pt["hop"], 0.5) - quantile(pt["direct"], 0.5)
-    hop99 = quantile(pt["hop"], 0.99) - quantile(pt["direct"], 0.99)
-    ttfb50 = quantile(fb["gateway"], 0.5) - quantile(fb["direct"], 0.5)
-    ttfb99 = quantile(fb["gateway"], 0.99) - quantile(fb["direct"], 0.99)
-    all_ok = ld["ok"] == ld["conversations"]
-    completed = f"{ld['ok']}/{ld['conversations']}"
-
-    def verdict(met: bool, detail: str) -> str:
-        return f"{'met' if met else 'NOT met'} ({detail})"
-
-    cpus = os.cpu_count()
-    lines = [
-        "# Gateway benchmark results",
-        "",
-        f"- Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {cpus} CPUs; {platform.platform()}",
-        f"- Python {platform.python_version()}; anthropic {anthropic.__version__}; "
-        f"gateway server: {server_stack()}",
-        "- Command: `python -m benchmarks.gateway` (upstream, gateway, baseline hop and "
-        "client in four processes on this machine; gateway store: sqlite)",
-        "- The baseline hop is a bare ASGI app on the same uvicorn forwarding the bytes with "
-        "the gateway's upstream HTTP client (no SDK, no loop, no sessions), measured in the "
-        "same rotation as the direct and gateway requests.",
-        "",
-        "| Measure | Direct p50 | Direct p99 | Gateway p50 | Gateway p99 | Added p50 | Added p99 "
-        "| Target | Verdict |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
-        f"| passthrough request, ms ({len(pt['direct'])} each) | {ms(quantile(pt['direct'], 0.5))} "
-        f"| {ms(quantile(pt['direct'], 0.99))} | {ms(quantile(pt['gateway'], 0.5))} "
-        f"| {ms(quantile(pt['gateway'], 0.99))} | {ms(added50)} | {ms(added99)} | ≤ 2 ms p50 added "
-        f"| {verdict(added50 <= 0.002, f'{ms(added50)} ms')} |",
-        f"| baseline: a bare forwarding hop, ms ({len(pt['hop'])} each) "
-        f"| {ms(quantile(pt['direct'], 0.5))} | {ms(quantile(pt['direct'], 0.99))} "
-        f"| {ms(quantile(pt['hop'], 0.5))} | {ms(quantile(pt['hop'], 0.99))} "
-        f"| {ms(hop50)} | {ms(hop99)} | (none: what any hop costs here) "
-        f"| gateway beyond the hop: {ms(added50 - hop50)} ms p50 |",
-        f"| first streamed byte, ms ({len(fb['direct'])} each) | {ms(quantile(fb['direct'], 0.5))} "
-        f"| {ms(quantile(fb['direct'], 0.99))} | {ms(quantile(fb['gateway'], 0.5))} "
-        f"| {ms(quantile(fb['gateway'], 0.99))} | {ms(ttfb50)} | {ms(ttfb99)} "
-        f"| ≤ 5 ms after the upstream's | {verdict(ttfb50 <= 0.005, f'{ms(ttfb50)} ms')} |",
-        "",
-        "| Load | Conversations | Completed | Wall s | Per conversation p50 ms | p99 ms | Target "
-        "| Verdict |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
-        f"| mixed turns at once (2 requests, 3 upstream rounds each) | {ld['conversations']} "
-        f"| {ld['ok']} | {ld['wall']:.2f} | {ms(ld['p50'])} | {ms(ld['p99'])} "
-        f"| all complete, every upstream history valid "
-        f"| {verdict(all_ok, completed)} |",
-    ]
-    if ld["failures"]:
-        lines += ["", "First failures:", "", *[f"- `{f}`" for f in ld["failures"]]]
-    return "\n".join(lines) + "\n"
-
-
-async def main_async(args: argparse.Namespace) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        upstream, gateway, processes = start_processes(Path(tmp))
+            litellm = spawn_litellm(upstream, work)
+        except RuntimeError as exc:
+            notes.append(f"LiteLLM skipped: {exc}")
+    site = install_plugin(work)
+    for name, plugin in (("agentloop", []), ("agentloop+tools", ["--plugin", "gwtest"])):
+        port = free_port()
+        command = [*GATEWAY, "--upstream", upstream, "--port", str(port), *plugin]
+        command += ["--store", f"sqlite:///{work / name}.db"]
+        path = os.pathsep.join([str(ROOT), str(site)])  # this checkout's agentloop
+        servers.append(spawn(name, command, port, "/healthz", work, PYTHONPATH=path))
+    for server in servers:
         try:
-            hop, forwarder = start_forwarder(upstream)
-            processes.append(forwarder)
-            targets = {"direct": upstream, "hop": hop, "gateway": gateway}
-            pt = await passthrough(targets, args.requests)
-            fb = await first_byte(upstream, gateway, args.requests)
-            ld = await load(gateway, args.conversations)
+            ready(server)
+        except RuntimeError as exc:
+            for other in [*servers, *([litellm] if litellm else [])]:
+                stop(other.process)
+            raise SystemExit(f"{server.name}: {exc}") from exc
+    if litellm is not None:
+        try:
+            ready(litellm)
+            servers.append(litellm)
+        except RuntimeError as exc:
+            stop(litellm.process)
+            notes.append(f"LiteLLM skipped: {' '.join(str(exc).split())}")
+    return servers, notes
+
+
+async def one_repeat(servers: list[Server], args: argparse.Namespace, i: int) -> Repeat:
+    targets = {s.name: s.url for s in servers}
+    checks = {name: measures.Checks() for name in targets}
+    progress(f"repeat {i + 1} of {args.repeats}: JSON rounds")
+    json_times = await measures.paired_json(targets, args.rounds, checks)
+    progress(f"repeat {i + 1} of {args.repeats}: streamed rounds")
+    streams = await measures.paired_stream(targets, args.stream_rounds, checks)
+    progress(f"repeat {i + 1} of {args.repeats}: {args.clients} clients on each path")
+    loads = {}
+    for server in measures.rotated(servers, i):
+        loads[server.name] = await measures.load(
+            server.url, args.clients, args.load_seconds, checks[server.name], server.stats
+        )
+    memory = {s.name: s.stats.memory() for s in servers}
+    return Repeat(json_times, streams, loads, memory, checks)
+
+
+async def run(args: argparse.Namespace) -> Run:
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+        progress("starting the servers")
+        servers, notes = start_servers(args, Path(tmp))
+        try:
+            progress("warming up")
+            targets = {s.name: s.url for s in servers}
+            warm = {name: measures.Checks() for name in targets}
+            await measures.paired_json(targets, WARMUP, warm)
+            await measures.paired_stream(targets, WARMUP, warm)
+            repeats = []
+            for i in range(args.repeats):
+                repeats.append(await one_repeat(servers, args, i))
+            tools = next(s.url for s in servers if s.name == "agentloop+tools")
+            progress("mixed turns")
+            mixed = await measures.mixed_turns(tools, args.clients)
         finally:
-            for process in processes:
-                process.send_signal(signal.SIGTERM)
-                process.wait(30)
-    return report(pt, fb, ld)
+            for server in servers:
+                stop(server.process)
+    return Run(vars(args), repeats, notes, mixed, [s.name for s in servers])
 
 
-def main(argv: Sequence[str] | None = None, run: Callable[..., Any] = anyio.run) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway")
-    parser.add_argument("--requests", type=int, default=1000, help="passthrough requests each")
-    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="interleaved repeats (3 or more give a spread)"
+    )
+    parser.add_argument("--rounds", type=int, default=300, help="paired JSON rounds per repeat")
+    parser.add_argument("--stream-rounds", type=int, default=60, help="paired SSE rounds")
+    parser.add_argument("--pace", type=float, default=0.02, help="upstream seconds per delta")
+    parser.add_argument("--deltas", type=int, default=3, help="text deltas per stream")
+    parser.add_argument("--clients", type=int, default=50, help="concurrent clients")
+    parser.add_argument("--load-seconds", type=float, default=5.0, help="per path per repeat")
+    parser.add_argument("--no-litellm", dest="litellm", action="store_false")
     parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--serve-forwarder", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve_upstream is not None:
-        serve_upstream(args.serve_upstream)
-        return
-    if args.serve_forwarder is not None:
-        serve_forwarder(args.serve_forwarder, args.upstream)
-        return
-    text = run(main_async, args)
+    if args.repeats < 1 or args.rounds < 1 or args.stream_rounds < 1 or args.clients < 1:
+        parser.error("--repeats, --rounds, --stream-rounds and --clients must be at least 1")
+    text = report(anyio.run(run, args))
     print(text)
     if not args.no_write:
         RESULTS.write_text(text)
