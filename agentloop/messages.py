@@ -211,6 +211,10 @@ ToolResultBlock.model_rebuild()
 class Message(BaseModel):
     """One message of a history: an immutable value, as on the wire.
 
+    `role` is `"user"` or `"assistant"`, or a role this version does not know (a
+    mid-conversation `"system"` message, under its beta), kept as sent: the linter and the
+    runner step over such messages, and the API judges them.
+
     `content` is a string or a tuple of blocks. Messages and blocks are frozen, and a
     message's wire form is computed once and cached, which keeps the per-request cost of
     a long history low; `model_copy` and `copy` drop that cache, so the bytes sent can
@@ -219,7 +223,7 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    role: Literal["user", "assistant"]
+    role: str
     content: str | tuple[ContentBlock, ...]
 
     @classmethod
@@ -228,7 +232,7 @@ class Message(BaseModel):
         return cls(role="user", content=content if isinstance(content, str) else tuple(content))
 
     @classmethod
-    def of_blocks(cls, role: Literal["user", "assistant"], blocks: Iterable[Any]) -> Message:
+    def of_blocks(cls, role: str, blocks: Iterable[Any]) -> Message:
         """A message from blocks that are already typed block objects, without re-validating.
 
         The runner builds every message it adds this way: its blocks were validated when
