@@ -152,3 +152,34 @@ async def test_count_tokens_takes_the_same_body() -> None:
     assert BETA in seen.headers["anthropic-beta"].split(",")
     assert [t["name"] for t in seen.body["tools"]] == ["lookup", "client_tool"]
     assert counted.input_tokens == count_tokens(seen.body)
+
+
+async def test_a_mixed_turn_is_answered_across_a_system_message() -> None:
+    theirs = tool_call("client_tool", {"x": 7})
+    ours = tool_call("lookup", {"key": "b"})
+    mixed = reply("Both at once.", theirs, ours)
+    async with served(mixed, reply("Done: 7 and value of b.")) as (client, upstream):
+        messages = first_messages()
+        first = await ask(client, messages)
+        assert first.stop_reason == "tool_use"
+        shown = first.model_dump(mode="json", exclude_none=True)["content"]
+        assert shown == [{"type": "text", "text": "Both at once."}, theirs]
+        result = {"type": "tool_result", "tool_use_id": theirs["id"], "content": "seven"}
+        following = [
+            *messages,
+            {"role": "assistant", "content": shown},
+            copy.deepcopy(REMINDER),
+            {"role": "user", "content": [result]},
+        ]
+        sent = copy.deepcopy(following)
+        second = await ask(client, following)
+    assert second.content[-1].text == "Done: 7 and value of b."
+    ours_result = {"type": "tool_result", "tool_use_id": ours["id"], "content": "value of b"}
+    # The stored assistant message, the client's system message where it stood, then
+    # one user message answering both calls in the model's order.
+    assert upstream.recorded[-1].body["messages"] == [
+        *sent[:2],
+        {"role": "assistant", "content": mixed["content"]},
+        sent[3],
+        {"role": "user", "content": [result, ours_result]},
+    ]
