@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import HistoryError
 from .messages import (
+    ROLES,
     Message,
     RedactedThinkingBlock,
     ServerToolResultBlock,
@@ -24,10 +25,7 @@ from .messages import (
     ToolResultBlock,
 )
 
-__all__ = ("ROLES", "HistoryLinter", "lint_history")
-
-ROLES = frozenset({"user", "assistant"})
-"""The roles whose turns the linter checks; a message of any other role is stepped over."""
+__all__ = ("HistoryLinter", "lint_history")
 
 
 @dataclass

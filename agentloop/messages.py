@@ -22,6 +22,7 @@ from .errors import HistoryError
 _T = TypeVar("_T")
 
 __all__ = (
+    "ROLES",
     "SERVER_TOOL_RESULT_TYPES",
     "ContentBlock",
     "DocumentBlock",
@@ -38,6 +39,12 @@ __all__ = (
     "dump_history",
     "parse_history",
 )
+
+
+ROLES = frozenset({"user", "assistant"})
+"""The roles whose turns the history rules are about. A message of another role (a
+mid-conversation `system` message) is kept and sent as it is; the linter, `repair` and
+the runner step over it, and the API judges where it stands."""
 
 
 class _Block(BaseModel):

@@ -438,6 +438,36 @@ def test_repair_leaves_a_valid_history_alone() -> None:
     assert not report.changed and dump_history(report.messages) == history
 
 
+@pytest.mark.parametrize(
+    "history",
+    [p for p in VALID if p.id is not None and p.id.startswith(("system", "users-merge-over"))],
+)
+def test_repair_leaves_system_messages_alone(history: list[dict[str, Any]]) -> None:
+    report = repair(history)
+    assert not report.changed and dump_history(report.messages) == history
+
+
+def test_repair_mends_around_a_system_message_and_keeps_it() -> None:
+    report = repair([SYSTEM, assistant(use("a")), SYSTEM, user(TEXT), assistant(use("b")), SYSTEM])
+    lint_history(report.messages)
+    assert [m.role for m in report.messages] == [
+        "user",
+        "system",
+        "assistant",
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "system",
+    ]
+    assert [m.to_wire() for m in report.messages if m.role == "system"] == [SYSTEM] * 3
+    assert report.changes == [
+        "added a user message before the first (assistant) message",
+        "messages[3]: added an is_error tool_result for a",
+        "added a user message answering unanswered tool_use ids: b",
+    ]
+
+
 GROWTH = [
     user(TEXT),
     assistant(THINK, use("a"), use("b")),
