@@ -69,10 +69,14 @@ def first_messages() -> list[dict[str, Any]]:
     ]
 
 
-async def ask(client: anthropic.AsyncAnthropic, messages: list[dict[str, Any]]) -> Any:
-    """Send as Claude Code does: streamed, on the beta endpoint."""
-    async with client.beta.messages.stream(messages=messages, **OPTIONS) as stream:  # type: ignore[arg-type]
-        return await stream.get_final_message()
+async def ask(
+    client: anthropic.AsyncAnthropic, messages: list[dict[str, Any]], *, stream: bool = True
+) -> Any:
+    """Send as Claude Code does: on the beta endpoint, streamed unless told otherwise."""
+    if not stream:  # a timeout of its own: the SDK wants a stream for a large max_tokens
+        return await client.beta.messages.create(messages=messages, timeout=60, **OPTIONS)  # type: ignore[arg-type]
+    async with client.beta.messages.stream(messages=messages, **OPTIONS) as events:  # type: ignore[arg-type]
+        return await events.get_final_message()
 
 
 def assert_passed_on(body: dict[str, Any], beta_header: str) -> None:
@@ -82,15 +86,16 @@ def assert_passed_on(body: dict[str, Any], beta_header: str) -> None:
     assert BETA in beta_header.split(",")
 
 
-async def test_a_mid_conversation_system_message_goes_upstream_in_place() -> None:
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
+async def test_a_mid_conversation_system_message_goes_upstream_in_place(stream: bool) -> None:
     thinking = {"type": "thinking", "thinking": "Look it up.", "signature": "sig-1"}
     call = tool_call("lookup", {"key": "a"})
     async with served(reply(thinking, call), reply("It is value of a.")) as (client, upstream):
         messages = first_messages()
         sent = copy.deepcopy(messages)
-        message = await ask(client, messages)
+        message = await ask(client, messages, stream=stream)
     assert [b.type for b in message.content] == ["thinking", "text"]
-    assert message.content[-1].text == "It is value of a."  # type: ignore[union-attr]
+    assert message.content[-1].text == "It is value of a."
     first, second = upstream.recorded
     # The first round: the client's messages exactly, the system message in place.
     assert first.body["messages"] == sent
