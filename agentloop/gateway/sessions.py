@@ -35,6 +35,7 @@ from typing import Any
 
 from agentloop._wire import compact_json
 from agentloop.logs import get_logger
+from agentloop.messages import ROLES
 
 from .stores import SECRET_KEY, Store
 
@@ -340,7 +341,7 @@ def continue_history(
     """
     history = moved_markers(session.messages, marker)
     rest = [dict(m) for m in new]
-    turn = next((i for i, m in enumerate(rest) if m.get("role") in ("user", "assistant")), None)
+    turn = next((i for i, m in enumerate(rest) if m.get("role") in ROLES), None)
     if session.held and turn is not None and rest[turn].get("role") == "user" and history:
         answer = _answer_all(history[-1], session.held, rest[turn])
         rest[turn] = {**rest[turn], "content": answer}
