@@ -188,3 +188,23 @@ async def test_a_mixed_turn_is_answered_across_a_system_message() -> None:
         sent[3],
         {"role": "user", "content": [result, ours_result]},
     ]
+
+
+async def test_the_system_message_is_part_of_the_session_key() -> None:
+    call = tool_call("lookup", {"key": "a"})
+    script = [reply(call), reply("It is value of a."), reply("Glad to help.")]
+    async with served(*script) as (client, upstream):
+        messages = first_messages()
+        first = await ask(client, messages)
+        shown = first.model_dump(mode="json", exclude_none=True)
+        other = {"role": "system", "content": "<system-reminder>Today is Friday.</system-reminder>"}
+        following = [
+            messages[0],
+            other,
+            {"role": "assistant", "content": shown["content"]},
+            {"role": "user", "content": [{"type": "text", "text": "Thanks."}]},
+        ]
+        sent = copy.deepcopy(following)
+        await ask(client, following)
+    # Another system message makes another conversation: no hidden turn is restored.
+    assert upstream.recorded[-1].body["messages"] == sent
