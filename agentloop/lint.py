@@ -2,7 +2,9 @@
 
 `lint_history` checks a whole history once; `HistoryLinter` checks a growing one, reading
 only what is new, and is what a run's `History` uses before every request. Errors quote
-the message path and ids in the API's own wording.
+the message path and ids in the API's own wording. Messages of a role other than `user`
+and `assistant` (a mid-conversation `system` message) are stepped over: where they may
+stand is the API's to judge (see docs/history.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from .errors import HistoryError
 from .messages import (
+    ROLES,
     Message,
     RedactedThinkingBlock,
     ServerToolResultBlock,
@@ -38,10 +41,15 @@ def _turns(messages: Sequence[Message], offset: int = 0) -> list[_Turn]:
     """The turns of `messages` as the Messages API receives them.
 
     Thinking blocks without a signature are never sent (see `Message.signed_only`), so
-    they are not checked; a message holding nothing else is not sent at all.
+    they are not checked; a message holding nothing else is not sent at all. A message of
+    another role than `ROLES` is left out: the turns on either side of it are read as if
+    it were not there (a user turn on each side merge, a `tool_use` is answered by the
+    `tool_result` after it).
     """
     turns: list[_Turn] = []
     for index, message in enumerate(messages, offset):
+        if message.role not in ROLES:
+            continue
         sent = message.signed_only
         if sent is None:
             continue
@@ -173,16 +181,19 @@ class HistoryLinter:
             raise HistoryError("Thinking may not be enabled when tool_choice forces tool use.")
         if not messages:
             raise HistoryError("at least one message is required", path="messages")
-        if messages[0].role != "user":
+        first = next((i for i, m in enumerate(messages) if m.role in ROLES), 0)
+        if messages[first].role == "assistant":
             raise HistoryError(
-                "first message must use the user role (see repair())", path="messages.0", index=0
+                "first message must use the user role (see repair())",
+                path=f"messages.{first}",
+                index=first,
             )
         if self._start > len(messages) or (
             self._start and messages[self._start - 1] is not self._anchor
         ):
             self._reset()
         turns = _turns(messages[self._start :], self._start)
-        if not turns:  # nothing but unsigned thinking, which is never sent
+        if not turns:  # nothing but unsigned thinking (never sent) or unknown roles
             raise HistoryError("at least one message is required", path="messages")
         state = self._state.copy()
         # The last two turns are read again next time (the last may still grow):

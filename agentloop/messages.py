@@ -22,6 +22,7 @@ from .errors import HistoryError
 _T = TypeVar("_T")
 
 __all__ = (
+    "ROLES",
     "SERVER_TOOL_RESULT_TYPES",
     "ContentBlock",
     "DocumentBlock",
@@ -38,6 +39,12 @@ __all__ = (
     "dump_history",
     "parse_history",
 )
+
+
+ROLES = frozenset({"user", "assistant"})
+"""The roles whose turns the history rules are about. A message of another role (a
+mid-conversation `system` message) is kept and sent as it is; the linter, `repair` and
+the runner step over it, and the API judges where it stands."""
 
 
 class _Block(BaseModel):
@@ -211,6 +218,10 @@ ToolResultBlock.model_rebuild()
 class Message(BaseModel):
     """One message of a history: an immutable value, as on the wire.
 
+    `role` is `"user"` or `"assistant"`, or a role this version does not know (a
+    mid-conversation `"system"` message, under its beta), kept as sent: the linter and the
+    runner step over such messages, and the API judges them.
+
     `content` is a string or a tuple of blocks. Messages and blocks are frozen, and a
     message's wire form is computed once and cached, which keeps the per-request cost of
     a long history low; `model_copy` and `copy` drop that cache, so the bytes sent can
@@ -219,7 +230,7 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    role: Literal["user", "assistant"]
+    role: str
     content: str | tuple[ContentBlock, ...]
 
     @classmethod
@@ -228,7 +239,7 @@ class Message(BaseModel):
         return cls(role="user", content=content if isinstance(content, str) else tuple(content))
 
     @classmethod
-    def of_blocks(cls, role: Literal["user", "assistant"], blocks: Iterable[Any]) -> Message:
+    def of_blocks(cls, role: str, blocks: Iterable[Any]) -> Message:
         """A message from blocks that are already typed block objects, without re-validating.
 
         The runner builds every message it adds this way: its blocks were validated when

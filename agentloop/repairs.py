@@ -3,6 +3,7 @@
 `repair` answers unanswered tool calls, drops orphan and duplicate results, and removes
 what the API refuses (empty text, a leading assistant message), and its `RepairReport`
 says what changed. A run never needs it: its own `History` is valid by construction.
+Messages of other roles than `ROLES` are kept as they are, where they are.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .messages import Message, TextBlock, ToolResultBlock, parse_history
+from .messages import ROLES, Message, TextBlock, ToolResultBlock, parse_history
 
 __all__ = ("CONTINUED_MESSAGE", "UNANSWERED_MESSAGE", "RepairReport", "repair")
 
@@ -41,15 +42,21 @@ def repair(history: Iterable[Message | Mapping[str, Any]]) -> RepairReport:
     duplicate tool_results, moves tool_results to the front of their user message, drops
     empty text blocks (and whitespace-only ones in user messages) and messages left empty,
     and puts a short user message first when the history starts with the assistant.
-    Thinking blocks, signatures and tool_use inputs are never touched.
+    Thinking blocks, signatures and tool_use inputs are never touched. A message of
+    another role (a mid-conversation `system` message) is kept untouched in place, and
+    the rules are applied to the others as if it were not there, as `lint_history` does.
     """
     messages = parse_history(history)
     changes: list[str] = []
     out: list[Message] = []
-    if messages and messages[0].role == "assistant":
+    first = next((m for m in messages if m.role in ROLES), None)
+    if first is not None and first.role == "assistant":
         changes.append("added a user message before the first (assistant) message")
         out.append(Message.user(CONTINUED_MESSAGE))
     for i, message in enumerate(messages):
+        if message.role not in ROLES:
+            out.append(message)
+            continue
         blocks = list(message.blocks)
         kept = [b for b in blocks if not _blank(b, message.role)]
         if len(kept) != len(blocks) or (isinstance(message.content, str) and not message.content):
@@ -70,7 +77,7 @@ def repair(history: Iterable[Message | Mapping[str, Any]]) -> RepairReport:
     for i, message in enumerate(out):
         fixed.append(message)
         uses = message.tool_uses if message.role == "assistant" else []
-        following = out[i + 1] if i + 1 < len(out) else None
+        following = next((m for m in out[i + 1 :] if m.role in ROLES), None)
         if uses and (following is None or following.role != "user"):
             results = [_synthetic(u.id) for u in uses]
             changes.append(
@@ -98,7 +105,8 @@ def _synthetic(tool_use_id: str) -> ToolResultBlock:
 
 
 def _repair_results(out: list[Message], blocks: list[Any], i: int, changes: list[str]) -> list[Any]:
-    previous = out[-1] if out and out[-1].role == "assistant" else None
+    before = next((m for m in reversed(out) if m.role in ROLES), None)
+    previous = before if before is not None and before.role == "assistant" else None
     expected = [u.id for u in previous.tool_uses] if previous else []
     results: dict[str, ToolResultBlock] = {}
     others: list[Any] = []

@@ -38,6 +38,7 @@ def result(id: str, **extra: Any) -> dict[str, Any]:
 
 
 TEXT = {"type": "text", "text": "hi"}
+SYSTEM = {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
 THINK = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
 
 
@@ -93,8 +94,21 @@ def test_built_blocks_have_no_invented_fields() -> None:
 def test_malformed_history_is_a_history_error() -> None:
     with pytest.raises(HistoryError, match=r"messages\.0\.content"):
         parse_history([{"role": "user", "content": [{"type": "tool_use", "id": 1}]}])
-    with pytest.raises(HistoryError):
-        parse_history([{"role": "system", "content": "x"}])
+    # A role must be a string; which roles the API takes is the API's to say (below).
+    with pytest.raises(HistoryError, match=r"messages\.0\.role"):
+        parse_history([{"role": 1, "content": "x"}])
+    with pytest.raises(HistoryError, match=r"messages\.0\.role"):
+        parse_history([{"content": "x"}])
+
+
+def test_a_role_this_version_does_not_know_passes_through() -> None:
+    wire = [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}], "extra": 1},
+    ]
+    messages = parse_history(wire)
+    assert messages[1].role == "system"
+    assert dump_history(messages) == wire
 
 
 VALID = [
@@ -130,6 +144,15 @@ VALID = [
         id="whitespace-text-beside-a-call",
     ),
     pytest.param([user(TEXT), assistant()], id="empty-final-assistant"),
+    # A mid-conversation system message is stepped over: the API judges where it stands.
+    pytest.param([user(TEXT), SYSTEM], id="system-last"),
+    pytest.param([user(TEXT), SYSTEM, assistant(TEXT), user(TEXT)], id="system-mid"),
+    pytest.param([SYSTEM, user(TEXT), assistant(TEXT)], id="system-first"),
+    pytest.param(
+        [user(TEXT), assistant(THINK, use("a")), SYSTEM, user(result("a"))],
+        id="system-between-call-and-result",
+    ),
+    pytest.param([user(TEXT), SYSTEM, user(TEXT), assistant(TEXT)], id="users-merge-over-system"),
 ]
 
 
@@ -272,6 +295,32 @@ INVALID = [
         "messages.1.content.0.input: Input should be a valid dictionary",
         id="input-not-an-object",
     ),
+    # A system message between them does not stand in for a result, nor make one expected.
+    pytest.param(
+        [user(TEXT), assistant(use("a")), SYSTEM, user(TEXT)],
+        {},
+        "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: a.",
+        id="system-does-not-answer-a-call",
+    ),
+    pytest.param(
+        [user(TEXT), assistant(use("a")), SYSTEM],
+        {},
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: a.",
+        id="system-after-a-dangling-call",
+    ),
+    pytest.param(
+        [user(TEXT), assistant(use("a")), user(result("a")), SYSTEM, user(result("a"))],
+        {},
+        "messages.2.content.1: each `tool_use` must have a single result",
+        id="system-between-two-results",
+    ),
+    pytest.param(
+        [SYSTEM, assistant(TEXT), user(TEXT)],
+        {},
+        "messages.1: first message must use the user role",
+        id="system-then-assistant-first",
+    ),
+    pytest.param([SYSTEM], {}, "messages: at least one message is required", id="only-system"),
 ]
 
 
@@ -389,6 +438,36 @@ def test_repair_leaves_a_valid_history_alone() -> None:
     assert not report.changed and dump_history(report.messages) == history
 
 
+@pytest.mark.parametrize(
+    "history",
+    [p for p in VALID if p.id is not None and p.id.startswith(("system", "users-merge-over"))],
+)
+def test_repair_leaves_system_messages_alone(history: list[dict[str, Any]]) -> None:
+    report = repair(history)
+    assert not report.changed and dump_history(report.messages) == history
+
+
+def test_repair_mends_around_a_system_message_and_keeps_it() -> None:
+    report = repair([SYSTEM, assistant(use("a")), SYSTEM, user(TEXT), assistant(use("b")), SYSTEM])
+    lint_history(report.messages)
+    assert [m.role for m in report.messages] == [
+        "user",
+        "system",
+        "assistant",
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "system",
+    ]
+    assert [m.to_wire() for m in report.messages if m.role == "system"] == [SYSTEM] * 3
+    assert report.changes == [
+        "added a user message before the first (assistant) message",
+        "messages[3]: added an is_error tool_result for a",
+        "added a user message answering unanswered tool_use ids: b",
+    ]
+
+
 GROWTH = [
     user(TEXT),
     assistant(THINK, use("a"), use("b")),
@@ -417,6 +496,25 @@ def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
         except HistoryError as exc:
             got = str(exc)
         assert got == expected, n
+
+
+def test_incremental_checks_agree_with_full_checks_around_system_messages() -> None:
+    growth = [GROWTH[0], SYSTEM, GROWTH[1], SYSTEM, *GROWTH[2:5], SYSTEM, *GROWTH[5:], SYSTEM]
+    linter = HistoryLinter(thinking=True)
+    messages = parse_history(growth)
+    for n in range(1, len(messages) + 1):
+        try:
+            lint_history(messages[:n], thinking=True)
+            expected = None
+        except HistoryError as exc:
+            expected = str(exc)
+        try:
+            linter.check(messages[:n])
+            got = None
+        except HistoryError as exc:
+            got = str(exc)
+        assert got == expected, n
+    assert expected is None  # the whole history is valid
 
 
 def test_incremental_linter_notices_a_changed_prefix() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from agentloop._wire import compact_json
 from agentloop.logs import get_logger
+from agentloop.messages import ROLES
 
 from .stores import SECRET_KEY, Store
 
@@ -329,7 +330,9 @@ def continue_history(
     After a mixed turn, the first new user message becomes the one message answering
     every call of the stored assistant message in the model's order: the held results of
     the gateway's own calls and the client's results, then whatever else the client
-    wrote. A new user message right after a stored user message is merged into it.
+    wrote. Messages of other roles before it (a mid-conversation `system` message) stay
+    where the client put them. A new user message right after a stored user message is
+    merged into it.
 
     The stored messages keep none of the `cache_control` markers earlier requests put
     on them (clients move their markers from request to request, and the API takes at
@@ -338,8 +341,10 @@ def continue_history(
     """
     history = moved_markers(session.messages, marker)
     rest = [dict(m) for m in new]
-    if session.held and rest and rest[0].get("role") == "user" and history:
-        rest[0] = {**rest[0], "content": _answer_all(history[-1], session.held, rest[0])}
+    turn = next((i for i, m in enumerate(rest) if m.get("role") in ROLES), None)
+    if session.held and turn is not None and rest[turn].get("role") == "user" and history:
+        answer = _answer_all(history[-1], session.held, rest[turn])
+        rest[turn] = {**rest[turn], "content": answer}
     if rest and history and history[-1].get("role") == "user" and rest[0].get("role") == "user":
         merged = _blocks(history[-1].get("content")) + _blocks(rest[0].get("content"))
         history[-1] = {**history[-1], "content": merged}
