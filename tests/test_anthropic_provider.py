@@ -24,8 +24,8 @@ from agentloop.errors import (
     ServerError,
 )
 from agentloop.messages import Message
-from agentloop.providers.base import ModelRequest
-from agentloop.testing import Fault, RawResponse, reply, tool_call
+from agentloop.providers.base import MessageStart, ModelRequest
+from agentloop.testing import Fault, RawResponse, reply, sse_events, tool_call
 
 
 @tool
@@ -226,6 +226,24 @@ async def test_a_response_carries_its_headers(serve: Any, stream: bool) -> None:
     assert response.text == "ok" and response.headers["request-id"] == "req_local"
     kind = "text/event-stream" if stream else "application/json"
     assert response.headers["content-type"].startswith(kind)
+
+
+async def test_a_streams_start_carries_the_headers_before_the_response_is_whole(
+    serve: Any,
+) -> None:
+    limits = {"anthropic-ratelimit-requests-remaining": "41"}
+    server = serve([RawResponse(200, sse=sse_events(reply("ok")), headers=limits)])
+    events: list[Any] = []
+
+    async def record(event: Any) -> None:
+        events.append(event)
+
+    response = await AnthropicProvider(server.client()).stream(REQUEST, record)
+    start = events[0]
+    assert isinstance(start, MessageStart) and start.message["role"] == "assistant"
+    assert start.headers["anthropic-ratelimit-requests-remaining"] == "41"
+    assert start.headers["request-id"] == "req_local"
+    assert start.headers == response.headers
 
 
 @pytest.mark.parametrize("stream", MODES)

@@ -875,6 +875,25 @@ async def test_sigterm_lets_the_request_in_flight_finish(
     assert process.stop() == 0, process.output()
 
 
+async def test_verbose_shows_the_librarys_events_and_the_default_only_warnings(
+    gateway: GatewayProcess, upstream: Upstream, site: Path, logs: Path
+) -> None:
+    """`python -m agentloop.gateway -v` logs the gateway's and the runs' events."""
+    verbose = start_gateway(upstream.url, site, logs, args=["-v"])
+    hi = [{"role": "user", "content": "Hi."}]
+    try:
+        upstream.script(reply("Hello."), reply("Hello."))
+        for served in (verbose, gateway):
+            async with served.client() as client:
+                await client.messages.create(model="m", max_tokens=50, messages=hi)
+        quiet = gateway.output()  # the reply was logged (or not) before it was answered
+    finally:
+        assert verbose.stop() == 0, verbose.output()
+    shown = verbose.output()
+    assert "gateway.reply" in shown and "model.request" in shown and "run.start" in shown
+    assert "gateway.reply" not in quiet and "model.request" not in quiet
+
+
 def _wait_until_refused(url: str) -> None:
     """Poll until the gateway's port refuses connections (a process's state, from outside)."""
     host, port = url.removeprefix("http://").split(":")

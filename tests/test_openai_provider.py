@@ -31,7 +31,7 @@ from agentloop.errors import (
 )
 from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import Message, parse_history
-from agentloop.providers.base import BlockStart, BlockStop, ModelRequest
+from agentloop.providers.base import BlockStart, BlockStop, MessageStart, ModelRequest
 from agentloop.providers.openai import (
     PRESETS,
     ChatCompat,
@@ -350,6 +350,26 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
 
 def sse(*chunks: str) -> RawResponse:
     return RawResponse(sse="".join(chunks) + "data: [DONE]\n\n")
+
+
+async def test_a_streams_start_carries_the_headers_before_the_response_is_whole(
+    serve_chat: Any,
+) -> None:
+    body = chunk({"content": "Hi"}) + chunk({}, "stop") + "data: [DONE]\n\n"
+    server = serve_chat([RawResponse(sse=body, headers={"x-ratelimit-remaining-requests": "9"})])
+    events: list[Any] = []
+
+    async def record(event: Any) -> None:
+        events.append(event)
+
+    provider = OpenAIChatProvider(server.client())
+    request = ModelRequest(model="qwen3:8b", max_tokens=8, messages=[Message.user("hi")])
+    response = await provider.stream(request, record)
+    start, *blocks = events
+    assert isinstance(start, MessageStart) and start.message["id"] == "c"
+    assert start.headers["x-ratelimit-remaining-requests"] == "9"
+    assert start.headers == response.headers and response.text == "Hi"
+    assert not any(isinstance(e, MessageStart) for e in blocks)
 
 
 @pytest.mark.parametrize("stream", STREAMED)

@@ -9,6 +9,7 @@ libraries' warnings come out alike: console lines, or JSON lines with `--log-jso
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -20,13 +21,27 @@ from structlog.typing import Processor
 
 from agentloop.logs import stdlib_logger
 
-__all__ = ("ProgressPrinter", "command_logging", "configure_logging", "progress_line")
+__all__ = (
+    "ProgressPrinter",
+    "command_logging",
+    "configure_logging",
+    "logging_options",
+    "progress_line",
+)
 
 _HANDLER_NAME = "agentloop-command"
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _REPORTED_BY_THE_COMMAND = frozenset({"run.error", "plugin.load_failed"})
 """Events whose news the command prints itself: as its error line (a failed run, a failed
 plugin the command uses), or in `agentloop plugins` (every plugin that failed)."""
+
+
+def logging_options() -> argparse.ArgumentParser:
+    """A parent parser with the logging options every command takes: `--log-json`, `-v`."""
+    options = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    options.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
+    options.add_argument("-v", "--verbose", action="store_true", help="log every event")
+    return options
 
 
 def configure_logging(

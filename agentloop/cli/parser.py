@@ -20,6 +20,7 @@ from agentloop.plugins import PluginManager
 
 from .exits import EXIT_USAGE
 from .listing import plugins_command, tools_command
+from .logs import logging_options
 from .run import run_command, serve_with_plugins
 from .values import prompt, seconds, whole_number
 
@@ -35,9 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     """The argument parser: `run`, `plugins`, `tools`, and the plugins' commands and options."""
-    common = _Parser(add_help=False, allow_abbrev=False)
-    common.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
-    common.add_argument("-v", "--verbose", action="store_true", help="log every event")
+    common = _Parser(add_help=False, allow_abbrev=False, parents=[logging_options()])
 
     parser = _Parser(
         prog="agentloop",

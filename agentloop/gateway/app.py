@@ -28,7 +28,9 @@ from agentloop._wire import random_id
 from agentloop.agent import Agent
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import ConfigurationError, ProviderError
+from agentloop.events import ModelResponded
 from agentloop.logs import get_logger
+from agentloop.providers.base import ModelResponse
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
@@ -49,7 +51,7 @@ from .parsing import (
 from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
 from .stores import Store, open_store
 from .streaming import StreamResponse, cancel_on_disconnect
-from .upstream import Upstream
+from .upstream import Upstream, client_headers
 from .visible import visible_message
 
 __all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "Gateway", "GatewayConfig")
@@ -178,31 +180,38 @@ class Gateway:
                 ping_interval=self.config.ping_interval,
             )
         result: RunResult | None = None
+        responses: list[ModelResponse] = []
         error: Exception | None = None
         async with anyio.create_task_group() as group:
             # A client that goes away cancels its run, as for a stream.
             group.start_soon(cancel_on_disconnect, request.receive, group.cancel_scope)
             try:
                 with continued_trace(call):
-                    result = await call.agent.run(
+                    async with call.agent.run_stream(
                         None,
                         history=call.history,
                         deps=self.config.deps,
                         external_tools=call.client_tools,
-                    )
+                    ) as stream:
+                        async for event in stream:
+                            if isinstance(event, ModelResponded):
+                                responses.append(event.response)
+                    result = stream.result
             except Exception as exc:
                 error = exc
             group.cancel_scope.cancel()
         if error is not None:
             await self._keep_partial(call, error)
-            failure = answer_failure(error, request_id, call.provider)
+            failure = answer_failure(error, request_id)
             _log.info("gateway.failed", status=failure.status, error=str(error))
             return json_answer(failure.status, failure.body, request_id, failure.headers)
         if result is None:  # the client went away: nobody to answer
             _log.info("gateway.client_gone", request_id=request_id)
             return Response(status_code=499)
-        message = await self._finish(call, result)
-        return json_answer(200, message, request_id, {**call.provider.answer_headers, **call.notes})
+        message = await self._finish(call, result, responses)
+        # The rate limits of the last upstream answer, as the upstream sent them.
+        answered = client_headers(responses[-1].headers) if responses else {}
+        return json_answer(200, message, request_id, {**answered, **call.notes})
 
     async def count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
@@ -279,7 +288,8 @@ class Gateway:
         client_tools = body.get("tools") or []
         names = self._client_tool_names(client_tools)
         found, history = await self._restore(scope, visible)
-        provider = self.upstream.provider(upstream_credential)
+        stream = body.get("stream") is True
+        provider = self.upstream.provider(upstream_credential, stream=stream)
         params = {k: v for k, v in body.items() if k not in AGENT_FIELDS}
         extra_body = {k: params.pop(k) for k in list(params) if k in OPTION_NAMES}
         if extra_body:
@@ -312,14 +322,13 @@ class Gateway:
         return Call(
             scope=scope,
             agent=agent,
-            provider=provider,
             history=history,
             visible=visible,
             session=found.session,
             notes={SESSION_HEADER: "ambiguous"} if found.ambiguous else {},
             client_tools=list(client_tools),
             client_names=names,
-            stream=body.get("stream") is True,
+            stream=stream,
             request_id=request_id,
             model=body["model"],
             thread=thread,
@@ -427,10 +436,14 @@ class Gateway:
         body["messages"] = [*earlier, *messages]
         return ThreadCall(parent, parent.fields, list(messages))
 
-    async def _finish(self, call: Call, result: RunResult) -> dict[str, Any]:
-        """The client's message for a finished run; stores what the client cannot see."""
+    async def _finish(
+        self, call: Call, result: RunResult, responses: list[ModelResponse]
+    ) -> dict[str, Any]:
+        """The client's message for a finished run (whose model `responses` are given).
+
+        Stores what the client cannot see.
+        """
         assert self.sessions is not None
-        responses = call.provider.responses
         message = visible_message(responses, result, reply_id=call.reply_id)
         reply = {"role": "assistant", "content": message["content"]}
         hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)

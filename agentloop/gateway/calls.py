@@ -1,4 +1,4 @@
-"""One client request, ready to run: the agent, its upstream provider, its session.
+"""One client request, ready to run: the agent (over its upstream provider), its session.
 
 `Gateway` (in `app`) prepares a `Call` from the request and answers it as JSON or as a
 stream (`streaming`).
@@ -17,7 +17,6 @@ from opentelemetry.context import Context
 from agentloop.agent import Agent
 
 from .sessions import Session, Thread
-from .upstream import UpstreamProvider
 
 __all__ = ("Call", "ThreadCall", "continued_trace")
 
@@ -39,7 +38,7 @@ class Call:
     scope: str
     """The client's credential: what its sessions are scoped by."""
     agent: Agent
-    provider: UpstreamProvider
+    """The run's agent, over an `UpstreamProvider` for this request."""
     history: list[dict[str, Any]]
     """The upstream history the run starts from."""
     visible: list[Any]

@@ -3,13 +3,13 @@
 `add_serve_command` adds the subcommand to the `agentloop` parser; `serve_command` runs
 it: it selects the gateway's tools from the installed plugins (as `agentloop run`
 does), builds a `Gateway` and serves it until SIGTERM or Ctrl-C, letting the requests in
-flight finish first (for at most `SHUTDOWN_GRACE` seconds).
+flight finish first (for at most `SHUTDOWN_GRACE` seconds). Logging is configured by
+the command that calls it (`agentloop`, `python -m agentloop.gateway`).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import socket
 import sys
@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from agentloop.cli.values import finite_seconds, port, seconds, whole_number
 from agentloop.errors import ConfigurationError
@@ -137,17 +135,6 @@ def _read_secret(path: str | None) -> bytes | None:
     return secret
 
 
-def _quiet_logs(verbose: bool) -> None:
-    """Log the gateway's and the runs' events to stderr: warnings only unless verbose."""
-    if structlog.is_configured():
-        return  # the `agentloop` command (or the application) already chose
-    level = logging.INFO if verbose else logging.WARNING
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
-
-
 def _server_class(uvicorn: Any) -> Any:
     class Server(uvicorn.Server):  # type: ignore[misc]
         """uvicorn's server, exiting 0 after a graceful stop.
@@ -214,8 +201,7 @@ def serve_command(
     except ConfigurationError as exc:
         print(f"agentloop: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    verbose = bool(getattr(args, "verbose", False))
-    _quiet_logs(verbose)
+    verbose = bool(getattr(args, "verbose", False))  # logging itself is the command's
     server = _server_class(uvicorn)(
         uvicorn.Config(
             gateway.app(),

@@ -18,7 +18,7 @@ from agentloop._wire import compact_json
 from agentloop.errors import ConfigurationError, HistoryError, MissingAPIKeyError, ProviderError
 from agentloop.logs import get_logger
 
-from .upstream import UpstreamProvider
+from .upstream import client_headers
 
 __all__ = ("Failure", "Refusal", "answer_failure", "error_body", "json_answer", "store_failure")
 
@@ -69,8 +69,12 @@ class Failure:
     headers: dict[str, str]
 
 
-def answer_failure(exc: Exception, request_id: str, provider: UpstreamProvider) -> Failure:
-    """How a failed run is answered: with the upstream's own error where there is one."""
+def answer_failure(exc: Exception, request_id: str) -> Failure:
+    """How a failed run is answered: with the upstream's own error where there is one.
+
+    An upstream error keeps the headers clients read from its answer
+    (`ProviderError.headers`: retry advice, rate limits).
+    """
     if isinstance(exc, MissingAPIKeyError):
         body = error_body("authentication_error", "x-api-key header is required", request_id)
         return Failure(401, body, {})
@@ -80,7 +84,7 @@ def answer_failure(exc: Exception, request_id: str, provider: UpstreamProvider) 
             # The upstream's answer, unchanged (an error event inside a stream has no
             # status of its own: it gets the one its type has).
             status = exc.status_code or _STATUS_OF.get(body["error"].get("type"), 500)
-            headers = dict(provider.error_headers)
+            headers = client_headers(exc.headers)
             if isinstance(body.get("request_id"), str):  # the id the body names, in both
                 headers["request-id"] = body["request_id"]
             return Failure(status, body, headers)

@@ -14,13 +14,14 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from agentloop.events import ModelStreamEvent
+from agentloop.events import Event, ModelResponded, ModelStreamEvent
 from agentloop.logs import get_logger
+from agentloop.providers.base import MessageStart, ModelResponse
 from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
 from .errors import answer_failure, json_answer
-from .upstream import UpstreamProvider
+from .upstream import client_headers
 from .visible import PING, VisibleStream, sse
 
 __all__ = ("StreamResponse", "cancel_on_disconnect")
@@ -42,7 +43,7 @@ class StreamResponse(Response):
         self,
         call: Call,
         *,
-        finish: Callable[[Call, RunResult], Awaitable[Any]],
+        finish: Callable[[Call, RunResult, list[ModelResponse]], Awaitable[Any]],
         keep_partial: Callable[[Call, Exception], Awaitable[None]],
         deps: Any,
         ping_interval: float,
@@ -58,23 +59,23 @@ class StreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the call, writing its events (and pings) as they come."""
         send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
-        view = _Feed(
-            VisibleStream(
-                self.call.client_names, reply_id=self.call.reply_id, model=self.call.model
-            ),
-            send_items,
-        )
-        self.call.provider.on_event = view.from_provider
         async with anyio.create_task_group() as group:
-            group.start_soon(self._run, send_items, view)
+            group.start_soon(self._run, send_items)
             group.start_soon(cancel_on_disconnect, receive, group.cancel_scope)
             try:
                 await self._write(items, scope, send)
             finally:
                 group.cancel_scope.cancel()
 
-    async def _run(self, send_items: Any, view: _Feed) -> None:
+    async def _run(self, send_items: Any) -> None:
+        """Run the call, passing the writer what the run's events say.
+
+        Items: `headers` (the client-readable headers of an upstream answer, from its
+        `MessageStart`), `data` (SSE bytes), then `end` or `error`.
+        """
         call = self.call
+        view = VisibleStream(call.client_names, reply_id=call.reply_id, model=call.model)
+        responses: list[ModelResponse] = []
         with send_items:
             try:
                 with continued_trace(call):
@@ -85,13 +86,11 @@ class StreamResponse(Response):
                         external_tools=call.client_tools,
                     ) as stream:
                         async for event in stream:
-                            if isinstance(event, ModelStreamEvent):
-                                view.from_run(event, self.call.provider)
+                            _pass_on(event, view, responses, send_items)
                 result = stream.result
                 assert result is not None
-                await self.finish(call, result)
-                end = view.stream.finish(call.provider.responses, result)
-                send_items.send_nowait(("end", end))
+                await self.finish(call, result, responses)
+                send_items.send_nowait(("end", view.finish(responses, result)))
             except Exception as exc:
                 await self.keep_partial(call, exc)
                 send_items.send_nowait(("error", exc))
@@ -100,11 +99,11 @@ class StreamResponse(Response):
         started = False
         interval = self.ping_interval
         request_id = self.call.request_id
+        answered: dict[str, str] = {}  # the headers of the answer that opens the stream
 
         async def start() -> None:
             nonlocal started
             started = True
-            answered = self.call.provider.answer_headers
             headers = [
                 (b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"),
@@ -129,7 +128,10 @@ class StreamResponse(Response):
                     await body(PING)
                     continue
                 kind, value = item
-                if kind == "data":
+                if kind == "headers":
+                    if not started:
+                        answered = value
+                elif kind == "data":
                     if not started:
                         await start()
                     await body(value)
@@ -139,7 +141,7 @@ class StreamResponse(Response):
                     await body(value, more=False)
                     return
                 elif kind == "error":
-                    failure = answer_failure(value, request_id, self.call.provider)
+                    failure = answer_failure(value, request_id)
                     _log.info(
                         "gateway.failed", status=failure.status, error=str(value), streamed=started
                     )
@@ -158,34 +160,18 @@ class StreamResponse(Response):
                     return
 
 
-class _Feed:
-    """Feeds the upstream's events to the `VisibleStream`, from the run's own event stream.
-
-    The run reports them as `ModelStreamEvent`s; until the agent emits those, they come
-    from the upstream provider directly (`from_provider`). The first `ModelStreamEvent`
-    turns the provider's report off, and events already fed from it are not fed again.
-    """
-
-    def __init__(self, stream: VisibleStream, send_items: Any) -> None:
-        self.stream = stream
-        self.send_items = send_items
-        self._fed: dict[int, Any] = {}
-        """Events fed from the provider (by id, kept alive), until the run reports its own."""
-
-    def _feed(self, round_: int, event: Any) -> None:
-        data = self.stream.feed(round_, event)
+def _pass_on(
+    event: Event, view: VisibleStream, responses: list[ModelResponse], send_items: Any
+) -> None:
+    """Hand the writer what one run event says; keep each whole model response."""
+    if isinstance(event, ModelResponded):
+        responses.append(event.response)
+    elif isinstance(event, ModelStreamEvent):
+        if isinstance(event.event, MessageStart):
+            send_items.send_nowait(("headers", client_headers(event.event.headers)))
+        data = view.feed(event.round, event.event)
         if data:
-            self.send_items.send_nowait(("data", data))
-
-    async def from_provider(self, round_: int, event: Any) -> None:
-        self._fed[id(event)] = event
-        self._feed(round_, event)
-
-    def from_run(self, event: ModelStreamEvent, provider: UpstreamProvider) -> None:
-        provider.on_event = None
-        if self._fed.pop(id(event.event), None) is event.event:
-            return
-        self._feed(event.round, event.event)
+            send_items.send_nowait(("data", data))
 
 
 async def cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

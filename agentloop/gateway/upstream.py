@@ -6,9 +6,9 @@ request is sent once, without retries, so an upstream error reaches the client a
 (its own retry logic reads it). The hidden rounds after it are retried
 by the gateway, since the client cannot retry those on its own; an answer asking to wait
 longer than the gateway's limit goes to the client as it is. A stream that stays silent
-longer than the upstream timeout is given up. Every response is recorded, and while
-streaming every event is reported to the gateway too. Token counts and model
-listings go through the same clients and come back as the upstream answered them
+longer than the upstream timeout is given up. The gateway learns of responses and their
+headers from the run's own events, as any user of `run_stream` does. Token counts and
+model listings go through the same clients and come back as the upstream answered them
 (`Upstream.forward`).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,19 +27,20 @@ import sniffio
 
 from agentloop.errors import APIConnectionError, ConfigurationError, ProviderError
 from agentloop.providers.anthropic import AnthropicProvider
-from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
+from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent, retry_after
 
 __all__ = (
     "HIDDEN_ROUND_RETRIES",
     "RETRY_WAIT_LIMIT",
     "THREADS_BETA_PREFIX",
     "Forwarded",
+    "StreamingUpstreamProvider",
     "Transport",
     "Upstream",
     "UpstreamProvider",
     "UpstreamTimeoutError",
+    "client_headers",
     "forwarded_headers",
-    "retry_headers",
 )
 
 HIDDEN_ROUND_RETRIES = 2
@@ -58,9 +58,6 @@ THREADS_BETA_PREFIX = "message-threads-"
 serves itself and keeps from the upstream."""
 
 _DROPPED_HEADERS = frozenset({"anthropic-beta"})
-
-OnEvent = Callable[[int, StreamEvent], Awaitable[None]]
-"""Called with the round (from 0) and each streamed event."""
 
 
 class Upstream:
@@ -102,9 +99,14 @@ class Upstream:
         self._clients: OrderedDict[str, AnthropicProvider] = OrderedDict()
         self._cache = cache
 
-    def provider(self, credential: str) -> UpstreamProvider:
-        """The provider of one client request sent upstream with `credential`."""
-        return UpstreamProvider(
+    def provider(self, credential: str, *, stream: bool) -> UpstreamProvider:
+        """The provider of one client request sent upstream with `credential`.
+
+        With `stream`, it streams every model request (the agent streams through it
+        when the run does); else it sends each one as JSON.
+        """
+        kind = StreamingUpstreamProvider if stream else UpstreamProvider
+        return kind(
             self.client_provider(credential),
             idle_timeout=self.idle_timeout,
             retry_wait_limit=self.retry_wait_limit,
@@ -152,7 +154,7 @@ class Upstream:
             content = await response.aread()
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
             raise APIConnectionError(f"could not reach the upstream: {exc}") from exc
-        headers = _read_by_clients(response.headers, also=("request-id",))
+        headers = client_headers(response.headers, also=("request-id",))
         headers["content-type"] = response.headers.get("content-type", "application/json")
         return Forwarded(response.status_code, content, headers)
 
@@ -167,27 +169,22 @@ Transport = Literal["auto", "aiohttp", "httpx"]
 
 
 def _pool(transport: Transport) -> httpx2.AsyncClient:
-    """The SDK's HTTP client for `transport`, with a hook noting rate-limit headers.
+    """The SDK's HTTP client for `transport`.
 
-    The hook keeps each answer's rate-limit headers for the client request that asked
-    (see `UpstreamProvider.answer_headers`): a streamed answer's status and headers go to
-    the client when its first event does, before the `ModelResponse` (and its `headers`)
-    exists. aiohttp parses and writes HTTP in C: two to
-    three tenths of a millisecond less CPU per upstream request than httpx. It runs on
-    asyncio only.
+    aiohttp parses and writes HTTP in C: two to three tenths of a millisecond less CPU
+    per upstream request than httpx. It runs on asyncio only.
     """
-    hooks: dict[str, list[Any]] = {"response": [_note_answer]}
     if transport != "httpx":
         if sniffio.current_async_library() != "asyncio":
             problem = "aiohttp runs on asyncio only"
         else:
             try:
-                return anthropic.DefaultAioHttpClient(event_hooks=hooks)
+                return anthropic.DefaultAioHttpClient()
             except RuntimeError as exc:  # the SDK's answer when aiohttp is not installed
                 problem = str(exc)
         if transport == "aiohttp":
             raise ConfigurationError(f"the aiohttp upstream transport: {problem}")
-    return anthropic.DefaultAsyncHttpxClient(event_hooks=hooks)
+    return anthropic.DefaultAsyncHttpxClient()
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -209,102 +206,91 @@ def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class UpstreamProvider:
-    """The provider of one client request: records each response, reports streamed events."""
+    """The provider of one client request: its first model request as the client sent it.
+
+    Hidden rounds (every request after the first) are retried (`HIDDEN_ROUND_RETRIES`)
+    unless the upstream asks to wait more than `retry_wait_limit` seconds. Its only
+    state is how many requests it has sent, which tells the first from the hidden ones.
+    """
 
     def __init__(
         self,
         provider: AnthropicProvider,
-        on_event: OnEvent | None = None,
         *,
         idle_timeout: float = _SDK_TIMEOUT,
         retry_wait_limit: float = RETRY_WAIT_LIMIT,
     ) -> None:
         """Send every model request with `provider` (whose client does not retry).
 
-        Hidden rounds are retried
-        (`HIDDEN_ROUND_RETRIES`) unless the upstream asks to wait more than
-        `retry_wait_limit` seconds; a stream silent for `idle_timeout` seconds fails.
+        A stream silent for `idle_timeout` seconds fails (`StreamingUpstreamProvider`).
         """
         self.provider = provider
-        self.on_event = on_event
         self.idle_timeout = idle_timeout
         self.retry_wait_limit = retry_wait_limit
-        self.responses: list[ModelResponse] = []
-        self.error_headers: dict[str, str] = {}
-        """Headers of the last upstream error answer that clients' retry logic reads."""
-        self.answer_headers: dict[str, str] = {}
-        """The headers clients read (rate limits) of the last successful upstream answer,
-        for the client's answer."""
+        self._sent = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` as one JSON request."""
         return await self._ask(lambda: self.provider.complete(request), lambda: True)
 
+    async def _ask(
+        self, send: Callable[[], Awaitable[ModelResponse]], repeatable: Callable[[], bool]
+    ) -> ModelResponse:
+        """`send()`, retried in hidden rounds while `repeatable()` and the upstream allows."""
+        hidden = self._sent > 0
+        self._sent += 1
+        attempt = 0
+        while True:
+            try:
+                return await send()
+            except ProviderError as exc:
+                wait = _retry_wait(exc, attempt)
+                retry = hidden and attempt < HIDDEN_ROUND_RETRIES and repeatable()
+                if not retry or wait is None or wait > self.retry_wait_limit:
+                    raise
+            attempt += 1
+            await anyio.sleep(wait)
+
+
+class StreamingUpstreamProvider(UpstreamProvider):
+    """An `UpstreamProvider` that streams: the agent streams through it when the run does."""
+
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
-        """Stream `request`, reporting each event to the gateway, then to the run."""
-        round_ = len(self.responses)
+        """Stream `request`; a hidden round is retried only before its first event."""
         heard = False
 
         async def send() -> ModelResponse:
             with anyio.CancelScope() as idle:
                 idle.deadline = anyio.current_time() + self.idle_timeout
 
-                async def tee(event: StreamEvent) -> None:
+                async def report(event: StreamEvent) -> None:
                     nonlocal heard
                     heard = True
                     idle.deadline = anyio.current_time() + self.idle_timeout
-                    if self.on_event is not None:  # read each time: it may be turned off
-                        await self.on_event(round_, event)
                     await on_event(event)
 
-                return await self.provider.stream(request, tee)
+                return await self.provider.stream(request, report)
             raise UpstreamTimeoutError(
                 f"the upstream stream sent nothing for {self.idle_timeout:g} seconds"
             )
 
         return await self._ask(send, lambda: not heard)
 
-    async def _ask(
-        self, send: Callable[[], Awaitable[ModelResponse]], repeatable: Callable[[], bool]
-    ) -> ModelResponse:
-        """`send()`, retried in hidden rounds while `repeatable()` and the upstream allows."""
-        hidden = bool(self.responses)
-        attempt = 0
-        while True:
-            token = _ASKING.set(self)
-            try:
-                response = await send()
-            except ProviderError as exc:
-                self.error_headers = {**retry_headers(exc), **_read_by_clients(exc.headers)}
-                wait = _retry_wait(exc, self.error_headers, attempt)
-                retry = hidden and attempt < HIDDEN_ROUND_RETRIES and repeatable()
-                if not retry or wait is None or wait > self.retry_wait_limit:
-                    raise
-            else:
-                self.responses.append(response)
-                if response.headers:  # else the pool's hook noted them (`_note_answer`)
-                    self.answer_headers = _read_by_clients(response.headers)
-                return response
-            finally:
-                _ASKING.reset(token)
-            attempt += 1
-            await anyio.sleep(wait)
-
 
 class UpstreamTimeoutError(APIConnectionError):
     """An upstream stream went silent for longer than the upstream timeout."""
 
 
-def _retry_wait(exc: ProviderError, headers: Mapping[str, str], attempt: int) -> float | None:
+def _retry_wait(exc: ProviderError, attempt: int) -> float | None:
     """Seconds to wait before retrying after `exc`, or None when it is not worth retrying.
 
     As the SDK decides: `x-should-retry` first, then the status (408, 409, 429, 5xx, or
     no answer at all); the wait is the answer's `retry-after-ms` / `retry-after` when
     given, else a backoff of 0.5 s doubling per attempt, at most 8 s.
     """
-    should = headers.get("x-should-retry")
+    should = exc.headers.get("x-should-retry")
     status = exc.status_code
     if should == "false":
         return None
@@ -314,27 +300,11 @@ def _retry_wait(exc: ProviderError, headers: Mapping[str, str], attempt: int) ->
         or (status is None and isinstance(exc, APIConnectionError))
     ):
         return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        try:
-            asked = float(headers.get(name, "")) * scale
-        except ValueError:
-            continue
-        if asked >= 0:
-            return asked
-    return min(0.5 * 2.0**attempt, 8.0)
+    asked = retry_after(exc.headers)
+    return min(0.5 * 2.0**attempt, 8.0) if asked is None else asked
 
 
 _RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
-
-_ASKING: ContextVar[UpstreamProvider | None] = ContextVar("agentloop_gateway_asking", default=None)
-"""The provider whose model request is being sent in this context."""
-
-
-async def _note_answer(response: httpx2.Response) -> None:
-    """Keep a successful answer's rate-limit headers for the provider that asked."""
-    provider = _ASKING.get()
-    if provider is not None and response.status_code < 300:
-        provider.answer_headers = _read_by_clients(response.headers)
 
 
 @dataclass(frozen=True)
@@ -350,7 +320,7 @@ class Forwarded:
     headers: dict[str, str]
 
 
-def _read_by_clients(headers: Mapping[str, str], *, also: Iterable[str] = ()) -> dict[str, str]:
+def client_headers(headers: Mapping[str, str], *, also: Iterable[str] = ()) -> dict[str, str]:
     """The headers of an upstream answer that clients read, names in lower case.
 
     Those are the retry advice and the rate limits, and the names in `also`.
@@ -363,10 +333,3 @@ def _read_by_clients(headers: Mapping[str, str], *, also: Iterable[str] = ()) ->
         or name in extra
         or name.startswith("anthropic-ratelimit-")
     }
-
-
-def retry_headers(exc: ProviderError) -> dict[str, str]:
-    """The headers of an upstream error answer that clients' retry logic reads."""
-    response = getattr(exc.__cause__, "response", None)
-    headers = getattr(response, "headers", None)
-    return {} if headers is None else _read_by_clients(headers)

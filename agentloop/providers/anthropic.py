@@ -185,7 +185,7 @@ class AnthropicProvider:
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
                 events = await self._post_escaped(request, arguments, stream=True)
                 headers = events.response.headers
-            message = _Message()
+            message = _Message(_lower(headers))
             async with events:
                 async for sdk_event in events:
                     event: Any = sdk_event  # narrowed by `type` below, which mypy cannot follow
@@ -210,7 +210,7 @@ class AnthropicProvider:
                 "the API's stream ended before `message_stop`: the response is incomplete",
                 headers=_lower(headers),
             )
-        return _with_headers(ModelResponse.from_wire(message.body()), headers)
+        return replace(ModelResponse.from_wire(message.body()), headers=message.headers)
 
     async def _post_escaped(
         self, request: ModelRequest, arguments: Mapping[str, Any], *, stream: bool
@@ -274,7 +274,9 @@ class _Message:
     Python's own parser, which reads every escape the API may send).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        """A message whose HTTP response carried `headers` (lower-cased)."""
+        self.headers = headers
         self.head: dict[str, Any] = {"type": "message", "role": "assistant"}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.json: dict[int, list[str]] = {}
@@ -286,7 +288,7 @@ class _Message:
         kind = event.type
         if kind == "message_start":
             self.head = {**_wire(event.message), "content": []}
-            await on_event(MessageStart(_wire(event.message)))
+            await on_event(MessageStart(_wire(event.message), headers=self.headers))
         elif kind == "content_block_start":
             block = _wire(event.content_block)
             self.blocks[event.index] = block

@@ -202,6 +202,9 @@ class MessageStart:
     """
 
     message: Mapping[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The HTTP response headers, lower-cased, as `ModelResponse.headers` will hold them:
+    here before the response is whole (a proxy forwards the rate limits at once)."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The Chat Completions provider: a `ModelRequest` sent with the official `AsyncOpenAI` client.
 
 It calls `chat.completions.create` through `with_raw_response` (the JSON body read as the
-server sent it, headers kept) or `with_streaming_response` (chunks fed to
-`ChatStreamAssembler`); the SDK's authentication, retries and errors apply.
+server sent it, headers kept) or `with_streaming_response` (a `MessageStart` carrying the
+response headers with the first chunk, then the chunks fed to `ChatStreamAssembler`); the
+SDK's authentication, retries and errors apply.
 
 Two jobs are done beside `create`, because it cannot do them:
 
@@ -29,7 +30,7 @@ import httpx2
 
 from agentloop import errors
 from agentloop._wire import compact_json
-from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent
+from agentloop.providers.base import MessageStart, ModelRequest, ModelResponse, StreamEvent
 
 from .compat import ChatCompat, resolve
 from .request import chat_arguments, taken_ids
@@ -170,14 +171,14 @@ class OpenAIChatProvider:
                 create = self.client.chat.completions.with_streaming_response.create
                 async with create(**arguments) as response:
                     headers = response.headers
-                    await _read_events(response.http_response, assembler)
+                    await _read_events(response.http_response, assembler, on_event)
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
                 if headers is not None:
                     raise  # from reading, not from sending: not the SDK's to fix
                 events = await self._post_escaped(arguments, stream=True)
                 headers = events.response.headers
                 async with events:
-                    await _read_events(events.response, assembler)
+                    await _read_events(events.response, assembler, on_event)
         except sdk.APIError as exc:
             raise self._translate(exc, request) from exc
         except httpx2.TransportError as exc:
@@ -282,12 +283,28 @@ def provider_from_options(
     return OpenAIChatProvider(client, compat=compat, stream=stream)
 
 
-async def _read_events(response: httpx2.Response, assembler: ChatStreamAssembler) -> None:
+async def _read_events(
+    response: httpx2.Response,
+    assembler: ChatStreamAssembler,
+    on_event: Callable[[StreamEvent], Awaitable[None]],
+) -> None:
     """Feed each server-sent event's JSON to `assembler`, up to `[DONE]`.
 
-    The body is read to its end even after `[DONE]` (servers end it there), so the
-    HTTP client's readers finish rather than being left for the garbage collector.
+    The first chunk that is not an error is announced to `on_event` as a `MessageStart`
+    (its id and model, and the response's headers) before it is fed. The body is read to
+    its end even after `[DONE]` (servers end it there), so the HTTP client's readers
+    finish rather than being left for the garbage collector.
     """
+    started = False
+
+    async def feed(chunk: Any) -> None:
+        nonlocal started
+        failed = isinstance(chunk, Mapping) and isinstance(chunk.get("error"), Mapping)
+        if not started and isinstance(chunk, Mapping) and not failed:
+            started = True
+            await on_event(MessageStart(_head(chunk), headers=_lower(response.headers)))
+        await assembler.feed(chunk)
+
     data: list[str] = []
     done = False
     async for line in response.aiter_lines():
@@ -302,9 +319,23 @@ async def _read_events(response: httpx2.Response, assembler: ChatStreamAssembler
         if payload.strip() == "[DONE]":
             done = True
         else:
-            await assembler.feed(json.loads(payload))
+            await feed(json.loads(payload))
     if data and "\n".join(data).strip() != "[DONE]":  # a last event without its blank line
-        await assembler.feed(json.loads("\n".join(data)))
+        await feed(json.loads("\n".join(data)))
+
+
+def _head(chunk: Mapping[str, Any]) -> dict[str, Any]:
+    """A Messages API message head for a chat stream's first chunk."""
+    return {
+        "id": str(chunk.get("id") or ""),
+        "type": "message",
+        "role": "assistant",
+        "model": str(chunk.get("model") or ""),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
 
 
 def _lower(headers: Any) -> dict[str, str]:
