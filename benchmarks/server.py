@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     server = MessagesServer(model, port=args.port)
     model.sinks.append(server.requests)
     model.sinks.append(server.request_times)
+    model.sinks.append(server.recorded)  # whole bodies: S6 would keep every history
     server.start()
     print(f"port {server.base_url.rsplit(':', 1)[1]}", flush=True)
     stop = threading.Event()
