@@ -190,15 +190,11 @@ class Turn:
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
+        return {**self._by_stop_reason(response), **response.call_errors}
+
+    def _by_stop_reason(self, response: ModelResponse) -> dict[str, str]:
         reason = response.stop_reason
         uses = response.tool_uses
-        if response.call_errors:
-            return {**self._by_stop_reason(response, reason, uses), **response.call_errors}
-        return self._by_stop_reason(response, reason, uses)
-
-    def _by_stop_reason(
-        self, response: ModelResponse, reason: str | None, uses: Sequence[ToolUseBlock]
-    ) -> dict[str, str]:
         if reason == "max_tokens":
             cut = {
                 b.id
