@@ -1,20 +1,11 @@
 """`python -m agentloop.gateway [options]`: the same as `agentloop serve [options]`.
 
-Like the `agentloop` command, it configures logging for itself (warnings on stderr;
-every event with `-v`, JSON lines with `--log-json`) and puts it back when it ends.
+It runs the `agentloop` command's `serve`, so the plugins' options (`--cortex-root`,
+`--mcp-config`, ...), logging (`-v`, `--log-json`), errors and exit codes are the same.
 """
 
-import argparse
 import sys
 
-from agentloop.cli.logs import command_logging, configure_logging, logging_options
+from agentloop.cli import main
 
-from .cli import add_serve_command, serve_command
-
-parser = argparse.ArgumentParser(prog="python -m agentloop.gateway")
-add_serve_command(parser.add_subparsers(dest="command", required=True), parents=[logging_options()])
-args = parser.parse_args(["serve", *sys.argv[1:]])
-with command_logging():
-    configure_logging(json_logs=args.log_json, verbose=args.verbose)
-    code = serve_command(args)
-raise SystemExit(code)
+raise SystemExit(main(["serve", *sys.argv[1:]]))
