@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Generic, overload
 
 import pydantic_core
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
 from .errors import ConfigurationError, ToolError
@@ -47,6 +47,7 @@ __all__ = (
 # The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
 DepsT = TypeVar("DepsT", default=Any)
 F = TypeVar("F", bound=Callable[..., Any])
+_BLOCKS = TypeAdapter(list[ContentBlock])
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,17 @@ class RunContext(Generic[DepsT]):
     """Name of the tool being called."""
     deps: DepsT
     """The object passed as `agent.run(..., deps=...)`: connections, config, the user."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """`"{run_id}:{tool_use_id}"`: the same every time this call is run again.
+
+        A run that is retried or resumed (a durable run after a crash, a paused run)
+        may run a call whose effect already happened. A tool that changes the world
+        records this key with its effect and skips an effect already recorded under it,
+        so the call's effect happens once (the cortex tools do).
+        """
+        return f"{self.run_id}:{self.tool_use_id}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,45 @@ class ToolResult:
     """Seconds the tool ran (not counting the wait for a concurrency slot)."""
     ran: bool = True
     """False when the call was answered without running the tool (cut off, cancelled)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain JSON values; `from_json` turns them back into an equal one.
+
+        How a result is recorded outside the process (a durable run's step, a paused run).
+        """
+        content = self.content
+        return {
+            "tool_use_id": self.tool_use_id,
+            "name": self.name,
+            "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
+            "is_error": self.is_error,
+            "duration": self.duration,
+            "ran": self.ran,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
+        """The result `to_json` recorded.
+
+        Raises:
+            ValueError: `data` is not what `to_json` writes.
+        """
+        try:
+            content = data["content"]
+            if isinstance(content, list):
+                content = _BLOCKS.validate_python(content)
+            elif content is not None and not isinstance(content, str):
+                raise TypeError(f"content is a {type(content).__name__}")
+            return cls(
+                str(data["tool_use_id"]),
+                str(data["name"]),
+                content,
+                is_error=bool(data["is_error"]),
+                duration=float(data["duration"]),
+                ran=bool(data["ran"]),
+            )
+        except (KeyError, TypeError, ValidationError) as exc:
+            raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
 
     @classmethod
     def error(

@@ -281,6 +281,10 @@ async def test_replay_parses_each_response(path: Path) -> None:
         assert response.usage.cache_read_input_tokens == (usage.get("cache_read_input_tokens") or 0)
         assert response.usage.requests == 1
 
+        # Recorded as JSON (a durable run's step, a paused run) and read back: equal.
+        recorded = json.loads(json.dumps(response.to_json()))
+        assert ModelResponse.from_json(recorded) == response
+
 
 @pytest.mark.parametrize("path", params(MULTI))
 async def test_history_rebuilt_from_each_response_matches_next_request(path: Path) -> None:

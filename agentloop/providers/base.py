@@ -12,7 +12,7 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, Union, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
@@ -105,6 +105,7 @@ class ModelRequest:
 
 
 _CONTENT = TypeAdapter(list[ContentBlock])
+_USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,50 @@ class ModelResponse:
             container=body.get("container"),
             raw=body,
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The response as plain JSON values; `from_json` turns them back into an equal one.
+
+        This is how a response is recorded outside the process: a durable run's step, a
+        paused run's state. Every field is kept, the decoded body (`raw`) and the headers
+        included, so a Chat Completions response round-trips as well as a Messages one.
+        """
+        return {
+            "content": [block.to_wire() for block in self.content],
+            "stop_reason": self.stop_reason,
+            "usage": asdict(self.usage),
+            "id": self.id,
+            "model": self.model,
+            "stop_sequence": self.stop_sequence,
+            "container": None if self.container is None else dict(self.container),
+            "raw": dict(self.raw),
+            "call_errors": dict(self.call_errors),
+            "headers": dict(self.headers),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelResponse:
+        """The response `to_json` recorded.
+
+        Raises:
+            InvalidResponseError: `data` is not what `to_json` writes.
+        """
+        try:
+            usage = {k: v for k, v in data["usage"].items() if k in _USAGE_FIELDS}
+            return cls(
+                content=_CONTENT.validate_python(data["content"]),
+                stop_reason=data["stop_reason"],
+                usage=Usage(**usage),
+                id=data["id"],
+                model=data["model"],
+                stop_sequence=data["stop_sequence"],
+                container=data["container"],
+                raw=data["raw"],
+                call_errors=data["call_errors"],
+                headers=data["headers"],
+            )
+        except (KeyError, TypeError, AttributeError, ValidationError) as exc:
+            raise InvalidResponseError(f"not a recorded response: {exc}"[:500]) from exc
 
     @property
     def message(self) -> Message:

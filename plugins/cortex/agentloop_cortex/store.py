@@ -4,6 +4,7 @@ Layout under `root`::
 
     <persona>/memory.md                       the current versions
     <persona>/.memory.md.lock                 flock()ed while a change is made
+    <persona>/.memory.md.applied              the keyed changes made (see `ledger`)
     <persona>/.history/memory.md/<ns>-<n>.md  previous versions, oldest deleted first
 
 Every change takes a per-file `threading.Lock` (tool calls run in worker threads) and an
@@ -13,6 +14,11 @@ file in `.history`, fsyncs both, renames the old content into the history and on
 renames the new content over the file (see `_commit`). Readers therefore see the old or
 the new content, never a mix; a crash leaves one of them; and a change refused for an
 error of the file system (a full disk) leaves the file and its history as they were.
+
+A change made with a `key` (the tools pass `RunContext.idempotency_key`) happens once:
+made again with the same key, by a retried or resumed run, it changes nothing and
+reports what it did the first time, even when the first writer died mid-change
+(`ledger` explains how).
 
 Every path is opened relative to a directory descriptor with `O_NOFOLLOW`, so a symbolic
 link planted as the persona directory, a file, `.history` or a lock file is refused
@@ -39,6 +45,7 @@ from typing import Final, Literal, get_args
 from agentloop import ToolError
 
 from .config import CortexConfig, config_problem
+from .ledger import Entry, Ledger, digest
 
 __all__ = ("FILENAMES", "HISTORY_DIR", "LOCK_TIMEOUT", "Change", "CortexFile", "CortexStore")
 
@@ -135,21 +142,25 @@ class CortexStore:
                 os.close(pfd)
         return "" if data is None else data.decode("utf-8", errors="replace")
 
-    def write(self, filename: str, content: str) -> Change:
-        """Replace the whole of `filename` with `content`."""
+    def write(self, filename: str, content: str, *, key: str | None = None) -> Change:
+        """Replace the whole of `filename` with `content`.
+
+        A change made with a `key` happens once: made again with the same key it changes
+        nothing and returns the first time's `Change` (so for `append` and `replace`).
+        """
         name = _check_name(filename)
         data = self._encode(content, "content")
         self._check_size(name, len(data))
-        return self._change(name, lambda old: data)
+        return self._change(name, lambda old: data, key)
 
-    def append(self, filename: str, content: str) -> Change:
+    def append(self, filename: str, content: str, *, key: str | None = None) -> Change:
         """Add `content` at the end of `filename` (creating it if needed), as given."""
         name = _check_name(filename)
         data = self._encode(content, "content")
         self._check_size(name, len(data))
-        return self._change(name, lambda old: (old or b"") + data)
+        return self._change(name, lambda old: (old or b"") + data, key)
 
-    def replace(self, filename: str, old: str, new: str) -> Change:
+    def replace(self, filename: str, old: str, new: str, *, key: str | None = None) -> Change:
         """Replace the one occurrence of `old` in `filename` with `new`."""
         name = _check_name(filename)
         self._encode(old, "old")
@@ -177,7 +188,7 @@ class CortexStore:
                 )
             return text.replace(old, new, 1).encode("utf-8")
 
-        return self._change(name, edit)
+        return self._change(name, edit, key)
 
     def versions(self, filename: str) -> list[Path]:
         """The kept previous versions of `filename`, oldest first."""
@@ -238,6 +249,7 @@ class CortexStore:
         expected: tuple[tuple[str, Literal["file", "dir"]], ...] = (
             (name, "file"),
             (f".{name}.lock", "file"),
+            (f".{name}.applied", "file"),
             (HISTORY_DIR, "dir"),
         )
         for entry, want in expected:
@@ -323,8 +335,13 @@ class CortexStore:
         finally:
             os.close(fd)
 
-    def _change(self, name: str, compute: Callable[[bytes | None], bytes]) -> Change:
-        """Replace `name` with `compute(current content)`, keeping the current one."""
+    def _change(
+        self, name: str, compute: Callable[[bytes | None], bytes], key: str | None = None
+    ) -> Change:
+        """Replace `name` with `compute(current content)`, keeping the current one.
+
+        With a `key`, a change already made under it is not made again (see `ledger`).
+        """
 
         def checked(old: bytes | None) -> bytes:
             data = compute(old)
@@ -341,12 +358,35 @@ class CortexStore:
             self._refuse_planted(pfd, name)
             held.enter_context(self._locked(pfd, name))
             self._refuse_planted(pfd, name)
+            ledger_name = f".{name}.applied"
             _sweep(pfd, f".{name}{_TMP_PREFIX}")
+            _sweep(pfd, f".{ledger_name}{_TMP_PREFIX}")
             old = self._read_bytes(pfd, name)
+            ledger = Ledger.parse(self._read_bytes(pfd, ledger_name))
+            settled = ledger.settle(old)
+            made = ledger.find(key) if key is not None else None
+            if made is not None:
+                if settled:
+                    self._replace_file(pfd, ledger_name, ledger.dump())
+                return Change(name, made.size, made.previous_size, made.kept_version)
             data = checked(old)
             kept = old is not None and self.config.history > 0
+            change = Change(name, len(data), None if old is None else len(old), kept)
+            if key is not None:
+                ledger.add(Entry(key, digest(data), change.size, change.previous_size, kept))
+            if key is not None or settled:
+                self._replace_file(pfd, ledger_name, ledger.dump())
             self._commit(pfd, name, data, old if kept else None)
-        return Change(name, len(data), None if old is None else len(old), kept)
+        return change
+
+    def _replace_file(self, pfd: int, name: str, data: bytes) -> None:
+        """Make `name` hold `data` at once: a temporary file, fsynced, renamed over it."""
+        tmp = _write_temp(pfd, f".{name}{_TMP_PREFIX}", data)
+        try:
+            os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            _remove(pfd, tmp)
+            raise
 
     def _commit(self, pfd: int, name: str, data: bytes, previous: bytes | None) -> None:
         """Make `name` hold `data`, first adding `previous` (unless None) to its history.

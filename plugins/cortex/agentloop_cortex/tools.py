@@ -22,6 +22,12 @@ def _store(ctx: RunContext[Any]) -> CortexStore:
     return CortexStore(config_from_deps(getattr(ctx, "deps", None)))
 
 
+def _key(ctx: RunContext[Any]) -> str | None:
+    """The call's idempotency key: a retried or resumed call changes a file only once."""
+    key = getattr(ctx, "idempotency_key", None)
+    return key if isinstance(key, str) else None
+
+
 def _kept(change: Change) -> str:
     if change.kept_version:
         return f" The previous version ({change.previous_size} bytes) was kept in the history."
@@ -57,7 +63,7 @@ def write_file(filename: CortexFile, content: str, ctx: RunContext[Any]) -> str:
         content: The complete new text of the file (Markdown).
         ctx: The run's context (injected by agentloop, not part of the schema).
     """
-    change = _store(ctx).write(filename, content)
+    change = _store(ctx).write(filename, content, key=_key(ctx))
     return f"Wrote {change.size} bytes to {change.filename}.{_kept(change)}"
 
 
@@ -73,7 +79,7 @@ def append_file(filename: CortexFile, content: str, ctx: RunContext[Any]) -> str
         content: The text to add at the end of the file.
         ctx: The run's context (injected by agentloop, not part of the schema).
     """
-    change = _store(ctx).append(filename, content)
+    change = _store(ctx).append(filename, content, key=_key(ctx))
     return (
         f"Appended {change.size - (change.previous_size or 0)} bytes to {change.filename} "
         f"(now {change.size} bytes).{_kept(change)}"
@@ -95,7 +101,7 @@ def replace_in_file(filename: CortexFile, old: str, new: str, ctx: RunContext[An
         new: The text to put in its place (may be empty).
         ctx: The run's context (injected by agentloop, not part of the schema).
     """
-    change = _store(ctx).replace(filename, old, new)
+    change = _store(ctx).replace(filename, old, new, key=_key(ctx))
     return f"Replaced 1 passage in {change.filename} (now {change.size} bytes).{_kept(change)}"
 
 

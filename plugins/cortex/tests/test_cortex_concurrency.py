@@ -38,6 +38,7 @@ async def test_fifty_parallel_writes_in_one_turn(tmp_path: Path) -> None:
     assert temp_files(directory) == []
     assert sorted(p.name for p in directory.iterdir()) == [
         ".history",
+        ".memory.md.applied",
         ".memory.md.lock",
         "memory.md",
     ]
