@@ -9,6 +9,7 @@ runs.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import (
@@ -212,9 +213,11 @@ class Agent:
                 their calls are handed back. When the model calls one, the run runs the
                 turn's other calls, then ends with `stop_reason="tool_use"`, the calls in
                 `RunResult.pending` and its own results in `RunResult.held`;
-                `messages` ends with that assistant message. Continue with a history
+                `messages` ends with that assistant message. Continue with
+                `resume(result.state, results={tool_use_id: ...})`, or with a history
                 that adds one user message answering every call of the turn, in order.
-                Definitions are `ToolDefinition`s or wire dicts, sent as they are.
+                Definitions are `ToolDefinition`s or wire dicts (JSON values), sent as
+                they are.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type.
@@ -406,6 +409,15 @@ class Agent:
         )
         history_ = History.start(history, prompt, linter)
         names = [_tool_name(t) for t in external_tools]
+        try:
+            json.dumps(
+                [t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools]
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"external tool definitions must be JSON values (they go into the run's state): "
+                f"{exc}"
+            ) from exc
         clash = sorted(set(names) & set(self.registry.names))
         if clash:
             raise ConfigurationError(

@@ -47,11 +47,14 @@ CLIENT_TOOL = {
 }
 
 
-def make_agent(client: Any, *, stream: bool = False, **options: Any) -> Agent:
-    """The agent every approval test (and subprocess) uses, over `client`."""
-    options.setdefault("approval_required", {"delete_user"})
+def make_agent(client: Any, *, stream: bool = False, asks: bool = True, **options: Any) -> Agent:
+    """The agent every approval test (and subprocess) uses, over `client`.
+
+    `asks=False`: the same tools with no call waiting for approval, for comparison.
+    """
+    options.setdefault("approval_required", {"delete_user"} if asks else None)
     return Agent(
         provider=AnthropicProvider(client, stream=stream),
-        tools=[refund, lookup, delete_user],
+        tools=[refund if asks else refund.replace(requires_approval=False), lookup, delete_user],
         **options,
     )
