@@ -29,6 +29,7 @@ from agentloop import (
     ToolError,
     ToolResultEvent,
     lint_history,
+    tool,
 )
 from agentloop.errors import (
     ConfigurationError,
@@ -39,6 +40,7 @@ from agentloop.errors import (
     TamperedStateError,
 )
 from agentloop.messages import parse_history
+from agentloop.run import CANCELLED_MESSAGE
 from agentloop.state import STATE_VERSION
 from agentloop.testing import MessagesServer, reply, tool_call
 
@@ -530,3 +532,38 @@ async def test_external_definitions_must_be_json_as_they_go_into_the_state() -> 
     agent = make_agent(None)
     with pytest.raises(ConfigurationError, match="must be JSON values"):
         await agent.run("B2", external_tools=[{**CLIENT_TOOL, "cache_control": object()}])
+
+
+async def test_a_resumed_run_cancelled_while_its_approved_call_runs_stays_valid(
+    serve: Callable[..., MessagesServer],
+) -> None:
+    started = anyio.Event()
+
+    @tool(requires_approval=True)
+    async def wait_forever() -> str:
+        """Never returns."""
+        started.set()
+        await anyio.Event().wait()
+        return "unreachable"
+
+    call = tool_call("wait_forever", {})
+    server = serve([reply(call)])
+    paused = await Agent(client=server.client(), tools=[wait_forever]).run("Wait")
+    agent = Agent(client=server.client(), tools=[wait_forever])
+    async with agent.resume_stream(paused.state, decisions={call["id"]: Approve()}) as events:
+        async for event in events:
+            if isinstance(event, ToolCallReady):
+                await started.wait()
+                events.cancel()
+    result = events.result
+    assert result is not None and result.stop_reason == "cancelled"
+    assert result.messages[-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": call["id"],
+            "content": CANCELLED_MESSAGE,
+            "is_error": True,
+        }
+    ]
+    lint_history(parse_history(result.messages))
+    assert len(server.requests) == 1
