@@ -96,11 +96,14 @@ class Gate:
         tool = self.registry.get(call.name) if self.registry is not None else None
         if tool is None:
             return None  # answered "unknown tool" by the registry; nothing to approve
-        ctx = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
-        for policy, whose in (
+        policies = [
             (tool.requires_approval, f"tool '{call.name}' requires approval"),
             (self._agent_policy(call.name), f"the agent requires approval for '{call.name}'"),
-        ):
+        ]
+        if all(policy is False for policy, _ in policies):
+            return None
+        ctx = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
+        for policy, whose in policies:
             reason = _ask(policy, ctx, call.input, whose)
             if reason is not None:
                 return Waiting("approval", reason)

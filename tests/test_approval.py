@@ -17,6 +17,7 @@ from agentloop import (
     AnthropicProvider,
     ApprovalRequest,
     ApprovalRequested,
+    Approve,
     ConfigurationError,
     RunContext,
     ToolCallReady,
@@ -193,3 +194,18 @@ async def test_external_and_approval_calls_wait_together(
     assert result.pending == [theirs]
     assert [b["tool_use_id"] for b in result.held] == [mine["id"]]
     assert ran == [("lookup", {"order": "B2"})]
+
+
+@pytest.mark.both_formats
+async def test_approval_works_on_every_provider_format(http_agent: Any) -> None:
+    big = tool_call("refund", {"order": "B2", "amount": 500})
+    agent, server = http_agent([reply(big), reply("Refunded.")], tools=[refund])
+    paused = await agent.run("Refund B2")
+    assert paused.stop_reason == "approval_required" and ran == []
+    final = await agent.resume(
+        json.loads(json.dumps(paused.state)), decisions={big["id"]: Approve()}
+    )
+    assert final.text == "Refunded." and ran == [("refund", {"order": "B2", "amount": 500})]
+    assert server.model.requests[-1]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": big["id"], "content": "refunded 500 on B2"}
+    ]
