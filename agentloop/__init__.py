@@ -15,6 +15,8 @@ import typing
 # Only modules and private names here: every public name of this module is exported.
 if typing.TYPE_CHECKING:
     from .agent import Agent as Agent
+    from .approval import Approve as Approve
+    from .approval import Deny as Deny
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
     from .errors import HistoryError as HistoryError
@@ -22,6 +24,7 @@ if typing.TYPE_CHECKING:
     from .errors import RunError as RunError
     from .errors import ToolCallFailed as ToolCallFailed
     from .errors import ToolError as ToolError
+    from .events import ApprovalRequested as ApprovalRequested
     from .events import Event as Event
     from .events import ModelResponded as ModelResponded
     from .events import ModelStreamEvent as ModelStreamEvent
@@ -56,6 +59,7 @@ if typing.TYPE_CHECKING:
     from .providers.openai import OpenAIChatProvider as OpenAIChatProvider
     from .repairs import RepairReport as RepairReport
     from .repairs import repair as repair
+    from .result import ApprovalRequest as ApprovalRequest
     from .result import RunResult as RunResult
     from .result import StopReason as StopReason
     from .result import ToolCallRecord as ToolCallRecord
@@ -75,8 +79,12 @@ _MODULES = {
     "Agent": "agent",
     "AgentloopError": "errors",
     "AnthropicProvider": "providers.anthropic",
+    "ApprovalRequest": "result",
+    "ApprovalRequested": "events",
+    "Approve": "approval",
     "ConfigurationError": "errors",
     "ContentBlock": "messages",
+    "Deny": "approval",
     "DocumentBlock": "messages",
     "Event": "events",
     "HistoryError": "errors",
@@ -130,8 +138,12 @@ __all__ = (
     "Agent",
     "AgentloopError",
     "AnthropicProvider",
+    "ApprovalRequest",
+    "ApprovalRequested",
+    "Approve",
     "ConfigurationError",
     "ContentBlock",
+    "Deny",
     "DocumentBlock",
     "Event",
     "HistoryError",

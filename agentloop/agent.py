@@ -9,9 +9,18 @@ runs.
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Literal
@@ -20,6 +29,7 @@ import anyio
 import structlog
 from opentelemetry.trace import TracerProvider
 
+from agentloop.approval import ApprovalRule, Decision, Gate, agent_rule
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
@@ -36,6 +46,7 @@ from agentloop.providers.base import (
 )
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
+from agentloop.resume import finish_turn, plan
 from agentloop.run import RunState
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolDefinition, ToolResult
@@ -79,6 +90,7 @@ class Agent:
         name: str = "agentloop",
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
+        approval_required: Collection[str] | ApprovalRule | None = None,
     ) -> None:
         """Configure an agent.
 
@@ -114,6 +126,10 @@ class Agent:
             history_check: `"strict"` checks the history against the API's rules before
                 every request (`HistoryError` at the first broken one); `"off"` sends it
                 unchecked, for a model that accepts what the checks refuse.
+            approval_required: Tools whose calls wait for a person's decision, on top of
+                each tool's own `requires_approval`: a set of tool names (for plugin
+                tools, whose authors cannot know this service's policy), or
+                `rule(ctx, input) -> bool` deciding per call. See `resume`.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -163,6 +179,13 @@ class Agent:
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
+        self.approval_required = agent_rule(approval_required)
+        if isinstance(self.approval_required, frozenset):
+            unknown = sorted(self.approval_required - set(self.registry.names))
+            if unknown:
+                raise ConfigurationError(
+                    f"approval_required names {', '.join(unknown)}, not tools of this agent"
+                )
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -190,9 +213,11 @@ class Agent:
                 their calls are handed back. When the model calls one, the run runs the
                 turn's other calls, then ends with `stop_reason="tool_use"`, the calls in
                 `RunResult.pending` and its own results in `RunResult.held`;
-                `messages` ends with that assistant message. Continue with a history
+                `messages` ends with that assistant message. Continue with
+                `resume(result.state, results={tool_use_id: ...})`, or with a history
                 that adds one user message answering every call of the turn, in order.
-                Definitions are `ToolDefinition`s or wire dicts, sent as they are.
+                Definitions are `ToolDefinition`s or wire dicts (JSON values), sent as
+                they are.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type.
@@ -227,6 +252,12 @@ class Agent:
         ```
         """
         run = self._new_run(history, prompt, deps, external_tools)
+        async with self._stream(run) as stream:
+            yield stream
+
+    @asynccontextmanager
+    async def _stream(self, run: RunState) -> AsyncIterator[RunStream]:
+        """`run` driven in a task, its events and result on the stream handle."""
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
         failure: BaseException | None = None
@@ -259,10 +290,86 @@ class Agent:
             partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
         )
 
+    async def resume(
+        self,
+        state: Mapping[str, Any],
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+        results: Mapping[str, Any] | None = None,
+        deps: Any = None,
+    ) -> RunResult:
+        """Continue a run that ended with calls waiting, from its `RunResult.state`.
+
+        The state may come from another process (stored as JSON); this agent must be
+        configured as the one that ran it (tools, model, limits). Approved calls run, with
+        the edited input if one is given (validated again); denied ones are answered
+        `is_error` with the reason; external calls are answered with `results`. The
+        turn's results go to the model in the model's order and the loop goes on, as if
+        the run had never stopped (its id, rounds, usage and tool-call log continue).
+
+        ```python
+        result = await agent.run("Refund order 42")
+        while result.stop_reason == "approval_required":
+            decisions = {a.tool_use_id: Approve() for a in result.approvals}
+            result = await agent.resume(result.state, decisions=decisions)
+        ```
+
+        Args:
+            state: `RunResult.state` of the paused run (as it was, or read back from JSON).
+            decisions: `Approve()`, `Approve(input=...)` or `Deny("reason")` for every call
+                in `RunResult.approvals`, by tool_use id.
+            results: For every call of an external tool (`RunResult.pending`), by
+                tool_use id: what the tool returned (as a tool's return value would be
+                sent), a `ToolError` for a failure, or a `tool_result` block.
+            deps: The run's `deps`, handed to tools again (they are not in the state).
+
+        Raises:
+            ResumeError: the state cannot be resumed (`InvalidStateError`,
+                `StateVersionError`, `TamperedStateError`) or the answers do not fit the
+                waiting calls (`DecisionError`); raised before anything runs.
+            ConfigurationError: this agent lacks a tool the paused run needs.
+            ProviderError, ToolCallFailed: as for `run`.
+        """
+        return await self._drive(self._resumed_run(state, decisions, results, deps), None)
+
+    @asynccontextmanager
+    async def resume_stream(
+        self,
+        state: Mapping[str, Any],
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+        results: Mapping[str, Any] | None = None,
+        deps: Any = None,
+    ) -> AsyncIterator[RunStream]:
+        """`resume()` as a stream of events, as `run_stream()` is to `run()`.
+
+        The answered calls of the paused turn are reported first (`ToolCallReady` for
+        the approved ones, `ToolResultEvent` for every new result), then the loop's
+        events follow. The errors of `resume()` are raised on entering the block.
+        """
+        run = self._resumed_run(state, decisions, results, deps)
+        async with self._stream(run) as stream:
+            yield stream
+
+    def _resumed_run(
+        self,
+        state: Mapping[str, Any],
+        decisions: Mapping[str, Decision] | None,
+        results: Mapping[str, Any] | None,
+        deps: Any,
+    ) -> RunState:
+        paused = plan(state, decisions, results, self.registry)
+        run = self._new_run(paused.messages, None, deps, paused.external)
+        run.restore(paused)
+        return run
+
     # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
 
     async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
         """Rounds of request, response and tool calls, until the model is done."""
+        if run.paused is not None:
+            ran = await finish_turn(run, self.registry, self._context(run, run.rounds), emit)
+            self._check_failures(run, ran)
         while run.rounds < self.max_rounds:
             if self.history_check == "strict":
                 run.history.check()
@@ -279,8 +386,8 @@ class Agent:
             if emit is not None:
                 await emit(RoundFinished(round_, response.stop_reason, response.usage))
             self._check_failures(run, outcome.results)
-            if run.pending:
-                return "tool_use"
+            if run.pause_reason is not None:
+                return run.pause_reason
             if run.stopping:
                 return "cancelled"
             stop = response.stop_reason
@@ -302,6 +409,15 @@ class Agent:
         )
         history_ = History.start(history, prompt, linter)
         names = [_tool_name(t) for t in external_tools]
+        try:
+            json.dumps(
+                [t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools]
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"external tool definitions must be JSON values (they go into the run's state): "
+                f"{exc}"
+            ) from exc
         clash = sorted(set(names) & set(self.registry.names))
         if clash:
             raise ConfigurationError(
@@ -316,6 +432,11 @@ class Agent:
             tracing=tracing_for(self.tracer_provider),
             external=external_tools,
             external_names=frozenset(names),
+            gate=Gate(
+                self.registry,
+                external_names=names,
+                approval_required=self.approval_required,
+            ),
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:

@@ -20,8 +20,13 @@ AgentloopError
 │   ├── InvalidResponseError   an answer that cannot be read (malformed JSON)
 │   ├── BadRequestError        4xx: the request itself was refused
 │   └── ServerError            5xx after the client's retries
-└── RunError                   a run ended early; carries the partial RunResult
-    └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+├── RunError                   a run ended early; carries the partial RunResult
+│   └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+└── ResumeError                a paused run cannot be resumed as asked; nothing was changed
+    ├── InvalidStateError      the state is not a run state, or does not hold together
+    │   ├── StateVersionError  written by an incompatible version of agentloop
+    │   └── TamperedStateError changed after the run wrote it (its checksum fails)
+    └── DecisionError          a decision or result for an unknown call, one missing, a bad one
 ```
 
 Errors raised while a run is under way carry the partial `RunResult` as `.result` (its
@@ -43,15 +48,20 @@ __all__ = (
     "BadRequestError",
     "ConfigurationError",
     "CreditBalanceError",
+    "DecisionError",
     "DuplicateToolError",
     "HistoryError",
     "InvalidResponseError",
+    "InvalidStateError",
     "MissingAPIKeyError",
     "OverloadedError",
     "ProviderError",
     "RateLimitError",
+    "ResumeError",
     "RunError",
     "ServerError",
+    "StateVersionError",
+    "TamperedStateError",
     "ToolCallFailed",
     "ToolError",
     "api_error",
@@ -174,6 +184,39 @@ class ToolCallFailed(RunError):
 
     The history in `result.messages` is complete: every tool_use of the last turn has its
     tool_result, so it can be sent again as is.
+    """
+
+
+class ResumeError(AgentloopError):
+    """`Agent.resume` cannot continue the paused run as asked.
+
+    Raised before anything happens: no call ran, no request was sent, and the state
+    given is unchanged, so the caller can fix what is wrong and resume again.
+    """
+
+
+class InvalidStateError(ResumeError):
+    """The state is not a run state (`RunResult.state`), or its parts do not hold together."""
+
+
+class StateVersionError(InvalidStateError):
+    """The state was written by a version of agentloop whose states this one cannot read."""
+
+
+class TamperedStateError(InvalidStateError):
+    """The state changed after the run wrote it: its checksum does not match its content.
+
+    The checksum catches accidents and edits (a state cut short, edited by hand, mixed
+    up by a store); it is not a signature against someone who recomputes it.
+    """
+
+
+class DecisionError(ResumeError):
+    """The decisions or results do not answer the waiting calls as they must.
+
+    A decision or result for an id that is not waiting, a waiting call left without one,
+    a decision for an external call (or a result for one that waits for approval), or an
+    edited input the tool refuses.
     """
 
 

@@ -14,6 +14,7 @@ from .providers.base import ModelResponse, StreamEvent
 from .result import RunResult, Usage
 
 __all__ = (
+    "ApprovalRequested",
     "Event",
     "ModelResponded",
     "ModelStreamEvent",
@@ -97,6 +98,22 @@ class ToolCallReady:
 
 
 @dataclass(frozen=True)
+class ApprovalRequested:
+    """A tool call waits for a person's decision; it does not run in this run.
+
+    The run ends after the turn's other calls with `stop_reason="approval_required"`;
+    the call is in `RunResult.approvals`, and `Agent.resume` continues with the decision.
+    """
+
+    round: int
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    reason: str
+    """Why it needs approval."""
+
+
+@dataclass(frozen=True)
 class ToolResultEvent:
     """A tool call finished (or was answered without running)."""
 
@@ -158,6 +175,7 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ToolCallStarted,
     ToolInputDelta,
     ToolCallReady,
+    ApprovalRequested,
     ToolResultEvent,
     ModelStreamEvent,
     ModelResponded,

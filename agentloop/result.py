@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-__all__ = ("RunResult", "StopReason", "ToolCallRecord", "Usage")
+__all__ = ("ApprovalRequest", "RunResult", "StopReason", "ToolCallRecord", "Usage")
 
 StopReason = Union[  # noqa: UP007 (readable as a list)
     Literal[
@@ -19,6 +19,7 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
         "max_tokens",
         "stop_sequence",
         "tool_use",
+        "approval_required",
         "pause_turn",
         "refusal",
         "model_context_window_exceeded",
@@ -31,8 +32,9 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
 ]
 """Why a run ended: the model's last stop reason as the provider maps it ("end_turn",
 "max_tokens", "stop_sequence", "refusal", "model_context_window_exceeded", "pause_turn";
-"tool_use" when calls of external tools are handed back; `str` for a value the API adds
-later), or agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
+"tool_use" when calls of external tools are handed back, "approval_required" when calls
+wait for a decision; `str` for a value the API adds later), or agentloop's own
+"max_rounds", "tool_error", "cancelled" or "error"."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,19 @@ class ToolCallRecord:
     """Seconds the tool ran."""
 
 
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A call that waits for a person's decision (`RunResult.approvals`)."""
+
+    tool_use_id: str
+    name: str
+    """The tool the model called."""
+    input: dict[str, Any]
+    """The input the model sent."""
+    reason: str
+    """Why the call needs approval (which setting asked for it, or what its rule said)."""
+
+
 @dataclass
 class RunResult:
     """What a run produced. `messages` can be passed back as `history=` to continue."""
@@ -121,3 +136,10 @@ class RunResult:
     """The `tool_result` blocks of the same turn's own tool calls, kept for the user
     message that will answer every call of that turn (see `Agent.run`'s
     `external_tools`)."""
+    approvals: list[ApprovalRequest] = field(default_factory=list)
+    """Calls waiting for a decision (`stop_reason="approval_required"`), in the model's
+    order; answer them with `Agent.resume(result.state, decisions=...)`."""
+    state: dict[str, Any] | None = None
+    """When calls wait (approval or external tools): everything needed to continue the run
+    with `Agent.resume`, as plain JSON values (`json.dumps` takes it as it is). None
+    otherwise."""

@@ -13,10 +13,12 @@ from typing import Any
 
 import anyio
 
+from .approval import Gate, Waiting
 from .history import History
 from .messages import ContentBlock
 from .providers.base import ModelResponse
-from .result import RunResult, StopReason, ToolCallRecord, Usage
+from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
+from .state import PausedRun, PendingCall, dump_state
 from .tools import ToolCall, ToolDefinition, ToolResult
 from .tracing import Tracing
 
@@ -38,11 +40,13 @@ class RunState:
         tracing: Tracing | None = None,
         external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         external_names: frozenset[str] = frozenset(),
+        gate: Gate | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
         `tracing` opens the run's spans (None: no spans); `external` are the definitions
-        of external tools announced with each request, `external_names` their names.
+        of external tools announced with each request, `external_names` their names;
+        `gate` says which calls wait (by default those of the external tools).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -66,6 +70,11 @@ class RunState:
         """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
         self.held: list[dict[str, Any]] = []
         """The run's own results of the turn that handed calls back (wire blocks)."""
+        self.gate = gate or Gate(external_names=external_names)
+        self.waiting: list[PendingCall] = []
+        """Every call of the turn that paused the run: approval and external, in order."""
+        self.paused: PausedRun | None = None
+        """The paused run this one resumes, until its turn is answered."""
 
     @property
     def outcome(self) -> RunResult | None:
@@ -105,14 +114,42 @@ class RunState:
         self.log_calls(self.history.close(why, partial=partial, results=results))
 
     def hand_back(
-        self, calls: Sequence[ToolCall], own: Sequence[tuple[ToolCall, ToolResult]]
+        self,
+        calls: Sequence[tuple[ToolCall, Waiting]],
+        own: Sequence[tuple[ToolCall, ToolResult]],
     ) -> None:
-        """End the run's turns here: `calls` go back to the caller, `own` results are held."""
+        """End the run's turns here: `calls` wait for the caller, `own` results are held."""
+        self.waiting = [PendingCall(c.id, c.name, c.input, w.kind, w.reason) for c, w in calls]
         self.pending = [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in calls
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
+            for c, w in calls
+            if w.kind == "external"
         ]
         self.held = [r.to_block().to_wire() for _, r in own]
         self.log_calls(own)
+
+    @property
+    def pause_reason(self) -> StopReason | None:
+        """Why the run stops for its caller: approval first, then external calls; or None."""
+        if any(w.kind == "approval" for w in self.waiting):
+            return "approval_required"
+        return "tool_use" if self.waiting else None
+
+    def restore(self, paused: PausedRun) -> None:
+        """Continue the run `paused` describes (its history is this run's already)."""
+        self.id = paused.run_id
+        self.log = self.log.bind(run_id=self.id)
+        self.usage = paused.usage
+        self.rounds = paused.rounds
+        self.calls = list(paused.tool_calls)
+        self.container = paused.container
+        self.paused = paused
+
+    def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]], logged: set[str]) -> None:
+        """Answer the paused turn: all its results, in order; log those not in `logged`."""
+        self.history.answer([r for _, r in pairs])
+        self.log_calls([(c, r) for c, r in pairs if c.id not in logged])
+        self.paused = None
 
     def log_calls(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Add the calls to `RunResult.tool_calls`."""
@@ -145,4 +182,24 @@ class RunState:
             run_id=self.id,
             pending=list(self.pending),
             held=list(self.held),
+            approvals=[
+                ApprovalRequest(w.tool_use_id, w.name, w.input, w.reason)
+                for w in self.waiting
+                if w.kind == "approval"
+            ],
+            state=self._state() if self.waiting else None,
+        )
+
+    def _state(self) -> dict[str, Any]:
+        """What `Agent.resume` needs to continue this paused run (see `agentloop.state`)."""
+        return dump_state(
+            run_id=self.id,
+            rounds=self.rounds,
+            usage=self.usage,
+            messages=self.history.dump(),
+            finished=self.held,
+            pending=self.waiting,
+            tool_calls=self.calls,
+            container=self.container,
+            external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
         )

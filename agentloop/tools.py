@@ -228,6 +228,7 @@ class Tool:
         eager: bool = True,
         abandon: bool = True,
         input_schema: Mapping[str, Any] | None = None,
+        requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -245,6 +246,10 @@ class Tool:
             input_schema: The input's JSON schema, when the signature does not describe
                 it: the function is then called with the input dict as its one argument,
                 unvalidated (validating it is the function's job).
+            requires_approval: Whether a call waits for a person's decision before it
+                runs: True, False, or `rule(ctx, input) -> bool` deciding per call (a
+                non-empty string counts as True and is shown as the reason). See
+                `Agent.resume`.
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
@@ -252,6 +257,7 @@ class Tool:
         self.name: str = name or str(getattr(function, "__name__", ""))
         self.is_async = _is_async(function)
         self.timeout, self.eager, self.abandon = timeout, eager, abandon
+        self.requires_approval = requires_approval
         self._check()
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
@@ -290,6 +296,11 @@ class Tool:
                 "cancelled at its next await (shield a section with "
                 "anyio.CancelScope(shield=True) if it must complete)"
             )
+        if not isinstance(self.requires_approval, bool) and not callable(self.requires_approval):
+            raise ConfigurationError(
+                f"tool {self.name!r}: requires_approval must be True, False or a function "
+                f"(ctx, input) -> bool, not {self.requires_approval!r}"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""
@@ -306,6 +317,9 @@ class Tool:
         timeout: float | None = None,
         eager: bool | None = None,
         abandon: bool | None = None,
+        requires_approval: bool
+        | Callable[[RunContext[Any], dict[str, Any]], bool | str]
+        | None = None,
     ) -> Tool:
         """A copy with the given options changed (and no `source`); the rest is kept."""
         new = copy.copy(self)
@@ -314,6 +328,8 @@ class Tool:
         new.timeout = self.timeout if timeout is None else timeout
         new.eager = self.eager if eager is None else eager
         new.abandon = self.abandon if abandon is None else abandon
+        if requires_approval is not None:
+            new.requires_approval = requires_approval
         new._check()
         new.source = None
         new.definition = replace(self.definition, name=new.name, description=new.description)
@@ -422,6 +438,7 @@ def tool(
     timeout: float | None = None,
     eager: bool = True,
     abandon: bool = True,
+    requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
 ) -> Tool: ...
 
 
@@ -433,6 +450,7 @@ def tool(
     timeout: float | None = None,
     eager: bool = True,
     abandon: bool = True,
+    requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -445,6 +463,7 @@ def tool(
     timeout: float | None = None,
     eager: bool = True,
     abandon: bool = True,
+    requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
 ) -> Tool | Callable[[F], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
@@ -462,6 +481,8 @@ def tool(
         eager: Whether a streamed call may start before the whole message arrived.
         abandon: For a sync function: `False` makes a timed-out or cancelled call wait
             for the function to return instead of leaving its thread running.
+        requires_approval: Whether a call waits for a person's decision before it runs:
+            True, or `rule(ctx, input) -> bool` deciding per call (see `Agent.resume`).
     """
     options: dict[str, Any] = {
         "name": name,
@@ -469,6 +490,7 @@ def tool(
         "timeout": timeout,
         "eager": eager,
         "abandon": abandon,
+        "requires_approval": requires_approval,
     }
     if function is not None:
         return Tool(function, **options)

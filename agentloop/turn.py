@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from agentloop.approval import Waiting
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import (
+    ApprovalRequested,
     Event,
     ModelResponded,
     ModelStreamEvent,
@@ -73,6 +75,7 @@ class Turn:
         self.started: set[str] = set()
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
+        self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
         self.closed = False
 
     async def play(self, ask: Ask) -> TurnOutcome:
@@ -111,13 +114,11 @@ class Turn:
         if isinstance(event, BlockStop):
             self.streamed[event.index] = (event.block, event.complete)
             block = event.block
-            if (
-                isinstance(block, ToolUseBlock)
-                and event.complete
-                and block.id not in self.started
-                and block.name not in self.run.external_names
-            ):
+            if isinstance(block, ToolUseBlock) and event.complete and block.id not in self.started:
                 call = call_of(block)
+                if self._handed_back(call):
+                    await self._announce_wait(call)
+                    return
                 tool = self.registry.get(call.name)
                 eager = call.error is None and (tool is None or tool.eager)
                 if self.emit is not None:
@@ -174,7 +175,10 @@ class Turn:
         calls = self.run.add_response(response, self._not_runnable(response))
         self.responded = True
         for call in calls:
-            if call.id in self.started or self._handed_back(call):
+            if call.id in self.started:
+                continue
+            if self._handed_back(call):
+                await self._announce_wait(call)
                 continue
             if call.error is not None:
                 await self.finished(ToolResult.error(call, call.error, ran=False))
@@ -185,8 +189,24 @@ class Turn:
         return calls
 
     def _handed_back(self, call: ToolCall) -> bool:
-        """Whether `call` goes back to the caller instead of running here."""
-        return call.error is None and call.name in self.run.external_names
+        """Whether `call` waits for the caller (approval, external) instead of running here."""
+        return call.error is None and self._waiting(call) is not None
+
+    def _waiting(self, call: ToolCall) -> Waiting | None:
+        if call.id not in self.waits:
+            self.waits[call.id] = self.run.gate.check(call, self.context)
+        return self.waits[call.id]
+
+    async def _announce_wait(self, call: ToolCall) -> None:
+        """Report a call that waits for approval (once)."""
+        waiting = self._waiting(call)
+        if self.emit is None or waiting is None or waiting.kind != "approval":
+            return
+        if call.id not in self.announced:
+            self.announced.add(call.id)
+            await self.emit(
+                ApprovalRequested(self.round, call.id, call.name, call.input, waiting.reason)
+            )
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
@@ -238,7 +258,8 @@ class Turn:
         ]
         pairs = list(zip(own, results, strict=True))
         if len(own) < len(calls):
-            self.run.hand_back([c for c in calls if self._handed_back(c)], pairs)
+            waiting = [(c, w) for c in calls if self._handed_back(c) and (w := self._waiting(c))]
+            self.run.hand_back(waiting, pairs)
         elif calls:
             self.run.add_results(pairs)
         self.closed = True

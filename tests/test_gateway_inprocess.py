@@ -270,3 +270,16 @@ async def test_either_upstream_transport_carries_errors_hidden_rounds_and_stream
     last = upstream.recorded[-1].body["messages"]
     assert [m["role"] for m in last] == ["user", "assistant", "user"]
     assert last[-1]["content"][0]["content"] == "value of s"
+
+
+def test_a_tool_that_requires_approval_is_refused_by_the_gateway() -> None:
+    @tool(requires_approval=True)
+    def pay(to: str) -> str:
+        """Pay someone."""
+        return "paid"
+
+    config = GatewayConfig(
+        upstream=f"http://127.0.0.1:{free_port()}", store="memory://", tools=[pay]
+    )
+    with pytest.raises(ConfigurationError, match="pay require approval, and the gateway"):
+        Gateway(config)

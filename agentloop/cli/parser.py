@@ -66,6 +66,12 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         metavar="NAME",
         help="expose only these tools (repeatable)",
     )
+    run.add_argument(
+        "--require-approval",
+        action="append",
+        metavar="TOOL",
+        help="ask before each call of this tool (repeatable; a tool may ask by itself)",
+    )
     run.add_argument("--max-rounds", type=whole_number, default=10, help="model requests")
     run.add_argument("--concurrency", type=whole_number, default=8, help="tool calls at once")
     run.add_argument(

@@ -13,9 +13,11 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from agentloop.agent import Agent
 from agentloop.errors import AgentloopError, ConfigurationError
@@ -27,6 +29,7 @@ from agentloop.providers.base import Provider
 from agentloop.result import RunResult
 from agentloop.tools import Tool
 
+from .approve import decide
 from .exits import EXIT_FAILED, EXIT_OK, error
 from .logs import configure_logging
 from .report import print_result, result_to_json
@@ -81,6 +84,7 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         tool_concurrency=args.concurrency,
         tool_timeout=args.timeout,
         max_tokens=args.max_tokens,
+        approval_required=set(args.require_approval or ()),
     )
     result = anyio.run(_run, agent, provider, args.prompt, deps)
     if args.json:
@@ -102,9 +106,26 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
 
 
 async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunResult:
-    """The run, then the API client's connections closed (in the run's event loop)."""
+    """The run, then the API client's connections closed (in the run's event loop).
+
+    Calls that wait for approval are asked about on the terminal (`approve.decide`) and
+    the run resumed with the answers, until it ends otherwise.
+    """
     try:
-        return await agent.run(prompt, deps=deps)
+        result = await agent.run(prompt, deps=deps)
+        while result.stop_reason == "approval_required" and result.state is not None:
+            decisions = await anyio.to_thread.run_sync(
+                partial(
+                    decide,
+                    result.approvals,
+                    agent.registry,
+                    interactive=sys.stdin.isatty(),
+                    stdin=sys.stdin,
+                    out=sys.stderr,
+                )
+            )
+            result = await agent.resume(result.state, decisions=decisions, deps=deps)
+        return result
     finally:
         client = getattr(provider, "client", None)
         close = getattr(client, "close", None)

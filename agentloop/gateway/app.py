@@ -66,7 +66,8 @@ class Gateway:
         """A gateway for `config`; `store` replaces the one `config.store` names.
 
         Raises:
-            ConfigurationError: the store URL or a limit cannot work.
+            ConfigurationError: the store URL or a limit cannot work, or a tool requires
+                approval (the gateway has nobody to ask).
         """
         where = urlsplit(config.upstream)
         if where.scheme not in ("http", "https") or not where.hostname:
@@ -75,6 +76,12 @@ class Gateway:
             )
         self.config = config
         self.registry = ToolRegistry(config.tools)
+        asking = [t.name for t in self.registry if t.requires_approval is not False]
+        if asking:
+            raise ConfigurationError(
+                f"tool(s) {', '.join(asking)} require approval, and the gateway has nobody "
+                "to ask: run them in a service that resumes paused runs (docs/approval.md)"
+            )
         self.internal = frozenset(self.registry.names)
         self.store = store or open_store(config.store, ttl=config.session_ttl)
         self.sessions: Sessions | None = None

@@ -1,0 +1,228 @@
+"""Resuming a paused run: the caller's answers checked, then the paused turn finished.
+
+`plan` reads a run state (`agentloop.state`) and the caller's decisions and results, and
+checks them all before anything happens: every waiting call gets exactly one answer of
+the right kind, and an edited input fits its tool. `finish_turn` then runs the approved
+calls through the registry, answers the rest, and adds the whole turn's results to the
+history in the model's order, as the turn would have if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from .approval import Approve, Deny
+from .errors import ConfigurationError, DecisionError, ToolError
+from .events import ToolCallReady, ToolResultEvent
+from .messages import ContentBlock, TextBlock, ToolResultBlock, parse_history
+from .registry import ExecutionContext, ToolRegistry
+from .run import CANCELLED_MESSAGE, RunState
+from .state import PausedRun, PendingCall, load_state
+from .tools import ToolCall, ToolResult, describe_validation_error, sendable, to_content
+from .turn import Emit
+
+__all__ = ("finish_turn", "plan")
+
+
+def plan(
+    state: Any,
+    decisions: Mapping[str, Any] | None,
+    results: Mapping[str, Any] | None,
+    registry: ToolRegistry,
+) -> PausedRun:
+    """The paused run of `state`, with an answer for each waiting call (`PausedRun.answers`).
+
+    Raises:
+        InvalidStateError: (or a subclass) the state cannot be resumed.
+        DecisionError: the decisions and results do not answer the waiting calls.
+        ConfigurationError: an approved call names a tool this agent does not have.
+    """
+    paused = load_state(state)
+    decisions = _mapping("decisions", decisions)
+    results = _mapping("results", results)
+    waiting = {p.tool_use_id: p for p in paused.pending}
+    _check_ids(waiting, decisions, "approval", "decisions", "results")
+    _check_ids(waiting, results, "external", "results", "decisions")
+    answers: dict[str, ToolCall | ToolResult] = {}
+    for id_, decision in decisions.items():
+        answers[id_] = _decided(waiting[id_], decision, registry)
+    for id_, value in results.items():
+        answers[id_] = _external_result(waiting[id_], value)
+    return replace(paused, answers=answers)
+
+
+def _mapping(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DecisionError(f"{what} must be a dict by tool_use id, not {type(value).__name__}")
+    return dict(value)
+
+
+def _check_ids(
+    waiting: Mapping[str, PendingCall],
+    given: Mapping[str, Any],
+    kind: str,
+    what: str,
+    other: str,
+) -> None:
+    for id_ in given:
+        call = waiting.get(id_)
+        if call is None:
+            raise DecisionError(f"{what}: no call of this paused run waits with id {id_!r}")
+        if call.kind != kind:
+            raise DecisionError(
+                f"{what}: call {id_!r} ('{call.name}') waits for {call.kind}; answer it in {other}"
+            )
+    missing = [p for p in waiting.values() if p.kind == kind and p.tool_use_id not in given]
+    if missing:
+        shown = ", ".join(f"{p.tool_use_id} ('{p.name}')" for p in missing)
+        raise DecisionError(f"{what}: no answer for the waiting call(s) {shown}")
+
+
+def _decided(call: PendingCall, decision: Any, registry: ToolRegistry) -> ToolCall | ToolResult:
+    """The call to run for an `Approve`, or the model's answer for a `Deny`."""
+    original = ToolCall(call.tool_use_id, call.name, call.input)
+    if isinstance(decision, Deny):
+        if not isinstance(decision.reason, str) or not decision.reason:
+            raise DecisionError(f"Deny for {call.tool_use_id!r}: the reason must be some text")
+        return ToolResult.error(original, f"Denied: {decision.reason}", ran=False)
+    if not isinstance(decision, Approve):
+        raise DecisionError(
+            f"decision for {call.tool_use_id!r} must be Approve() or Deny(reason), not {decision!r}"
+        )
+    tool = registry.get(call.name)
+    if tool is None:
+        raise ConfigurationError(
+            f"the paused run waits to call '{call.name}', which this agent does not have; "
+            "resume it with an agent configured as the one that ran it"
+        )
+    if decision.input is None:
+        return original
+    if not isinstance(decision.input, dict):
+        raise DecisionError(
+            f"Approve for {call.tool_use_id!r}: the edited input must be a dict of "
+            f"arguments, not {type(decision.input).__name__}"
+        )
+    try:
+        tool.validate(decision.input)
+        json.dumps(decision.input, allow_nan=False)
+    except ValidationError as exc:
+        raise DecisionError(
+            f"Approve for {call.tool_use_id!r}: {describe_validation_error(call.name, exc)}"
+        ) from exc
+    except (TypeError, ValueError) as exc:
+        raise DecisionError(
+            f"Approve for {call.tool_use_id!r}: the edited input is not JSON ({exc})"
+        ) from exc
+    return ToolCall(call.tool_use_id, call.name, dict(decision.input))
+
+
+def _external_result(call: PendingCall, value: Any) -> ToolResult:
+    """The result the caller gave for an external call, as the turn's other results are.
+
+    A `ToolError` answers `is_error` with its message; a `tool_result` block (or its wire
+    dict) is taken as it is; any other value as a tool's return value would be.
+    """
+    original = ToolCall(call.tool_use_id, call.name, call.input)
+    if isinstance(value, ToolError):
+        return ToolResult.error(original, value.message)
+    if isinstance(value, Mapping) and value.get("type") == "tool_result":
+        try:
+            parsed = parse_history([{"role": "user", "content": [dict(value)]}])[0].blocks[0]
+        except Exception as exc:
+            raise DecisionError(f"results[{call.tool_use_id!r}]: {exc}") from exc
+        value = parsed
+    if isinstance(value, ToolResultBlock):
+        if value.tool_use_id != call.tool_use_id:
+            raise DecisionError(
+                f"results[{call.tool_use_id!r}] is a tool_result for {value.tool_use_id!r}"
+            )
+        return sendable(_from_block(value, call.name))
+    try:
+        content = to_content(value)
+    except Exception as exc:
+        raise DecisionError(
+            f"results[{call.tool_use_id!r}]: {type(value).__name__} cannot be sent to the "
+            f"model ({exc})"
+        ) from exc
+    return sendable(ToolResult(call.tool_use_id, call.name, content))
+
+
+def _from_block(block: ToolResultBlock, name: str) -> ToolResult:
+    content: str | list[ContentBlock] = (
+        block.content if isinstance(block.content, str) else list(block.content)
+    )
+    return ToolResult(block.tool_use_id, name, content, is_error=block.is_error, ran=False)
+
+
+async def finish_turn(
+    run: RunState, registry: ToolRegistry, context: ExecutionContext, emit: Emit | None
+) -> list[ToolResult]:
+    """Answer the paused turn of `run` and add its results to the history, in order.
+
+    Approved calls run (in parallel, as in any turn); the others are answered as
+    decided. Returns the results of the calls that ran. If the run is cancelled while
+    they run, the calls left are answered as cancelled before the cancellation goes on.
+    """
+    paused = run.paused
+    assert paused is not None
+    answers = paused.answers
+    names = {use.id: use.name for use in paused.messages[-1].tool_uses}
+    done = {b.tool_use_id: _from_block(b, names[b.tool_use_id]) for b in paused.finished}
+    to_run = [a for a in answers.values() if isinstance(a, ToolCall)]
+
+    async def report(result: ToolResult) -> None:
+        done[result.tool_use_id] = result
+        if emit is not None:
+            await emit(
+                ToolResultEvent(
+                    context.round,
+                    result.tool_use_id,
+                    result.name,
+                    result.is_error,
+                    result.text,
+                    result.duration,
+                )
+            )
+
+    ran: list[ToolResult] = []
+    try:
+        for given in answers.values():
+            if isinstance(given, ToolResult):
+                await report(given)
+        if emit is not None:
+            for call in to_run:
+                await emit(ToolCallReady(context.round, call.id, call.name, call.input, False))
+        if to_run:
+            ran = await registry.execute(to_run, context, on_result=report)
+    finally:
+        pairs = []
+        for use in paused.messages[-1].tool_uses:
+            answer = answers.get(use.id)
+            call = ToolCall(use.id, use.name, use.input)
+            if isinstance(answer, ToolCall):
+                call = answer
+            result = done.get(use.id) or ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
+            if isinstance(answer, ToolCall) and answer.input != use.input:
+                result = _noted(result, answer.input)
+            pairs.append((call, sendable(result)))
+        run.resumed(pairs, logged={b.tool_use_id for b in paused.finished})
+    return ran
+
+
+def _noted(result: ToolResult, edited: dict[str, Any]) -> ToolResult:
+    """`result`, telling the model that the call ran with an input a person edited."""
+    note = (
+        "Note: before this call ran, a person approved it with edited input: "
+        f"{json.dumps(edited, ensure_ascii=False)}"
+    )
+    content = result.content
+    if content is None or isinstance(content, str):
+        return replace(result, content=f"{note}\n{content or ''}".rstrip("\n"))
+    return replace(result, content=[TextBlock(text=note), *content])
