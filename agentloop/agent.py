@@ -37,6 +37,8 @@ from agentloop.providers.base import (
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
 from agentloop.run import RunState
+from agentloop.sessions.base import Session
+from agentloop.sessions.runs import keeping, load_session
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
@@ -178,6 +180,7 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> RunResult:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -193,15 +196,21 @@ class Agent:
                 `messages` ends with that assistant message. Continue with a history
                 that adds one user message answering every call of the turn, in order.
                 Definitions are `ToolDefinition`s or wire dicts, sent as they are.
+            session: A `Session` (`agentloop.sessions`) to continue instead of `history`:
+                its history is loaded, and what the run adds is appended when it ends
+                (see docs/sessions.md).
 
         Raises:
-            ConfigurationError: the prompt or history is not of a usable type.
+            ConfigurationError: the prompt or history is not of a usable type, or
+                `history` and `session` were both given.
             HistoryError: `history` breaks an API rule (see `repair`).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
+            SessionConflict: another run appended to `session` first; nothing was
+                stored, and `.result` holds this run's result.
         """
-        run = self._new_run(history, prompt, deps, external_tools)
-        return await self._drive(run, None)
+        _, drive = await self._prepare(prompt, history, deps, external_tools, session)
+        return await drive(None)
 
     @asynccontextmanager
     async def run_stream(
@@ -211,6 +220,7 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> AsyncIterator[RunStream]:
         """Run as `run()` does, yielding typed events while the model streams.
 
@@ -226,14 +236,14 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = self._new_run(history, prompt, deps, external_tools)
+        run, drive = await self._prepare(prompt, history, deps, external_tools, session)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
         failure: BaseException | None = None
         try:
             with receive:
                 async with anyio.create_task_group() as group:
-                    group.start_soon(stream._drive, partial(self._drive, run), send)
+                    group.start_soon(stream._drive, drive, send)
                     try:
                         yield stream
                     except Exception as exc:
@@ -253,10 +263,18 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> RunResult:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
-            partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
+            partial(
+                self.run,
+                prompt,
+                history=history,
+                deps=deps,
+                external_tools=external_tools,
+                session=session,
+            )
         )
 
     # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
@@ -287,6 +305,22 @@ class Agent:
             if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
                 return stop or "end_turn"
         return "max_rounds"
+
+    async def _prepare(
+        self,
+        prompt: str | Sequence[ContentBlock] | None,
+        history: Iterable[Message | Mapping[str, Any]] | None,
+        deps: Any,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
+        session: Session | None,
+    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
+        """A new run and what drives it: the loop, in `session` when one is given."""
+        if session is None:
+            run = self._new_run(history, prompt, deps, external_tools)
+            return run, partial(self._drive, run)
+        snapshot = await load_session(session, history)
+        run = self._new_run(snapshot.messages, prompt, deps, external_tools)
+        return run, keeping(session, snapshot, run, partial(self._drive, run))
 
     def _new_run(
         self,

@@ -20,8 +20,10 @@ AgentloopError
 │   ├── InvalidResponseError   an answer that cannot be read (malformed JSON)
 │   ├── BadRequestError        4xx: the request itself was refused
 │   └── ServerError            5xx after the client's retries
-└── RunError                   a run ended early; carries the partial RunResult
-    └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+├── RunError                   a run ended early; carries the partial RunResult
+│   └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+└── SessionError               a session store failed or holds something unreadable
+    └── SessionConflict        the session changed since the run loaded it; nothing stored
 ```
 
 Errors raised while a run is under way carry the partial `RunResult` as `.result` (its
@@ -52,6 +54,8 @@ __all__ = (
     "RateLimitError",
     "RunError",
     "ServerError",
+    "SessionConflict",
+    "SessionError",
     "ToolCallFailed",
     "ToolError",
     "api_error",
@@ -175,6 +179,39 @@ class ToolCallFailed(RunError):
     The history in `result.messages` is complete: every tool_use of the last turn has its
     tool_result, so it can be sent again as is.
     """
+
+
+class SessionError(AgentloopError):
+    """A session store failed, or holds data this version cannot read."""
+
+    def __init__(self, message: str, *, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class SessionConflict(SessionError):
+    """Another run appended to (or cleared) the session since this run loaded it.
+
+    Nothing of this run was stored; `result` holds the run's result, so nothing is lost:
+    load the session again and run again (or store what you choose).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        expected: int,
+        actual: int,
+        result: RunResult | None = None,
+    ) -> None:
+        super().__init__(message, result=result)
+        self.session_id = session_id
+        """The session that changed."""
+        self.expected = expected
+        """The version the run loaded."""
+        self.actual = actual
+        """The version the session had when the run tried to append."""
 
 
 def api_error(
