@@ -440,3 +440,64 @@ async def test_a_process_killed_during_an_append_leaves_the_last_good_state(
     # The store is not left locked or half-written: the next run goes on from the good state.
     assert await child(store, "killed", server, "next") == "done: echo next #3\n"
     assert [said(m) for m in (await session.load()).messages][-2:] == ["next", "echo next #3"]
+
+
+# -- the command line
+
+
+async def agentloop_command(*args: str, **env: str) -> tuple[int, str, str]:
+    """`python -m agentloop ARGS` with no plugins and `env` added."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AGENTLOOP_"))}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "agentloop", *args],
+        env={**clean, "AGENTLOOP_PLUGINS": "", **env},
+        check=False,
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_the_command_line_continues_a_named_conversation(
+    store: tuple[str, str], serve: Callable[..., MessagesServer], tmp_path: Path
+) -> None:
+    """SQLite: the default file under $XDG_DATA_HOME; Redis: named with --session-db."""
+    server = serve(echo)
+    kind, target = store
+    env = {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
+    where = [] if kind == "sqlite" else ["--session-db", target]
+    for prompt in ("one", "two"):
+        code, out, err = await agentloop_command(
+            "run", prompt, "--session", "cli-chat", "--json", *where, **env
+        )
+        assert code == 0, err
+        assert json.loads(out)["text"] == f"echo {prompt} #{1 if prompt == 'one' else 3}"
+    stored = tmp_path / "data" / "agentloop" / "sessions.db"
+    session = session_of(("sqlite", str(stored)) if kind == "sqlite" else store, "cli-chat")
+    texts = [said(m) for m in (await session.load()).messages]
+    assert texts == ["one", "echo one #1", "two", "echo two #3"]
+    assert server.model.requests[1]["messages"][:2] == (await session.load()).messages[:2]
+
+
+async def test_the_sessions_environment_variable_names_the_store(
+    serve: Callable[..., MessagesServer], tmp_path: Path
+) -> None:
+    server = serve(echo)
+    named = tmp_path / "elsewhere.db"
+    env = {
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "AGENTLOOP_SESSIONS": str(named),
+    }
+    code, _, err = await agentloop_command("run", "hello", "--session", "env", **env)
+    assert code == 0, err
+    snapshot = await SQLiteSession(named, "env").load()
+    assert [said(m) for m in snapshot.messages] == ["hello", "echo hello #1"]
+
+
+async def test_a_session_store_without_a_session_is_a_usage_error() -> None:
+    code, out, err = await agentloop_command("run", "hi", "--session-db", "x.db")
+    assert (code, out) == (2, "")
+    assert err == "agentloop: error: --session-db needs --session NAME\n"

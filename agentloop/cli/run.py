@@ -2,8 +2,8 @@
 
 `run_command` asks each plugin for its `RunSetup`, picks the exposed tools, builds the
 provider (the API, a Chat Completions server, or a plugin's offline model) and an `Agent`,
-runs it, and prints the report (`report`). `serve_with_plugins` hands the same choice of
-tools and deps to the gateway.
+runs it (in the session `--session` names, if any), and prints the report (`report`).
+`serve_with_plugins` hands the same choice of tools and deps to the gateway.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from agentloop.plugins import ENV_VAR, PluginManager
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import Provider
 from agentloop.result import RunResult
+from agentloop.sessions.base import Session
+from agentloop.sessions.named import open_session
 from agentloop.tools import Tool
 
 from .exits import EXIT_FAILED, EXIT_OK, error
@@ -45,6 +47,7 @@ _T = TypeVar("_T")
 
 def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     """`agentloop run PROMPT`."""
+    session = _session(args)
     setups = run_setups(manager, args)
     tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
     sources = {t.source for t in tools}
@@ -82,7 +85,7 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         tool_timeout=args.timeout,
         max_tokens=args.max_tokens,
     )
-    result = anyio.run(_run, agent, provider, args.prompt, deps)
+    result = anyio.run(_run, agent, provider, args.prompt, deps, session)
     if args.json:
         print(json.dumps(result_to_json(result), indent=2, ensure_ascii=False))
     else:
@@ -101,10 +104,21 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     return EXIT_FAILED if problems else EXIT_OK
 
 
-async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunResult:
+def _session(args: argparse.Namespace) -> Session | None:
+    """The session `--session` names, in the store of `--session-db` (or the default)."""
+    if args.session is None:
+        if args.session_db is not None:
+            raise ConfigurationError("--session-db needs --session NAME")
+        return None
+    return open_session(args.session, args.session_db)
+
+
+async def _run(
+    agent: Agent, provider: Provider, prompt: str, deps: Any, session: Session | None
+) -> RunResult:
     """The run, then the API client's connections closed (in the run's event loop)."""
     try:
-        return await agent.run(prompt, deps=deps)
+        return await agent.run(prompt, deps=deps, session=session)
     finally:
         client = getattr(provider, "client", None)
         close = getattr(client, "close", None)

@@ -10,10 +10,11 @@ from agentloop.errors import SessionError as SessionError
 
 from .base import Session as Session
 from .base import SessionSnapshot as SessionSnapshot
+from .named import DEFAULT_SESSIONS_ENV as DEFAULT_SESSIONS_ENV
+from .named import default_sessions_path as default_sessions_path
+from .named import open_session as open_session
 from .redis import RedisSession as RedisSession
-from .sqlite import DEFAULT_SESSIONS_ENV as DEFAULT_SESSIONS_ENV
 from .sqlite import SQLiteSession as SQLiteSession
-from .sqlite import default_sessions_path as default_sessions_path
 
 __all__ = (
     "DEFAULT_SESSIONS_ENV",
@@ -24,4 +25,5 @@ __all__ = (
     "SessionError",
     "SessionSnapshot",
     "default_sessions_path",
+    "open_session",
 )

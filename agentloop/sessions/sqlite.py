@@ -22,10 +22,7 @@ from agentloop.storage import connect_sqlite
 
 from .base import SessionSnapshot, conflict, decode, encode
 
-__all__ = ("DEFAULT_SESSIONS_ENV", "SQLiteSession", "default_sessions_path")
-
-DEFAULT_SESSIONS_ENV = "AGENTLOOP_SESSIONS"
-"""The environment variable naming the SQLite file `agentloop run --session` uses."""
+__all__ = ("SQLiteSession",)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -38,19 +35,6 @@ CREATE TABLE IF NOT EXISTS session_messages (
 """
 
 _T = TypeVar("_T")
-
-
-def default_sessions_path() -> Path:
-    """Where sessions are kept when no file is named.
-
-    `$AGENTLOOP_SESSIONS` when set, else `agentloop/sessions.db` under
-    `$XDG_DATA_HOME` (by default `~/.local/share`).
-    """
-    named = os.environ.get(DEFAULT_SESSIONS_ENV)
-    if named:
-        return Path(named).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data) / "agentloop" / "sessions.db"
 
 
 class SQLiteSession:
