@@ -501,3 +501,14 @@ async def test_a_session_store_without_a_session_is_a_usage_error() -> None:
     code, out, err = await agentloop_command("run", "hi", "--session-db", "x.db")
     assert (code, out) == (2, "")
     assert err == "agentloop: error: --session-db needs --session NAME\n"
+
+
+def test_a_sqlite_session_works_under_trio(tmp_path: Path) -> None:
+    async def main() -> list[str]:
+        session = SQLiteSession(tmp_path / "trio.db", "trio")
+        agent = Agent(provider=ScriptedProvider(echo))
+        await agent.run("one", session=session)
+        await agent.run("two", session=session)
+        return [said(m) for m in (await session.load()).messages]
+
+    assert anyio.run(main, backend="trio") == ["one", "echo one #1", "two", "echo two #3"]
