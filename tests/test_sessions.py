@@ -349,6 +349,25 @@ async def test_the_state_of_a_paused_run_is_kept_apart_from_the_messages(
     assert await session.load_state() is None
 
 
+async def test_an_append_sets_the_state_in_the_same_transaction(make: MakeSession) -> None:
+    """A paused run's messages and its state go in together, and a resumed run's
+    messages go in with the state cleared: never one without the other."""
+    session = make("atomic-state")
+    paused = [{"role": "user", "content": "pay"}, {"role": "assistant", "content": "ok?"}]
+    state = {"version": 1, "pending": ["toolu_1"]}
+    assert await session.append(paused, version=0, state=state) == 1
+    assert (await session.load()).state == state
+    with pytest.raises(SessionConflict):
+        await session.append([{"role": "user", "content": "late"}], version=0, state=None)
+    assert (await session.load()).state == state  # the refused append changed nothing
+    resumed = [{"role": "user", "content": "yes"}]
+    assert await session.append(resumed, version=1) == 2  # UNCHANGED by default
+    assert await session.load_state() == state
+    assert await session.append([], version=2, state=None) == 3
+    snapshot = await session.load()
+    assert (snapshot.state, len(snapshot.messages)) == (None, 3)
+
+
 async def test_what_a_store_cannot_keep_is_a_typed_error(make: MakeSession) -> None:
     session = make("bad")
     with pytest.raises(SessionError, match="JSON"):

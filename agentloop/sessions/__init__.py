@@ -8,6 +8,7 @@ and `RedisSession` the store for services with several replicas. See docs/sessio
 from agentloop.errors import SessionConflict as SessionConflict
 from agentloop.errors import SessionError as SessionError
 
+from .base import UNCHANGED as UNCHANGED
 from .base import Session as Session
 from .base import SessionSnapshot as SessionSnapshot
 from .named import DEFAULT_SESSIONS_ENV as DEFAULT_SESSIONS_ENV
@@ -18,6 +19,7 @@ from .sqlite import SQLiteSession as SQLiteSession
 
 __all__ = (
     "DEFAULT_SESSIONS_ENV",
+    "UNCHANGED",
     "RedisSession",
     "SQLiteSession",
     "Session",

@@ -8,14 +8,34 @@ what a run appends.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from agentloop.errors import SessionConflict, SessionError
 
-__all__ = ("Session", "SessionSnapshot", "added_messages", "conflict", "decode", "encode")
+__all__ = (
+    "UNCHANGED",
+    "Session",
+    "SessionSnapshot",
+    "Unchanged",
+    "added_messages",
+    "conflict",
+    "decode",
+    "encode",
+)
+
+
+class Unchanged(enum.Enum):
+    """The type of `UNCHANGED`."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+"""`Session.append(..., state=UNCHANGED)`: leave the stored state as it is."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,11 @@ class Session(Protocol):
         ...
 
     async def append(
-        self, messages: Sequence[Mapping[str, Any]], *, version: int | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        state: Mapping[str, Any] | Unchanged | None = UNCHANGED,
     ) -> int:
         """Add `messages` at the end, all or none; returns the new version.
 
@@ -56,6 +80,9 @@ class Session(Protocol):
             messages: Wire messages (JSON-serialisable dicts).
             version: When given, append only if the session is still at this version
                 (the one `load` returned): optimistic concurrency.
+            state: The stored state after the append, written with the messages in the
+                same transaction: a paused run's state to keep, None to forget it, or
+                `UNCHANGED` (the default) to leave it.
 
         Raises:
             SessionConflict: the session is no longer at `version`; nothing was written.

@@ -16,7 +16,7 @@ from typing import Any
 from agentloop.errors import ConfigurationError
 from agentloop.storage import redis_client
 
-from .base import SessionSnapshot, conflict, decode, encode
+from .base import UNCHANGED, SessionSnapshot, Unchanged, conflict, decode, encode
 
 __all__ = ("RedisSession",)
 
@@ -78,12 +78,17 @@ class RedisSession:
         )
 
     async def append(
-        self, messages: Sequence[Mapping[str, Any]], *, version: int | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        state: Mapping[str, Any] | Unchanged | None = UNCHANGED,
     ) -> int:
-        """Add `messages` in one `MULTI`/`EXEC`; see `Session.append`."""
+        """Add `messages` (and set `state`) in one `MULTI`/`EXEC`; see `Session.append`."""
         from redis.exceptions import WatchError
 
         texts = [encode(dict(m)) for m in messages]
+        state_text = None if state is None or state is UNCHANGED else encode(dict(state))
         async with self._redis() as redis, redis.pipeline(transaction=True) as pipe:
             if version is not None:
                 await pipe.watch(self._version)
@@ -93,6 +98,10 @@ class RedisSession:
                 pipe.multi()
             if texts:
                 pipe.rpush(self._messages, *texts)
+            if state_text is not None:
+                pipe.set(self._state, state_text)
+            elif state is None:
+                pipe.delete(self._state)
             pipe.incr(self._version)
             self._commit_point()
             try:

@@ -20,7 +20,7 @@ import anyio.to_thread
 from agentloop.errors import ConfigurationError
 from agentloop.storage import connect_sqlite
 
-from .base import SessionSnapshot, conflict, decode, encode
+from .base import UNCHANGED, SessionSnapshot, Unchanged, conflict, decode, encode
 
 __all__ = ("SQLiteSession",)
 
@@ -122,10 +122,15 @@ class SQLiteSession:
         return await self._call(load)
 
     async def append(
-        self, messages: Sequence[Mapping[str, Any]], *, version: int | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        version: int | None = None,
+        state: Mapping[str, Any] | Unchanged | None = UNCHANGED,
     ) -> int:
-        """Add `messages` in one transaction; see `Session.append`."""
+        """Add `messages` (and set `state`) in one transaction; see `Session.append`."""
         texts = [encode(dict(m)) for m in messages]
+        state_text = None if state is None or state is UNCHANGED else encode(dict(state))
 
         def append(db: sqlite3.Connection) -> int:
             def write() -> int:
@@ -141,6 +146,10 @@ class SQLiteSession:
                     [(self.session_id, last + 1 + i, text) for i, text in enumerate(texts)],
                 )
                 self._set_version(db, current + 1)
+                if state is not UNCHANGED:
+                    db.execute(
+                        "UPDATE sessions SET state = ? WHERE id = ?", (state_text, self.session_id)
+                    )
                 return current + 1
 
             return self._transaction(db, write)
