@@ -227,7 +227,8 @@ class Agent:
         Tool calls start the moment their `tool_use` block is complete (unless the tool
         was made with `eager=False`). Leaving the `async with` block before the run ends,
         or cancelling a scope around it, cancels the run; `stream.result` then holds the
-        partial result, whose history is valid to send again.
+        partial result, whose history is valid to send again. With `session`, the run's
+        messages are appended after `RunFinished`, before the iteration ends.
 
         ```python
         async with agent.run_stream("Weather in Paris?") as stream:
