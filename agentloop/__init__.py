@@ -22,6 +22,8 @@ if typing.TYPE_CHECKING:
     from .errors import HistoryError as HistoryError
     from .errors import ProviderError as ProviderError
     from .errors import RunError as RunError
+    from .errors import SessionConflict as SessionConflict
+    from .errors import SessionError as SessionError
     from .errors import ToolCallFailed as ToolCallFailed
     from .errors import ToolError as ToolError
     from .events import ApprovalRequested as ApprovalRequested
@@ -64,6 +66,9 @@ if typing.TYPE_CHECKING:
     from .result import StopReason as StopReason
     from .result import ToolCallRecord as ToolCallRecord
     from .result import Usage as Usage
+    from .sessions import RedisSession as RedisSession
+    from .sessions import Session as Session
+    from .sessions import SQLiteSession as SQLiteSession
     from .stream import RunStream as RunStream
     from .tools import RunContext as RunContext
     from .tools import Tool as Tool
@@ -97,6 +102,7 @@ _MODULES = {
     "Provider": "providers.base",
     "ProviderError": "errors",
     "RedactedThinkingBlock": "messages",
+    "RedisSession": "sessions",
     "RepairReport": "repairs",
     "RequestStarted": "events",
     "RoundFinished": "events",
@@ -106,8 +112,12 @@ _MODULES = {
     "RunResult": "result",
     "RunStarted": "events",
     "RunStream": "stream",
+    "SQLiteSession": "sessions",
     "ServerToolResultBlock": "messages",
     "ServerToolUseBlock": "messages",
+    "Session": "sessions",
+    "SessionConflict": "errors",
+    "SessionError": "errors",
     "StopReason": "result",
     "TextBlock": "messages",
     "TextDelta": "events",
@@ -156,6 +166,7 @@ __all__ = (
     "Provider",
     "ProviderError",
     "RedactedThinkingBlock",
+    "RedisSession",
     "RepairReport",
     "RequestStarted",
     "RoundFinished",
@@ -165,8 +176,12 @@ __all__ = (
     "RunResult",
     "RunStarted",
     "RunStream",
+    "SQLiteSession",
     "ServerToolResultBlock",
     "ServerToolUseBlock",
+    "Session",
+    "SessionConflict",
+    "SessionError",
     "StopReason",
     "TextBlock",
     "TextDelta",

@@ -48,6 +48,8 @@ from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exce
 from agentloop.result import RunResult, StopReason
 from agentloop.resume import finish_turn, plan
 from agentloop.run import RunState
+from agentloop.sessions.base import Session
+from agentloop.sessions.runs import keeping, load_session
 from agentloop.stream import RunStream
 from agentloop.tools import Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
@@ -201,6 +203,7 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> RunResult:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -218,15 +221,21 @@ class Agent:
                 that adds one user message answering every call of the turn, in order.
                 Definitions are `ToolDefinition`s or wire dicts (JSON values), sent as
                 they are.
+            session: A `Session` (`agentloop.sessions`) to continue instead of `history`:
+                its history is loaded, and what the run adds is appended when it ends
+                (see docs/sessions.md).
 
         Raises:
-            ConfigurationError: the prompt or history is not of a usable type.
+            ConfigurationError: the prompt or history is not of a usable type, or
+                `history` and `session` were both given.
             HistoryError: `history` breaks an API rule (see `repair`).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
+            SessionConflict: another run appended to `session` first; nothing was
+                stored, and `.result` holds this run's result.
         """
-        run = self._new_run(history, prompt, deps, external_tools)
-        return await self._drive(run, None)
+        _, drive = await self._prepare(prompt, history, deps, external_tools, session)
+        return await drive(None)
 
     @asynccontextmanager
     async def run_stream(
@@ -236,13 +245,15 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> AsyncIterator[RunStream]:
         """Run as `run()` does, yielding typed events while the model streams.
 
         Tool calls start the moment their `tool_use` block is complete (unless the tool
         was made with `eager=False`). Leaving the `async with` block before the run ends,
         or cancelling a scope around it, cancels the run; `stream.result` then holds the
-        partial result, whose history is valid to send again.
+        partial result, whose history is valid to send again. With `session`, the run's
+        messages are appended after `RunFinished`, before the iteration ends.
 
         ```python
         async with agent.run_stream("Weather in Paris?") as stream:
@@ -251,20 +262,22 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = self._new_run(history, prompt, deps, external_tools)
-        async with self._stream(run) as stream:
+        run, drive = await self._prepare(prompt, history, deps, external_tools, session)
+        async with self._stream(run, drive) as stream:
             yield stream
 
     @asynccontextmanager
-    async def _stream(self, run: RunState) -> AsyncIterator[RunStream]:
-        """`run` driven in a task, its events and result on the stream handle."""
+    async def _stream(
+        self, run: RunState, drive: Callable[[Emit | None], Awaitable[RunResult]]
+    ) -> AsyncIterator[RunStream]:
+        """`run` driven (by `drive`) in a task, its events and result on the stream handle."""
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
         failure: BaseException | None = None
         try:
             with receive:
                 async with anyio.create_task_group() as group:
-                    group.start_soon(stream._drive, partial(self._drive, run), send)
+                    group.start_soon(stream._drive, drive, send)
                     try:
                         yield stream
                     except Exception as exc:
@@ -284,19 +297,28 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
     ) -> RunResult:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
-            partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
+            partial(
+                self.run,
+                prompt,
+                history=history,
+                deps=deps,
+                external_tools=external_tools,
+                session=session,
+            )
         )
 
     async def resume(
         self,
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
         results: Mapping[str, Any] | None = None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> RunResult:
         """Continue a run that ended with calls waiting, from its `RunResult.state`.
 
@@ -322,6 +344,9 @@ class Agent:
                 tool_use id: what the tool returned (as a tool's return value would be
                 sent), a `ToolError` for a failure, or a `tool_result` block.
             deps: The run's `deps`, handed to tools again (they are not in the state).
+            session: The session the paused run was in: `state` defaults to the paused
+                run's state stored there, and what the resumed run adds is appended to it
+                (as `run(..., session=...)` does).
 
         Raises:
             ResumeError: the state cannot be resumed (`InvalidStateError`,
@@ -330,16 +355,18 @@ class Agent:
             ConfigurationError: this agent lacks a tool the paused run needs.
             ProviderError, ToolCallFailed: as for `run`.
         """
-        return await self._drive(self._resumed_run(state, decisions, results, deps), None)
+        _, drive = await self._prepare_resume(state, decisions, results, deps, session)
+        return await drive(None)
 
     @asynccontextmanager
     async def resume_stream(
         self,
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | None = None,
         *,
         decisions: Mapping[str, Decision] | None = None,
         results: Mapping[str, Any] | None = None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> AsyncIterator[RunStream]:
         """`resume()` as a stream of events, as `run_stream()` is to `run()`.
 
@@ -347,9 +374,35 @@ class Agent:
         the approved ones, `ToolResultEvent` for every new result), then the loop's
         events follow. The errors of `resume()` are raised on entering the block.
         """
-        run = self._resumed_run(state, decisions, results, deps)
-        async with self._stream(run) as stream:
+        run, drive = await self._prepare_resume(state, decisions, results, deps, session)
+        async with self._stream(run, drive) as stream:
             yield stream
+
+    async def _prepare_resume(
+        self,
+        state: Mapping[str, Any] | None,
+        decisions: Mapping[str, Decision] | None,
+        results: Mapping[str, Any] | None,
+        deps: Any,
+        session: Session | None,
+    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
+        """The resumed run and what drives it, as `_prepare` for a new one."""
+        if session is None:
+            if state is None:
+                raise ConfigurationError(
+                    "resume() needs the paused run's state (RunResult.state) or its session"
+                )
+            run = self._resumed_run(state, decisions, results, deps)
+            return run, partial(self._drive, run)
+        snapshot = await load_session(session, None)
+        if state is None:
+            state = snapshot.state
+            if state is None:
+                raise ConfigurationError(
+                    f"session {session.session_id!r} holds no paused run to resume"
+                )
+        run = self._resumed_run(state, decisions, results, deps)
+        return run, keeping(session, snapshot, run, partial(self._drive, run))
 
     def _resumed_run(
         self,
@@ -394,6 +447,22 @@ class Agent:
             if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
                 return stop or "end_turn"
         return "max_rounds"
+
+    async def _prepare(
+        self,
+        prompt: str | Sequence[ContentBlock] | None,
+        history: Iterable[Message | Mapping[str, Any]] | None,
+        deps: Any,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
+        session: Session | None,
+    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
+        """A new run and what drives it: the loop, in `session` when one is given."""
+        if session is None:
+            run = self._new_run(history, prompt, deps, external_tools)
+            return run, partial(self._drive, run)
+        snapshot = await load_session(session, history)
+        run = self._new_run(snapshot.messages, prompt, deps, external_tools)
+        return run, keeping(session, snapshot, run, partial(self._drive, run))
 
     def _new_run(
         self,

@@ -22,11 +22,13 @@ AgentloopError
 │   └── ServerError            5xx after the client's retries
 ├── RunError                   a run ended early; carries the partial RunResult
 │   └── ToolCallFailed         on_tool_error="stop" and a tool call failed
-└── ResumeError                a paused run cannot be resumed as asked; nothing was changed
-    ├── InvalidStateError      the state is not a run state, or does not hold together
-    │   ├── StateVersionError  written by an incompatible version of agentloop
-    │   └── TamperedStateError changed after the run wrote it (its checksum fails)
-    └── DecisionError          a decision or result for an unknown call, one missing, a bad one
+├── ResumeError                a paused run cannot be resumed as asked; nothing was changed
+│   ├── InvalidStateError      the state is not a run state, or does not hold together
+│   │   ├── StateVersionError  written by an incompatible version of agentloop
+│   │   └── TamperedStateError changed after the run wrote it (its checksum fails)
+│   └── DecisionError          a decision or result for an unknown call, one missing, a bad one
+└── SessionError               a session store failed or holds something unreadable
+    └── SessionConflict        the session changed since the run loaded it; nothing stored
 ```
 
 Errors raised while a run is under way carry the partial `RunResult` as `.result` (its
@@ -60,6 +62,8 @@ __all__ = (
     "ResumeError",
     "RunError",
     "ServerError",
+    "SessionConflict",
+    "SessionError",
     "StateVersionError",
     "TamperedStateError",
     "ToolCallFailed",
@@ -218,6 +222,39 @@ class DecisionError(ResumeError):
     a decision for an external call (or a result for one that waits for approval), or an
     edited input the tool refuses.
     """
+
+
+class SessionError(AgentloopError):
+    """A session store failed, or holds data this version cannot read."""
+
+    def __init__(self, message: str, *, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class SessionConflict(SessionError):
+    """Another run appended to (or cleared) the session since this run loaded it.
+
+    Nothing of this run was stored; `result` holds the run's result, so nothing is lost:
+    load the session again and run again (or store what you choose).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        expected: int,
+        actual: int,
+        result: RunResult | None = None,
+    ) -> None:
+        super().__init__(message, result=result)
+        self.session_id = session_id
+        """The session that changed."""
+        self.expected = expected
+        """The version the run loaded."""
+        self.actual = actual
+        """The version the session had when the run tried to append."""
 
 
 def api_error(

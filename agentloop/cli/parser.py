@@ -17,6 +17,7 @@ from agentloop.agent import DEFAULT_MODEL
 from agentloop.errors import ConfigurationError
 from agentloop.gateway.cli import add_serve_command
 from agentloop.plugins import PluginManager
+from agentloop.sessions.named import DEFAULT_SESSIONS_ENV
 
 from .exits import EXIT_USAGE
 from .listing import plugins_command, tools_command
@@ -97,6 +98,18 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         "--compat",
         choices=("openai", "ollama", "vllm", "llamacpp"),
         help="with --provider openai: the server's quirks preset",
+    )
+    kept = run.add_argument_group("session")
+    kept.add_argument(
+        "--session",
+        metavar="NAME",
+        help="continue the conversation NAME (made on first use) and keep this run in it",
+    )
+    kept.add_argument(
+        "--session-db",
+        metavar="PATH|URL",
+        help=f"where sessions are kept: a SQLite file or redis://HOST:PORT/DB (default: "
+        f"${DEFAULT_SESSIONS_ENV}, else ~/.local/share/agentloop/sessions.db)",
     )
     manager.call_each("agentloop_run_options", parser=run)
     run.set_defaults(handler=partial(run_command, manager=manager))

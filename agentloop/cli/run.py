@@ -2,8 +2,8 @@
 
 `run_command` asks each plugin for its `RunSetup`, picks the exposed tools, builds the
 provider (the API, a Chat Completions server, or a plugin's offline model) and an `Agent`,
-runs it, and prints the report (`report`). `serve_with_plugins` hands the same choice of
-tools and deps to the gateway.
+runs it (in the session `--session` names, if any), and prints the report (`report`).
+`serve_with_plugins` hands the same choice of tools and deps to the gateway.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from agentloop.plugins import ENV_VAR, PluginManager
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import Provider
 from agentloop.result import RunResult
+from agentloop.sessions.base import Session
+from agentloop.sessions.named import open_session
 from agentloop.tools import Tool
 
 from .approve import decide
@@ -48,6 +50,7 @@ _T = TypeVar("_T")
 
 def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     """`agentloop run PROMPT`."""
+    session = _session(args)
     setups = run_setups(manager, args)
     tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
     sources = {t.source for t in tools}
@@ -86,7 +89,7 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         max_tokens=args.max_tokens,
         approval_required=set(args.require_approval or ()),
     )
-    result = anyio.run(_run, agent, provider, args.prompt, deps)
+    result = anyio.run(_run, agent, provider, args.prompt, deps, session)
     if args.json:
         print(json.dumps(result_to_json(result), indent=2, ensure_ascii=False))
     else:
@@ -105,14 +108,25 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     return EXIT_FAILED if problems else EXIT_OK
 
 
-async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunResult:
+def _session(args: argparse.Namespace) -> Session | None:
+    """The session `--session` names, in the store of `--session-db` (or the default)."""
+    if args.session is None:
+        if args.session_db is not None:
+            raise ConfigurationError("--session-db needs --session NAME")
+        return None
+    return open_session(args.session, args.session_db)
+
+
+async def _run(
+    agent: Agent, provider: Provider, prompt: str, deps: Any, session: Session | None
+) -> RunResult:
     """The run, then the API client's connections closed (in the run's event loop).
 
     Calls that wait for approval are asked about on the terminal (`approve.decide`) and
     the run resumed with the answers, until it ends otherwise.
     """
     try:
-        result = await agent.run(prompt, deps=deps)
+        result = await agent.run(prompt, deps=deps, session=session)
         while result.stop_reason == "approval_required" and result.state is not None:
             decisions = await anyio.to_thread.run_sync(
                 partial(
@@ -124,7 +138,9 @@ async def _run(agent: Agent, provider: Provider, prompt: str, deps: Any) -> RunR
                     out=sys.stderr,
                 )
             )
-            result = await agent.resume(result.state, decisions=decisions, deps=deps)
+            result = await agent.resume(
+                result.state, decisions=decisions, deps=deps, session=session
+            )
         return result
     finally:
         client = getattr(provider, "client", None)

@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from agentloop.errors import ConfigurationError
 from agentloop.logs import get_logger
+from agentloop.storage import connect_sqlite, redis_client
 
 __all__ = (
     "DEFAULT_STORE",
@@ -176,10 +177,6 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
-_INCREMENTAL = 2
-"""`PRAGMA auto_vacuum` for incremental vacuuming."""
-
-
 class SQLiteStore:
     """Values in a SQLite file, created on first use; the embedded default.
 
@@ -219,17 +216,7 @@ class SQLiteStore:
 
     def _connect(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
         """A connection to the file (made with its folder and tables when missing)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
-            # Set before the first table (a file made without it is rewritten once), so
-            # purges can hand the space of expired rows back to the file system.
-            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            db.execute("VACUUM")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(_SCHEMA)
+        db = connect_sqlite(self.path, _SCHEMA)
         db.isolation_level = "DEFERRED"
         return db, _identity(self.path)
 
@@ -360,14 +347,8 @@ class RedisStore:
         Raises:
             ConfigurationError: the `redis` package is not installed.
         """
-        try:
-            from redis import asyncio as aioredis
-        except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise ConfigurationError(
-                "a redis:// store needs the redis package: pip install 'agentloop-runner[gateway]'"
-            ) from exc
         if self._redis is None:
-            self._redis = aioredis.from_url(self.url)
+            self._redis = redis_client(self.url)
             await self._redis.ping()
 
     async def aclose(self) -> None:

@@ -1,0 +1,52 @@
+"""A session by name, in a store named by a path or a URL: what `agentloop run --session` uses.
+
+`open_session("chat")` is the session `chat` in the default SQLite file;
+`open_session("chat", "redis://localhost:6379/0")` the same name on a Redis server.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .base import Session
+from .redis import RedisSession
+from .sqlite import SQLiteSession
+
+__all__ = ("DEFAULT_SESSIONS_ENV", "default_sessions_path", "open_session")
+
+DEFAULT_SESSIONS_ENV = "AGENTLOOP_SESSIONS"
+"""The environment variable naming the default session store (a file path or a URL)."""
+
+_REDIS = ("redis://", "rediss://", "unix://")
+
+
+def default_sessions_path() -> Path:
+    """The SQLite file sessions are kept in when nothing else is named.
+
+    `agentloop/sessions.db` under `$XDG_DATA_HOME` (by default `~/.local/share`).
+    """
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "agentloop" / "sessions.db"
+
+
+def open_session(session_id: str, where: str | os.PathLike[str] | None = None) -> Session:
+    """The session `session_id` in the store `where` names.
+
+    Args:
+        session_id: The conversation's name.
+        where: A SQLite file path (`sqlite:///PATH` also works) or a Redis URL
+            (`redis://HOST:PORT/DB`, `rediss://`, `unix://`). By default
+            `$AGENTLOOP_SESSIONS`, else `default_sessions_path()`.
+
+    Raises:
+        ConfigurationError: `session_id` is empty.
+    """
+    if where is None or str(where) == "":
+        where = os.environ.get(DEFAULT_SESSIONS_ENV) or default_sessions_path()
+    text = os.fspath(where)
+    if text.startswith(_REDIS):
+        return RedisSession(text, session_id)
+    if text.startswith("sqlite:///"):
+        text = text.removeprefix("sqlite:///")
+    return SQLiteSession(Path(text).expanduser(), session_id)
