@@ -56,6 +56,7 @@ def redis_client(url: str) -> Any:
         from redis import asyncio as aioredis
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ConfigurationError(
-            "a Redis store needs the redis package: pip install 'agentloop-runner[gateway]'"
+            "a Redis store needs the redis package: pip install 'agentloop-runner[redis]' "
+            "(the gateway extra includes it)"
         ) from exc
     return aioredis.from_url(url)

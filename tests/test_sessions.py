@@ -21,7 +21,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentloop import Agent, AnthropicProvider, ConfigurationError, lint_history, tool
 from agentloop.errors import ProviderError
-from agentloop.events import ToolCallStarted
+from agentloop.events import RunStarted, ToolCallStarted
 from agentloop.messages import parse_history
 from agentloop.sessions import (
     RedisSession,
@@ -313,6 +313,23 @@ async def test_five_runs_on_one_session_never_interleave(
     for prompt, answer in zip(texts[0::2], texts[1::2], strict=True):
         assert answer.startswith(f"echo {prompt} #")
     check_valid(snapshot.messages)
+
+
+async def test_a_streamed_run_whose_session_changed_is_refused_with_its_result(
+    make: MakeSession, serve: Callable[..., MessagesServer]
+) -> None:
+    agent = agent_on(serve(echo))
+    session, other = make("raced"), make("raced")
+    theirs = [{"role": "user", "content": "theirs"}, {"role": "assistant", "content": "ok"}]
+    with pytest.raises(SessionConflict) as conflict:
+        async with agent.run_stream("mine", session=session) as stream:
+            async for event in stream:
+                if isinstance(event, RunStarted):  # loaded, not yet appended
+                    await other.append(theirs, version=0)
+    assert (conflict.value.expected, conflict.value.actual) == (0, 1)
+    assert conflict.value.result is not None and conflict.value.result.text == "echo mine #1"
+    assert stream.result is conflict.value.result
+    assert (await session.load()).messages == theirs
 
 
 async def test_an_append_at_a_stale_version_changes_nothing(make: MakeSession) -> None:
