@@ -12,6 +12,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from .errors import ConfigurationError
 from .logs import get_logger
 from .registry import ExecutionContext, ToolRegistry
@@ -73,8 +75,10 @@ class Gate:
     """Which calls of a run wait: those of external tools, and those needing approval.
 
     A call needs approval when its tool's `requires_approval` says so or when the agent's
-    `approval_required` does (either one is enough). A rule that raises is taken to mean
-    "needs approval": a broken policy must not let a sensitive call through.
+    `approval_required` does (either one is enough). A call whose input the tool refuses
+    never waits: it does not run, and the model is told what to fix. A rule that raises
+    is taken to mean "needs approval": a broken policy must not let a sensitive call
+    through.
     """
 
     def __init__(
@@ -102,6 +106,10 @@ class Gate:
         ]
         if all(policy is False for policy, _ in policies):
             return None
+        try:
+            tool.validate(call.input)
+        except ValidationError:
+            return None  # answered with what is wrong, without running: nothing to approve
         ctx = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
         for policy, whose in policies:
             reason = _ask(policy, ctx, call.input, whose)

@@ -130,7 +130,8 @@ class RunResult:
     """How many model requests the run made."""
     run_id: str = ""
     pending: list[dict[str, Any]] = field(default_factory=list)
-    """Calls of external tools the run handed back (`stop_reason="tool_use"`), as the
+    """Calls of external tools the run handed back (`stop_reason="tool_use"`, or
+    `"approval_required"` when calls of the same turn also wait for approval), as the
     `tool_use` blocks the model sent; `messages` then ends with their assistant message."""
     held: list[dict[str, Any]] = field(default_factory=list)
     """The `tool_result` blocks of the same turn's own tool calls, kept for the user

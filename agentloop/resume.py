@@ -212,7 +212,7 @@ async def finish_turn(
             if isinstance(answer, ToolCall) and answer.input != use.input:
                 result = _noted(result, answer.input)
             pairs.append((call, sendable(result)))
-        run.resumed(pairs, logged={b.tool_use_id for b in paused.finished})
+        run.resumed(pairs)
     return ran
 
 

@@ -145,10 +145,21 @@ class RunState:
         self.container = paused.container
         self.paused = paused
 
-    def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]], logged: set[str]) -> None:
-        """Answer the paused turn: all its results, in order; log those not in `logged`."""
+    def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
+        """Answer the paused turn: all its results, in order, logged in that order too.
+
+        The calls of the turn that ran before the pause were logged then, last; their
+        entries move to their place among the others, as if the turn had never stopped.
+        """
         self.history.answer([r for _, r in pairs])
-        self.log_calls([(c, r) for c, r in pairs if c.id not in logged])
+        ids = {c.id for c, _ in pairs}
+        earlier = {r.tool_use_id: r for r in self.calls if r.tool_use_id in ids}
+        self.calls = [r for r in self.calls if r.tool_use_id not in ids]
+        for call, result in pairs:
+            if call.id in earlier:
+                self.calls.append(earlier[call.id])
+            else:
+                self.log_calls([(call, result)])
         self.paused = None
 
     def log_calls(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:

@@ -209,3 +209,14 @@ async def test_approval_works_on_every_provider_format(http_agent: Any) -> None:
     assert server.model.requests[-1]["messages"][-1]["content"] == [
         {"type": "tool_result", "tool_use_id": big["id"], "content": "refunded 500 on B2"}
     ]
+
+
+async def test_a_call_with_input_the_tool_refuses_never_waits(
+    serve: Callable[..., MessagesServer],
+) -> None:
+    bad = tool_call("refund", {"order": "B2", "amount": "lots"})
+    server = serve([reply(bad), reply("Let me fix that.")])
+    result = await make_agent(server.client()).run("Refund B2")
+    assert result.stop_reason == "end_turn" and result.approvals == [] and ran == []
+    [answer] = server.requests[1]["messages"][-1]["content"]
+    assert answer["is_error"] is True and "amount" in answer["content"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -18,6 +19,8 @@ from typing import Any
 import anyio
 import pytest
 from _approval import CLIENT_TOOL, make_agent, ran
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentloop import (
     Agent,
@@ -42,7 +45,7 @@ from agentloop.errors import (
 from agentloop.messages import parse_history
 from agentloop.run import CANCELLED_MESSAGE
 from agentloop.state import STATE_VERSION
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 FORMATS = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
 TESTS = Path(__file__).parent
@@ -567,3 +570,96 @@ async def test_a_resumed_run_cancelled_while_its_approved_call_runs_stays_valid(
     ]
     lint_history(parse_history(result.messages))
     assert len(server.requests) == 1
+
+
+# --------------------------------------------------------------------------- property
+
+
+@tool(requires_approval=lambda ctx, input: input.get("n", 0) % 2 == 1)
+def guarded(n: int) -> str:
+    """Odd numbers need approval."""
+    return f"guarded {n}"
+
+
+@tool
+def free(n: int) -> str:
+    """Never needs approval."""
+    return f"free {n}"
+
+
+KINDS = st.sampled_from(["text", "guarded", "free", "external", "bad_input"])
+STOPS = st.sampled_from(["tool_use", "tool_use", "end_turn", "max_tokens", "refusal"])
+ANSWERS = st.sampled_from(["approve", "deny", "edit"])
+
+
+def scripted(turns: list[tuple[list[str], str]]) -> Any:
+    ids = itertools.count()
+    served = iter(turns)
+
+    def block(kind: str) -> dict[str, Any]:
+        n = next(ids)
+        if kind == "text":
+            return {"type": "text", "text": f"text {n}"}
+        name = {"guarded": "guarded", "free": "free", "external": "client_search"}.get(
+            kind, "guarded"
+        )
+        input: dict[str, Any] = {"q": str(n)} if kind == "external" else {"n": n}
+        if kind == "bad_input":
+            input = {"n": "not a number"}
+        return {"type": "tool_use", "id": f"toolu_{n:04d}", "name": name, "input": input}
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            kinds, stop = next(served)
+        except StopIteration:
+            return reply("final answer")
+        return reply(*[block(kind) for kind in kinds], stop_reason=stop)
+
+    return respond
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=st.lists(st.tuples(st.lists(KINDS, max_size=5), STOPS), min_size=1, max_size=5),
+    max_rounds=st.integers(min_value=1, max_value=6),
+    data=st.data(),
+)
+def test_random_pauses_and_answers_keep_every_history_valid(
+    turns: list[tuple[list[str], str]], max_rounds: int, data: st.DataObject
+) -> None:
+    provider = ScriptedProvider(scripted(turns))  # lints every request it receives
+
+    def agent() -> Agent:
+        return Agent(provider=provider, tools=[guarded, free], max_rounds=max_rounds)
+
+    async def drive() -> RunResult:
+        result = await agent().run("start", external_tools=[CLIENT_TOOL])
+        while result.state is not None:
+            check_paused(result)
+            decisions: dict[str, Any] = {}
+            for waiting in result.approvals:
+                answer = data.draw(ANSWERS)
+                decisions[waiting.tool_use_id] = (
+                    Deny("no")
+                    if answer == "deny"
+                    else Approve(input={"n": 0})
+                    if answer == "edit"
+                    else Approve()
+                )
+            results = {call["id"]: "found" for call in result.pending}
+            result = await agent().resume(
+                as_stored(result.state), decisions=decisions, results=results
+            )
+        return result
+
+    result = anyio.run(drive)
+    lint_history(parse_history(result.messages))
+    uses = [
+        b["id"]
+        for m in result.messages
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
+    assert [c.tool_use_id for c in result.tool_calls] == uses
+    assert result.rounds == len(provider.requests) <= max_rounds
