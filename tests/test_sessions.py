@@ -236,6 +236,32 @@ async def test_a_cancelled_run_keeps_its_partial_history(
     check_valid(snapshot.messages)
 
 
+CLIENT_TOOL = {
+    "name": "client_search",
+    "description": "Search the client's files.",
+    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+}
+
+
+async def test_calls_handed_back_are_answered_by_the_next_run(
+    make: MakeSession, serve: Callable[..., MessagesServer]
+) -> None:
+    own, theirs = tool_call("note", {"text": "n"}), tool_call("client_search", {"q": "x"})
+    server = serve([reply("Checking.", theirs, own), reply("Found and noted.")])
+    agent = agent_on(server, tools=[note])
+    session = make("external")
+    first = await agent.run("go", session=session, external_tools=[CLIENT_TOOL])
+    assert first.stop_reason == "tool_use"
+    assert (await session.load()).messages == first.messages  # ends with the calls
+
+    answer = {"type": "tool_result", "tool_use_id": theirs["id"], "content": "found"}
+    second = await agent.run([answer, *first.held], session=session, external_tools=[CLIENT_TOOL])
+    assert second.text == "Found and noted."
+    stored = (await session.load()).messages
+    assert [b["tool_use_id"] for b in stored[2]["content"]] == [theirs["id"], own["id"]]
+    check_valid(stored)
+
+
 # -- concurrency
 
 
