@@ -76,7 +76,7 @@ class RunContext(Generic[DepsT]):
         A run that is retried or resumed (a durable run after a crash, a paused run)
         may run a call whose effect already happened. A tool that changes the world
         records this key with its effect and skips an effect already recorded under it,
-        so the call's effect happens once (the cortex tools do).
+        so the call's effect happens once.
         """
         return f"{self.run_id}:{self.tool_use_id}"
 

@@ -1,7 +1,6 @@
 """`python -m agentloop.gateway [options]`: the same as `agentloop serve [options]`.
 
-It runs the `agentloop` command's `serve`, so the plugins' options (`--cortex-root`,
-`--mcp-config`, ...), logging (`-v`, `--log-json`), errors and exit codes are the same.
+It runs the `agentloop` command's `serve`, so the plugins' options, logging (`-v`, `--log-json`), errors and exit codes are the same.
 """
 
 import sys
