@@ -1,6 +1,7 @@
 """`python -m agentloop.gateway [options]`: the same as `agentloop serve [options]`.
 
-It runs the `agentloop` command's `serve`, so the plugins' options, logging (`-v`, `--log-json`), errors and exit codes are the same.
+It runs the `agentloop` command's `serve`, so the plugins' options, logging (`-v`,
+`--log-json`), errors and exit codes are the same.
 """
 
 import sys
