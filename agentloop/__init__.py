@@ -22,6 +22,7 @@ if typing.TYPE_CHECKING:
     from .errors import RunError as RunError
     from .errors import ToolCallFailed as ToolCallFailed
     from .errors import ToolError as ToolError
+    from .errors import UsageLimitExceeded as UsageLimitExceeded
     from .events import Event as Event
     from .events import ModelResponded as ModelResponded
     from .events import ModelStreamEvent as ModelStreamEvent
@@ -36,6 +37,7 @@ if typing.TYPE_CHECKING:
     from .events import ToolInputDelta as ToolInputDelta
     from .events import ToolResultEvent as ToolResultEvent
     from .hookspecs import hookimpl as hookimpl
+    from .limits import UsageLimits as UsageLimits
     from .lint import lint_history as lint_history
     from .messages import ContentBlock as ContentBlock
     from .messages import DocumentBlock as DocumentBlock
@@ -118,6 +120,8 @@ _MODULES = {
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
     "Usage": "result",
+    "UsageLimitExceeded": "errors",
+    "UsageLimits": "limits",
     "hookimpl": "hookspecs",
     "lint_history": "lint",
     "plugin_tools": "plugins",
@@ -173,6 +177,8 @@ __all__ = (
     "ToolUseBlock",
     "UnknownBlock",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "hookimpl",
     "lint_history",
     "plugin_tools",

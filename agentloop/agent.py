@@ -24,6 +24,12 @@ from agentloop.checks import check_count, check_seconds
 from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History
+from agentloop.limits import (
+    Meter,
+    UsageLimits,
+    check_before_request,
+    check_provider,
+)
 from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
@@ -79,6 +85,7 @@ class Agent:
         name: str = "agentloop",
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         """Configure an agent.
 
@@ -114,6 +121,9 @@ class Agent:
             history_check: `"strict"` checks the history against the API's rules before
                 every request (`HistoryError` at the first broken one); `"off"` sends it
                 unchecked, for a model that accepts what the checks refuse.
+            usage_limits: The most each run may spend (requests, tokens, tool calls,
+                dollars); a run that would go over ends with `UsageLimitExceeded`. A
+                run's own `usage_limits=` replaces these.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -139,6 +149,10 @@ class Agent:
             raise ConfigurationError(
                 f"tools must be a list of tools or functions, not {type(tools).__name__}"
             )
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
         if provider is None:
             from .providers import provider_for
 
@@ -163,6 +177,8 @@ class Agent:
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
+        check_provider(usage_limits, provider)
+        self.usage_limits = usage_limits
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -178,6 +194,7 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunResult:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -193,14 +210,18 @@ class Agent:
                 `messages` ends with that assistant message. Continue with a history
                 that adds one user message answering every call of the turn, in order.
                 Definitions are `ToolDefinition`s or wire dicts, sent as they are.
+            usage_limits: The most this run may spend, instead of the agent's
+                `usage_limits`.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type.
             HistoryError: `history` breaks an API rule (see `repair`).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
+            UsageLimitExceeded: the run went over a usage limit, or its next request
+                would have; `.result` holds the partial run.
         """
-        run = self._new_run(history, prompt, deps, external_tools)
+        run = self._new_run(history, prompt, deps, external_tools, usage_limits)
         return await self._drive(run, None)
 
     @asynccontextmanager
@@ -211,6 +232,7 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> AsyncIterator[RunStream]:
         """Run as `run()` does, yielding typed events while the model streams.
 
@@ -226,7 +248,7 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = self._new_run(history, prompt, deps, external_tools)
+        run = self._new_run(history, prompt, deps, external_tools, usage_limits)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
         stream = RunStream(run, receive)
         failure: BaseException | None = None
@@ -253,10 +275,18 @@ class Agent:
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunResult:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
-            partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
+            partial(
+                self.run,
+                prompt,
+                history=history,
+                deps=deps,
+                external_tools=external_tools,
+                usage_limits=usage_limits,
+            )
         )
 
     # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
@@ -267,6 +297,9 @@ class Agent:
             if self.history_check == "strict":
                 run.history.check()
             request = self._build_request(run)
+            breach = await check_before_request(run.meter, run.usage, request, self.provider)
+            if breach is not None:
+                raise breach.error(run.end_early("usage_limit"))
             round_ = run.start_round()
             if emit is not None:
                 await emit(RequestStarted(round_))
@@ -279,6 +312,9 @@ class Agent:
             if emit is not None:
                 await emit(RoundFinished(round_, response.stop_reason, response.usage))
             self._check_failures(run, outcome.results)
+            breach = run.meter.over(run.usage)
+            if breach is not None:
+                raise breach.error(run.end_early("usage_limit"))
             if run.pending:
                 return "tool_use"
             if run.stopping:
@@ -294,6 +330,7 @@ class Agent:
         prompt: str | Sequence[ContentBlock] | None,
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunState:
         linter = HistoryLinter(
             thinking=self.thinking,
@@ -308,6 +345,12 @@ class Agent:
                 f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
                 "the model addresses tools by name"
             )
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
+        limits = usage_limits if usage_limits is not None else self.usage_limits
+        check_provider(limits, self.provider)
         return RunState(
             history_,
             deps=deps,
@@ -316,6 +359,7 @@ class Agent:
             tracing=tracing_for(self.tracer_provider),
             external=external_tools,
             external_names=frozenset(names),
+            meter=Meter(limits, self.model),
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:

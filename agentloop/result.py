@@ -24,6 +24,7 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
         "model_context_window_exceeded",
         "max_rounds",
         "tool_error",
+        "usage_limit",
         "cancelled",
         "error",
     ],
@@ -32,7 +33,8 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
 """Why a run ended: the model's last stop reason as the provider maps it ("end_turn",
 "max_tokens", "stop_sequence", "refusal", "model_context_window_exceeded", "pause_turn";
 "tool_use" when calls of external tools are handed back; `str` for a value the API adds
-later), or agentloop's own "max_rounds", "tool_error", "cancelled" or "error"."""
+later), or agentloop's own "max_rounds", "tool_error", "usage_limit", "cancelled" or
+"error"."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from .history import History
+from .limits import Meter
 from .messages import ContentBlock
 from .providers.base import ModelResponse
 from .result import RunResult, StopReason, ToolCallRecord, Usage
@@ -38,11 +39,13 @@ class RunState:
         tracing: Tracing | None = None,
         external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         external_names: frozenset[str] = frozenset(),
+        meter: Meter | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
         `tracing` opens the run's spans (None: no spans); `external` are the definitions
-        of external tools announced with each request, `external_names` their names.
+        of external tools announced with each request, `external_names` their names;
+        `meter` holds the run's usage limits and counts its cost and tool calls.
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -51,6 +54,7 @@ class RunState:
         self.external = tuple(external)
         self.external_names = external_names
         self.usage = Usage()
+        self.meter = meter if meter is not None else Meter(None, "")
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
@@ -86,9 +90,16 @@ class RunState:
     ) -> list[ToolCall]:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
+        self.meter.add(response.usage)
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
+
+    def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
+        """Count requests made on the run's behalf (a sub-run, a summary) in its usage."""
+        self.usage += usage
+        self.meter.add_cost(cost)
+        self.meter.count_calls(tool_calls)
 
     def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer a turn's calls in the history and log them."""

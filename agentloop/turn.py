@@ -119,7 +119,12 @@ class Turn:
             ):
                 call = call_of(block)
                 tool = self.registry.get(call.name)
-                eager = call.error is None and (tool is None or tool.eager)
+                left = self.run.meter.calls_left()  # a tool_calls limit: start none over it
+                eager = (
+                    call.error is None
+                    and (tool is None or tool.eager)
+                    and (left is None or len(self.started) < left)
+                )
                 if self.emit is not None:
                     self.announced.add(call.id)
                     await self.emit(
@@ -190,7 +195,12 @@ class Turn:
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
-        return {**self._by_stop_reason(response), **response.call_errors}
+        errors = {**self._by_stop_reason(response), **response.call_errors}
+        run = self.run
+        over = run.meter.refused_calls(
+            run.usage, response, errors, run.external_names, self.started
+        )
+        return {**errors, **over}
 
     def _by_stop_reason(self, response: ModelResponse) -> dict[str, str]:
         reason = response.stop_reason

@@ -68,6 +68,8 @@ PUBLIC = (
     "ToolUseBlock",
     "UnknownBlock",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "hookimpl",
     "lint_history",
     "plugin_tools",

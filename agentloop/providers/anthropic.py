@@ -141,6 +141,24 @@ class AnthropicProvider:
             ) from exc
         return _with_headers(ModelResponse.from_wire(decoded), headers)
 
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens `request` would use, by the API's `count_tokens` endpoint.
+
+        Sends the request's fields that `messages.count_tokens` (or the beta one) takes;
+        API failures raise `ProviderError`s.
+        """
+        self._check_credentials()
+        messages, arguments = _arguments(self._client, request, stream=False)
+        accepted = frozenset(inspect.signature(messages.count_tokens).parameters)
+        arguments = {k: v for k, v in arguments.items() if k in accepted and k != "extra_body"}
+        try:
+            counted = await messages.count_tokens(**arguments)
+        except anthropic.APIError as exc:
+            raise _translate(exc) from exc
+        except httpx2.TransportError as exc:
+            raise _connection_lost(exc) from exc
+        return int(counted.input_tokens)
+
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
