@@ -21,7 +21,8 @@ import structlog
 from opentelemetry.trace import TracerProvider
 
 from agentloop.checks import check_count, check_seconds
-from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
+from agentloop.compaction import HistoryProcessor, apply_processors, is_length_refusal
+from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History
 from agentloop.limits import (
@@ -30,7 +31,7 @@ from agentloop.limits import (
     check_before_request,
     check_provider,
 )
-from agentloop.lint import HistoryLinter
+from agentloop.lint import HistoryLinter, lint_history
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.providers.base import (
@@ -43,8 +44,9 @@ from agentloop.providers.base import (
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
 from agentloop.run import RunState
+from agentloop.scope import RunScope, entered
 from agentloop.stream import RunStream
-from agentloop.tools import Tool, ToolDefinition, ToolResult
+from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
 from agentloop.turn import CONTINUE, Emit, Turn
 
@@ -86,6 +88,7 @@ class Agent:
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
         usage_limits: UsageLimits | None = None,
+        history_processors: Sequence[HistoryProcessor] = (),
     ) -> None:
         """Configure an agent.
 
@@ -124,6 +127,12 @@ class Agent:
             usage_limits: The most each run may spend (requests, tokens, tool calls,
                 dollars); a run that would go over ends with `UsageLimitExceeded`. A
                 run's own `usage_limits=` replaces these.
+            history_processors: Functions (sync or async, optionally taking the
+                `RunContext` first) from the messages to the messages to send, applied
+                in order before every request, e.g. `agentloop.compaction`'s
+                `clear_old_tool_results(keep_last=3)`. They shape what is sent, never
+                the run's history (`RunResult.messages`). With processors, a request
+                refused for length is retried once with their `forced` form.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -179,6 +188,11 @@ class Agent:
         self.history_check = history_check
         check_provider(usage_limits, provider)
         self.usage_limits = usage_limits
+        if isinstance(history_processors, (str, bytes)) or not all(
+            callable(p) for p in history_processors
+        ):
+            raise ConfigurationError("history_processors must be a list of functions")
+        self.history_processors = tuple(history_processors)
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -293,10 +307,11 @@ class Agent:
 
     async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
         """Rounds of request, response and tool calls, until the model is done."""
+        forced = False  # compact whatever the size: the last request was refused for length
         while run.rounds < self.max_rounds:
             if self.history_check == "strict":
                 run.history.check()
-            request = self._build_request(run)
+            request = self._build_request(run, await self._processed(run, forced))
             breach = await check_before_request(run.meter, run.usage, request, self.provider)
             if breach is not None:
                 raise breach.error(run.end_early("usage_limit"))
@@ -304,7 +319,14 @@ class Agent:
             if emit is not None:
                 await emit(RequestStarted(round_))
             turn = Turn(run, self.registry, self._context(run, round_), emit)
-            outcome = await turn.play(partial(self._request, run, request, emit))
+            try:
+                outcome = await turn.play(partial(self._request, run, request, emit))
+            except ProviderError as exc:
+                if forced or not self.history_processors or not is_length_refusal(exc):
+                    raise
+                run.log.info("run.compact_retry", error=str(exc))
+                forced = True
+                continue
             # A cancellation that reached only the tool calls (the response itself came in
             # whole) ends the run here, with every call answered.
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -320,6 +342,10 @@ class Agent:
             if run.stopping:
                 return "cancelled"
             stop = response.stop_reason
+            if not forced and self.history_processors and is_length_refusal(stop_reason=stop):
+                forced = True
+                continue
+            forced = False
             if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
                 return stop or "end_turn"
         return "max_rounds"
@@ -394,7 +420,10 @@ class Agent:
         if emit is not None:
             await emit(RunStarted(run.id))
         try:
-            with structlog.contextvars.bound_contextvars(run_id=run.id):
+            with (
+                structlog.contextvars.bound_contextvars(run_id=run.id),
+                entered(RunScope(run, self.provider, self.model)),
+            ):
                 stop = await self._loop(run, emit)
         except anyio.get_cancelled_exc_class():
             run.end_early("cancelled")
@@ -452,10 +481,29 @@ class Agent:
             return await self.provider.stream(request, on_event)
         return await self.provider.complete(request)
 
-    def _build_request(self, run: RunState) -> ModelRequest:
+    async def _processed(self, run: RunState, forced: bool) -> Sequence[Message]:
+        """The messages to send: the history through the history processors, if any."""
+        if not self.history_processors:
+            return run.history.messages
+        context = RunContext(run.id, run.rounds + 1, "", "", run.deps)
+        messages = await apply_processors(
+            self.history_processors, run.history.messages, context, forced=forced
+        )
+        if self.history_check == "strict":
+            lint_history(
+                messages,
+                thinking=self.thinking,
+                tool_choice=self.tool_choice,
+                allow_file_sources=self._files_beta,
+            )
+        return messages
+
+    def _build_request(
+        self, run: RunState, messages: Sequence[Message] | None = None
+    ) -> ModelRequest:
         return ModelRequest(
             model=self.model,
-            messages=run.history.messages,
+            messages=run.history.messages if messages is None else messages,
             max_tokens=self.max_tokens,
             system=self.system,
             tools=[*self.registry.definitions(), *run.external]

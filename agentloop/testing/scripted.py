@@ -232,6 +232,18 @@ class Fault:
         return cls("http_error", status, kind, text, retry_after)
 
     @classmethod
+    def prompt_too_long(cls, tokens: int = 208_656, maximum: int = 200_000) -> Fault:
+        """400 `invalid_request_error`: the API's refusal of a request over the context window.
+
+        Worded as the API words it: "prompt is too long: N tokens > M maximum".
+        """
+        return cls.http_error(
+            400,
+            "invalid_request_error",
+            f"prompt is too long: {tokens} tokens > {maximum} maximum",
+        )
+
+    @classmethod
     def rate_limited(cls, retry_after: float | None = 1.0) -> Fault:
         """429 `rate_limit_error`, asking the client to wait `retry_after` seconds."""
         return cls.http_error(429, retry_after=retry_after)
