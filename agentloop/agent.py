@@ -21,7 +21,12 @@ import structlog
 from opentelemetry.trace import TracerProvider
 
 from agentloop.checks import check_count, check_seconds
-from agentloop.compaction import HistoryProcessor, apply_processors, is_length_refusal
+from agentloop.compaction import (
+    HistoryProcessor,
+    apply_processors,
+    context_management_params,
+    is_length_refusal,
+)
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History
@@ -48,7 +53,7 @@ from agentloop.scope import RunScope, entered
 from agentloop.stream import RunStream
 from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
-from agentloop.turn import CONTINUE, Emit, Turn
+from agentloop.turn import CONTINUE, RESUME, Emit, Turn
 
 __all__ = ("DEFAULT_MODEL", "Agent")
 
@@ -89,6 +94,7 @@ class Agent:
         history_check: Literal["strict", "off"] = "strict",
         usage_limits: UsageLimits | None = None,
         history_processors: Sequence[HistoryProcessor] = (),
+        context_management: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure an agent.
 
@@ -133,6 +139,11 @@ class Agent:
                 `clear_old_tool_results(keep_last=3)`. They shape what is sent, never
                 the run's history (`RunResult.messages`). With processors, a request
                 refused for length is retried once with their `forced` form.
+            context_management: The Anthropic API's server-side context management,
+                e.g. `{"edits": [{"type": "clear_tool_uses_20250919"}]}` or
+                `{"edits": [{"type": "compact_20260112"}]}`, sent with each request under
+                the beta its edits need. The blocks the API returns for it (such as
+                `compaction`) stay in the history verbatim and are sent back.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -183,6 +194,12 @@ class Agent:
         self.stop_sequences = stop_sequences
         self.on_tool_error = on_tool_error
         self.params = dict(params or {})
+        if context_management is not None:
+            if getattr(provider, "name", None) == "openai":
+                raise ConfigurationError(
+                    "context_management is a Messages API feature; Chat Completions has none"
+                )
+            self.params = context_management_params(context_management, self.params)
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
@@ -346,7 +363,7 @@ class Agent:
                 forced = True
                 continue
             forced = False
-            if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
+            if stop not in CONTINUE or (stop not in RESUME and not outcome.calls):
                 return stop or "end_turn"
         return "max_rounds"
 

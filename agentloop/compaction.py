@@ -1,4 +1,4 @@
-"""History processors: what is sent each round, made smaller than what is kept.
+"""Compaction: what is sent each round, made smaller than what is kept.
 
 `Agent(history_processors=[...])` passes the run's messages through each processor before
 every request; the result is sent (and checked against the API's rules), while the run's
@@ -6,6 +6,8 @@ own history, and so `RunResult.messages`, stays whole. Two strategies are shippe
 `clear_old_tool_results` (old results replaced by a short placeholder) and `summarize`
 (older turns folded into one summary, by a model request counted in the run's usage).
 A request refused for length is retried once with each strategy's `forced` form.
+`context_management_params` passes the Anthropic API's own (server-side) context
+management through, with the beta header each of its edits needs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Union
 
 from .errors import BadRequestError, ConfigurationError, HistoryError
@@ -30,6 +32,7 @@ __all__ = (
     "Summarize",
     "apply_processors",
     "clear_old_tool_results",
+    "context_management_params",
     "estimate_tokens",
     "is_length_refusal",
     "summarize",
@@ -364,3 +367,40 @@ def summarize(
         max_tokens=max_tokens,
         prompt=prompt,
     )
+
+
+BETAS = {
+    "clear_tool_uses_20250919": "context-management-2025-06-27",
+    "clear_thinking_20251015": "context-management-2025-06-27",
+    "compact_20260112": "compact-2026-01-12",
+}
+"""The beta each server-side context management edit is sent under (as the SDK names
+them in `AnthropicBetaParam`)."""
+
+
+def context_management_params(
+    context_management: Mapping[str, Any], params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`params` with `context_management` and the betas its edits need added.
+
+    An edit type this version does not know is sent as it is, under the context
+    management beta; betas already in `params` are kept.
+
+    Raises:
+        ConfigurationError: `context_management` is not `{"edits": [{"type": ...}, ...]}`.
+    """
+    edits = context_management.get("edits") if isinstance(context_management, Mapping) else None
+    if not isinstance(edits, (list, tuple)) or not all(
+        isinstance(e, Mapping) and isinstance(e.get("type"), str) for e in edits
+    ):
+        raise ConfigurationError(
+            'context_management must be {"edits": [{"type": "clear_tool_uses_20250919", '
+            f"...}}, ...]}}, not {context_management!r}"
+        )
+    given = params.get("betas") or ()
+    betas = [given] if isinstance(given, str) else list(given)
+    for edit in edits:
+        beta = BETAS.get(edit["type"], "context-management-2025-06-27")
+        if beta not in betas:
+            betas.append(beta)
+    return {**params, "context_management": dict(context_management), "betas": betas}

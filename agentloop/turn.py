@@ -31,14 +31,16 @@ from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
 from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult, sendable
 
-__all__ = ("CONTINUE", "Ask", "Emit", "Turn", "TurnOutcome")
+__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome")
 
 Emit = Callable[[Event], Awaitable[None]]
 Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
 """Sends the turn's request; streams its events to the function given, if it streams."""
 
 # Stop reasons after which the loop sends the history back for another round.
-CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn"})
+CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn", "compaction"})
+RESUME = frozenset({"pause_turn", "compaction"})
+"""Stop reasons of a turn the server has not finished: sent back as it is, to continue."""
 
 
 @dataclass(frozen=True)

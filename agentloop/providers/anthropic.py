@@ -338,6 +338,11 @@ class _Message:
         elif kind == "signature":
             value = str(delta.get("signature", ""))
             block["signature"] = value
+        elif kind == "compaction":  # server-side compaction: its summary, in one piece
+            for key in ("content", "encrypted_content"):
+                if delta.get(key) is not None:
+                    block[key] = (block.get(key) or "") + str(delta[key])
+            value = json.dumps(delta)
         elif kind == "citations":
             block.setdefault("citations", []).append(delta.get("citation"))
             value = json.dumps(delta)

@@ -342,8 +342,9 @@ class Fault:
 def message_events(message: Mapping[str, Any], *, chunk: int = 16) -> list[tuple[str, Any]]:
     """The SSE events, as `(event name, data)` pairs, that the API would stream for `message`.
 
-    Text, thinking and tool input arrive as deltas of at most `chunk` characters; other
-    blocks arrive whole in their `content_block_start`.
+    Text, thinking and tool input arrive as deltas of at most `chunk` characters; a
+    `compaction` block's summary arrives in one `compaction_delta`; other blocks arrive
+    whole in their `content_block_start`.
     """
     usage = dict(message.get("usage") or {})
     start = {
@@ -413,6 +414,10 @@ def _block_parts(block: Mapping[str, Any], chunk: int) -> tuple[dict[str, Any], 
         ]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
         return {**block, "thinking": "", "signature": ""}, deltas
+    if kind == "compaction":
+        fields = ("content", "encrypted_content")
+        delta = {"type": "compaction_delta", **{k: block[k] for k in fields if k in block}}
+        return {**{k: v for k, v in block.items() if k not in fields}, "content": None}, [delta]
     return dict(block), []
 
 
