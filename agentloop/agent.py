@@ -320,6 +320,42 @@ class Agent:
             )
         )
 
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool of another: each call runs it on the prompt the model writes.
+
+        The sub-run gets the calling run's `deps`; its usage, cost and tool calls are added
+        to the calling run's, and the calling run's `UsageLimits` bound it too (what is
+        left of them, besides this agent's own). Its spans nest under the tool call's
+        span (with a tracer provider both agents share), and cancelling the call (or the
+        calling run) cancels it. A sub-run that fails or goes over a limit answers the
+        call with an `is_error` result.
+
+        Args:
+            name: The tool's name; by default the agent's `name`.
+            description: What the model is told the tool does.
+            timeout: Seconds a call may take; by default the calling agent's
+                `tool_timeout`.
+        """
+        from .subagents import agent_tool
+
+        def start(prompt: str, deps: Any, limits: UsageLimits | None) -> RunState:
+            return self._new_run(None, prompt, deps, (), limits)
+
+        return agent_tool(
+            start,
+            partial(self._drive, emit=None),
+            name=name or self.name,
+            description=description,
+            timeout=timeout,
+            limits=self.usage_limits,
+        )
+
     # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
 
     async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:

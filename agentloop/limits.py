@@ -33,6 +33,7 @@ __all__ = (
     "check_provider",
     "input_tokens",
     "price",
+    "tighter",
 )
 
 LIMIT_REACHED = (
@@ -148,6 +149,27 @@ class Breach:
             f"usage limit {self.limit}={self.bound:g} would be exceeded by the next request "
             f"(at least {self.value:g}); it was not sent"
         )
+
+
+def tighter(first: UsageLimits | None, second: UsageLimits | None) -> UsageLimits | None:
+    """The limits that hold both `first` and `second`: the smaller bound of each field."""
+    if first is None or second is None:
+        return first or second
+
+    def least(a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else min(a, b)
+
+    return UsageLimits(
+        requests=least(first.requests, second.requests),
+        input_tokens=least(first.input_tokens, second.input_tokens),
+        output_tokens=least(first.output_tokens, second.output_tokens),
+        total_tokens=least(first.total_tokens, second.total_tokens),
+        tool_calls=least(first.tool_calls, second.tool_calls),
+        cost_usd=least(first.cost_usd, second.cost_usd),
+        count_tokens_before_request=(
+            first.count_tokens_before_request or second.count_tokens_before_request
+        ),
+    )
 
 
 def input_tokens(usage: Usage) -> int:
