@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import genai_prices
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentloop import (
     Agent,
@@ -21,7 +24,14 @@ from agentloop import (
 from agentloop.limits import LIMIT_REACHED, price
 from agentloop.messages import parse_history
 from agentloop.result import Usage
-from agentloop.testing import ChatCompletionsServer, ScriptedProvider, reply, tool_call
+from agentloop.testing import (
+    ChatCompletionsServer,
+    ScriptedProvider,
+    SteppedProvider,
+    reply,
+    tool_call,
+)
+from tests.test_properties import TURNS, build, crashes, fails, ok, slow
 
 
 class Counter:
@@ -286,3 +296,59 @@ def test_limits_are_checked_when_made(fields: dict[str, Any], message: str) -> N
 def test_usage_limits_must_be_usage_limits() -> None:
     with pytest.raises(ConfigurationError, match="usage_limits must be a UsageLimits"):
         Agent(usage_limits={"requests": 1}, provider=ScriptedProvider([]))  # type: ignore[arg-type]
+
+
+@pytest.mark.both_formats
+async def test_limits_hold_on_every_provider_and_stream(http_agent: Any) -> None:
+    counter = Counter()
+    agent, server = http_agent(
+        calls_forever({"input_tokens": 100, "output_tokens": 5}),
+        tools=[counter.tool],
+        usage_limits=UsageLimits(input_tokens=250),
+    )
+    with pytest.raises(UsageLimitExceeded) as caught:
+        await agent.run("go")
+    assert caught.value.limit == "input_tokens" and caught.value.value == 300
+    assert len(server.model.requests) == 3 and counter.runs == 2
+    assert caught.value.result is not None
+    assert_valid(caught.value.result)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=TURNS,
+    requests=st.none() | st.integers(min_value=1, max_value=6),
+    tokens=st.none() | st.integers(min_value=1, max_value=60),
+    tool_calls=st.none() | st.integers(min_value=0, max_value=6),
+    streamed=st.booleans(),
+)
+def test_any_limit_over_random_model_behaviour_leaves_a_valid_history(
+    turns: list[tuple[list[str], str]],
+    requests: int | None,
+    tokens: int | None,
+    tool_calls: int | None,
+    streamed: bool,
+) -> None:
+    provider: Any = SteppedProvider(build(turns)) if streamed else ScriptedProvider(build(turns))
+    limits = UsageLimits(requests=requests, total_tokens=tokens, tool_calls=tool_calls)
+    agent = Agent(provider=provider, tools=[ok, slow, fails, crashes], tool_timeout=0.02)
+
+    async def main() -> Any:
+        if not streamed:
+            return await agent.run("start", usage_limits=limits)
+        async with agent.run_stream("start", usage_limits=limits) as stream:
+            async for _ in stream:
+                pass
+        return stream.result
+
+    try:
+        result = anyio.run(main)
+    except UsageLimitExceeded as exc:
+        result = exc.result
+        assert result is not None and result.stop_reason == "usage_limit"
+    lint_history(parse_history(result.messages))
+    ran = [c for c in result.tool_calls if not c.output.startswith("Not run")]
+    if tool_calls is not None:
+        assert len([c for c in ran if c.name in ("ok", "fails", "crashes", "slow")]) <= tool_calls
+    if requests is not None:
+        assert result.usage.requests <= requests
