@@ -218,7 +218,9 @@ class Summarize:
     sent to the model as a transcript, with `SUMMARY_PROMPT`; what is sent instead is one
     user message holding the summary, then the kept turns verbatim. Each summary is kept
     (for the prefix it summarises), so later rounds reuse it until the history outgrows
-    the limit again. The request's usage (and cost) is counted in the run's.
+    the limit again. The request's usage (and cost) is counted in the run's; when the
+    run's `UsageLimits` leave no room for it, nothing is folded (the run's own next
+    request then meets the limit).
     """
 
     def __init__(
@@ -274,8 +276,9 @@ class Summarize:
 
     async def _fold(self, messages: list[Message]) -> list[Message]:
         cut = _cut(messages, self.keep_last)
-        if cut is None:
-            return messages
+        scope = current_scope.get()
+        if cut is None or (scope is not None and scope.run.meter.before_request(scope.run.usage)):
+            return messages  # nothing to fold, or no budget left for the summary request
         folded = self._reuse(messages[:cut])
         summary = await self._summarize(folded)
         self._summaries[_digest(messages[:cut])] = (cut, summary)

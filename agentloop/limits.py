@@ -96,7 +96,11 @@ class UsageLimits:
             )
 
     def remaining(self, usage: Usage, tool_calls: int, cost: float | None) -> UsageLimits:
-        """These limits less what has been used: the budget left for a sub-run."""
+        """These limits less what has been used: the budget left for a sub-run.
+
+        Counts are floored at 1, the least bound `UsageLimits` takes: check first that a
+        request still fits (`Meter.before_request`), as `Agent.as_tool` does.
+        """
 
         def left(bound: int | None, used: int) -> int | None:
             return None if bound is None else max(bound - used, 0)

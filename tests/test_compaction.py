@@ -278,3 +278,22 @@ def test_every_strategy_keeps_a_random_valid_history_valid(
         anyio.run(folded.forced, list(history)),
     ):
         lint_history(processed)
+
+
+async def test_summary_requests_count_against_the_runs_limits(serve: Any) -> None:
+    from agentloop import UsageLimitExceeded, UsageLimits
+
+    server = serve(scripted_with_summaries(fetching(3)))
+    agent = Agent(
+        client=server.client(),
+        tools=[fetch],
+        history_processors=[summarize(when_input_tokens_exceed=1, keep_last=1)],
+        usage_limits=UsageLimits(requests=2),
+    )
+    with pytest.raises(UsageLimitExceeded) as caught:
+        await agent.run("read")
+    # Round 1, then a summary for round 2: the budget of two requests is spent.
+    assert [is_summary_request(b) for b in server.requests] == [False, True]
+    result = caught.value.result
+    assert result is not None and result.usage.requests == 2
+    assert result.usage.input_tokens == 10 + 300
