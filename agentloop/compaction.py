@@ -43,7 +43,8 @@ HistoryProcessor = Union[  # noqa: UP007 (readable as a list)
     Callable[[RunContext[Any], list[Message]], "list[Message] | Awaitable[list[Message]]"],
 ]
 """A function (sync or async) from the messages to send to the messages to send instead,
-optionally taking the run's `RunContext` first. It gets a fresh list each round and may
+optionally taking the run's `RunContext` first (its `round` is the request about to be
+sent; `tool_use_id` and `tool_name` are empty). It gets a fresh list each round and may
 return a new one or the one it got changed; the messages themselves are immutable."""
 
 CLEARED = "[tool result cleared to save context]"
