@@ -64,7 +64,10 @@ def agent_tool(
                     "was reached."
                 )
             bounds = tighter(limits, parent.meter.remaining(parent.usage))
-        run = start(prompt, ctx.deps, bounds)
+        try:
+            run = start(prompt, ctx.deps, bounds)
+        except AgentloopError as exc:  # e.g. a cost limit over a model without a price
+            raise ToolError(f"The {name} agent could not start: {exc}") from exc
         try:
             result = await drive(run)
         except AgentloopError as exc:

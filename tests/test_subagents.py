@@ -186,3 +186,18 @@ def test_cancelling_the_parent_cancels_the_sub_run(backend: str) -> None:
 def test_as_tool_needs_a_name() -> None:
     with pytest.raises(ConfigurationError, match="needs a name"):
         Agent(provider=ScriptedProvider([]), name="").as_tool()
+
+
+async def test_a_sub_agent_without_a_price_under_a_cost_limit_answers_with_an_error() -> None:
+    sub = ScriptedProvider([reply("never")])
+    researcher = Agent("claude-scripted", provider=sub)
+    parent = Agent(
+        "claude-sonnet-4-5",
+        provider=ScriptedProvider([ask_researcher(), reply("done")]),
+        tools=[researcher.as_tool("researcher")],
+        usage_limits=UsageLimits(cost_usd=1.0),
+    )
+    result = await parent.run("go")
+    (call,) = result.tool_calls
+    assert call.is_error and "could not start" in call.output and "claude-scripted" in call.output
+    assert sub.requests == [] and result.text == "done"
