@@ -26,6 +26,7 @@ if typing.TYPE_CHECKING:
     from .errors import SessionError as SessionError
     from .errors import ToolCallFailed as ToolCallFailed
     from .errors import ToolError as ToolError
+    from .errors import UsageLimitExceeded as UsageLimitExceeded
     from .events import ApprovalRequested as ApprovalRequested
     from .events import Event as Event
     from .events import ModelResponded as ModelResponded
@@ -41,6 +42,7 @@ if typing.TYPE_CHECKING:
     from .events import ToolInputDelta as ToolInputDelta
     from .events import ToolResultEvent as ToolResultEvent
     from .hookspecs import hookimpl as hookimpl
+    from .limits import UsageLimits as UsageLimits
     from .lint import lint_history as lint_history
     from .messages import ContentBlock as ContentBlock
     from .messages import DocumentBlock as DocumentBlock
@@ -136,6 +138,8 @@ _MODULES = {
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
     "Usage": "result",
+    "UsageLimitExceeded": "errors",
+    "UsageLimits": "limits",
     "hookimpl": "hookspecs",
     "lint_history": "lint",
     "plugin_tools": "plugins",
@@ -200,6 +204,8 @@ __all__ = (
     "ToolUseBlock",
     "UnknownBlock",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "hookimpl",
     "lint_history",
     "plugin_tools",

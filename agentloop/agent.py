@@ -31,10 +31,22 @@ from opentelemetry.trace import TracerProvider
 
 from agentloop.approval import ApprovalRule, Decision, Gate, agent_rule
 from agentloop.checks import check_count, check_seconds
-from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
+from agentloop.compaction import (
+    HistoryProcessor,
+    apply_processors,
+    context_management_params,
+    is_length_refusal,
+)
+from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
 from agentloop.history import History
-from agentloop.lint import HistoryLinter
+from agentloop.limits import (
+    Meter,
+    UsageLimits,
+    check_before_request,
+    check_provider,
+)
+from agentloop.lint import HistoryLinter, lint_history
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.providers.base import (
@@ -48,12 +60,13 @@ from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exce
 from agentloop.result import RunResult, StopReason
 from agentloop.resume import finish_turn, plan
 from agentloop.run import RunState
+from agentloop.scope import RunScope, entered
 from agentloop.sessions.base import Session
 from agentloop.sessions.runs import keeping, load_session
 from agentloop.stream import RunStream
-from agentloop.tools import Tool, ToolDefinition, ToolResult
+from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
-from agentloop.turn import CONTINUE, Emit, Turn
+from agentloop.turn import CONTINUE, RESUME, Emit, Turn
 
 __all__ = ("DEFAULT_MODEL", "Agent")
 
@@ -93,6 +106,9 @@ class Agent:
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
         approval_required: Collection[str] | ApprovalRule | None = None,
+        usage_limits: UsageLimits | None = None,
+        history_processors: Sequence[HistoryProcessor] = (),
+        context_management: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure an agent.
 
@@ -132,6 +148,20 @@ class Agent:
                 each tool's own `requires_approval`: a set of tool names (for plugin
                 tools, whose authors cannot know this service's policy), or
                 `rule(ctx, input) -> bool` deciding per call. See `resume`.
+            usage_limits: The most each run may spend (requests, tokens, tool calls,
+                dollars); a run that would go over ends with `UsageLimitExceeded`. A
+                run's own `usage_limits=` replaces these.
+            history_processors: Functions (sync or async, optionally taking the
+                `RunContext` first) from the messages to the messages to send, applied
+                in order before every request, e.g. `agentloop.compaction`'s
+                `clear_old_tool_results(keep_last=3)`. They shape what is sent, never
+                the run's history (`RunResult.messages`). With processors, a request
+                refused for length is retried once with their `forced` form.
+            context_management: The Anthropic API's server-side context management,
+                e.g. `{"edits": [{"type": "clear_tool_uses_20250919"}]}` or
+                `{"edits": [{"type": "compact_20260112"}]}`, sent with each request under
+                the beta its edits need. The blocks the API returns for it (such as
+                `compaction`) stay in the history verbatim and are sent back.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -157,6 +187,10 @@ class Agent:
             raise ConfigurationError(
                 f"tools must be a list of tools or functions, not {type(tools).__name__}"
             )
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
         if provider is None:
             from .providers import provider_for
 
@@ -178,6 +212,12 @@ class Agent:
         self.stop_sequences = stop_sequences
         self.on_tool_error = on_tool_error
         self.params = dict(params or {})
+        if context_management is not None:
+            if getattr(provider, "name", None) == "openai":
+                raise ConfigurationError(
+                    "context_management is a Messages API feature; Chat Completions has none"
+                )
+            self.params = context_management_params(context_management, self.params)
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
@@ -188,6 +228,13 @@ class Agent:
                 raise ConfigurationError(
                     f"approval_required names {', '.join(unknown)}, not tools of this agent"
                 )
+        check_provider(usage_limits, provider)
+        self.usage_limits = usage_limits
+        if isinstance(history_processors, (str, bytes)) or not all(
+            callable(p) for p in history_processors
+        ):
+            raise ConfigurationError("history_processors must be a list of functions")
+        self.history_processors = tuple(history_processors)
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -204,6 +251,7 @@ class Agent:
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> RunResult:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -224,6 +272,8 @@ class Agent:
             session: A `Session` (`agentloop.sessions`) to continue instead of `history`:
                 its history is loaded, and what the run adds is appended when it ends
                 (see docs/sessions.md).
+            usage_limits: The most this run may spend, instead of the agent's
+                `usage_limits`.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type, or
@@ -233,8 +283,10 @@ class Agent:
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
             SessionConflict: another run appended to `session` first; nothing was
                 stored, and `.result` holds this run's result.
+            UsageLimitExceeded: the run went over a usage limit, or its next request
+                would have; `.result` holds the partial run.
         """
-        _, drive = await self._prepare(prompt, history, deps, external_tools, session)
+        _, drive = await self._prepare(prompt, history, deps, external_tools, session, usage_limits)
         return await drive(None)
 
     @asynccontextmanager
@@ -246,6 +298,7 @@ class Agent:
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> AsyncIterator[RunStream]:
         """Run as `run()` does, yielding typed events while the model streams.
 
@@ -262,7 +315,9 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run, drive = await self._prepare(prompt, history, deps, external_tools, session)
+        run, drive = await self._prepare(
+            prompt, history, deps, external_tools, session, usage_limits
+        )
         async with self._stream(run, drive) as stream:
             yield stream
 
@@ -298,6 +353,7 @@ class Agent:
         deps: Any = None,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> RunResult:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
@@ -308,7 +364,44 @@ class Agent:
                 deps=deps,
                 external_tools=external_tools,
                 session=session,
+                usage_limits=usage_limits,
             )
+        )
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool of another: each call runs it on the prompt the model writes.
+
+        The sub-run gets the calling run's `deps`; its usage, cost and tool calls are added
+        to the calling run's, and the calling run's `UsageLimits` bound it too (what is
+        left of them, besides this agent's own). Its spans nest under the tool call's
+        span (with a tracer provider both agents share), and cancelling the call (or the
+        calling run) cancels it. A sub-run that fails or goes over a limit answers the
+        call with an `is_error` result.
+
+        Args:
+            name: The tool's name; by default the agent's `name`.
+            description: What the model is told the tool does.
+            timeout: Seconds a call may take; by default the calling agent's
+                `tool_timeout`.
+        """
+        from .subagents import agent_tool
+
+        def start(prompt: str, deps: Any, limits: UsageLimits | None) -> RunState:
+            return self._new_run(None, prompt, deps, (), limits)
+
+        return agent_tool(
+            start,
+            partial(self._drive, emit=None),
+            name=name or self.name,
+            description=description,
+            timeout=timeout,
+            limits=self.usage_limits,
         )
 
     async def resume(
@@ -423,15 +516,26 @@ class Agent:
         if run.paused is not None:
             ran = await finish_turn(run, self.registry, self._context(run, run.rounds), emit)
             self._check_failures(run, ran)
+        forced = False  # compact whatever the size: the last request was refused for length
         while run.rounds < self.max_rounds:
             if self.history_check == "strict":
                 run.history.check()
-            request = self._build_request(run)
+            request = self._build_request(run, await self._processed(run, forced))
+            breach = await check_before_request(run.meter, run.usage, request, self.provider)
+            if breach is not None:
+                raise breach.error(run.end_early("usage_limit"))
             round_ = run.start_round()
             if emit is not None:
                 await emit(RequestStarted(round_))
             turn = Turn(run, self.registry, self._context(run, round_), emit)
-            outcome = await turn.play(partial(self._request, run, request, emit))
+            try:
+                outcome = await turn.play(partial(self._request, run, request, emit))
+            except ProviderError as exc:
+                if forced or not self.history_processors or not is_length_refusal(exc):
+                    raise
+                run.log.info("run.compact_retry", error=str(exc))
+                forced = True
+                continue
             # A cancellation that reached only the tool calls (the response itself came in
             # whole) ends the run here, with every call answered.
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -439,12 +543,19 @@ class Agent:
             if emit is not None:
                 await emit(RoundFinished(round_, response.stop_reason, response.usage))
             self._check_failures(run, outcome.results)
+            breach = run.meter.over(run.usage)
+            if breach is not None:
+                raise breach.error(run.end_early("usage_limit"))
             if run.pause_reason is not None:
                 return run.pause_reason
             if run.stopping:
                 return "cancelled"
             stop = response.stop_reason
-            if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
+            if not forced and self.history_processors and is_length_refusal(stop_reason=stop):
+                forced = True
+                continue
+            forced = False
+            if stop not in CONTINUE or (stop not in RESUME and not outcome.calls):
                 return stop or "end_turn"
         return "max_rounds"
 
@@ -455,13 +566,14 @@ class Agent:
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
         session: Session | None,
+        usage_limits: UsageLimits | None = None,
     ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
         """A new run and what drives it: the loop, in `session` when one is given."""
         if session is None:
-            run = self._new_run(history, prompt, deps, external_tools)
+            run = self._new_run(history, prompt, deps, external_tools, usage_limits)
             return run, partial(self._drive, run)
         snapshot = await load_session(session, history)
-        run = self._new_run(snapshot.messages, prompt, deps, external_tools)
+        run = self._new_run(snapshot.messages, prompt, deps, external_tools, usage_limits)
         return run, keeping(session, snapshot, run, partial(self._drive, run))
 
     def _new_run(
@@ -470,6 +582,7 @@ class Agent:
         prompt: str | Sequence[ContentBlock] | None,
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
     ) -> RunState:
         linter = HistoryLinter(
             thinking=self.thinking,
@@ -493,6 +606,12 @@ class Agent:
                 f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
                 "the model addresses tools by name"
             )
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
+        limits = usage_limits if usage_limits is not None else self.usage_limits
+        check_provider(limits, self.provider)
         return RunState(
             history_,
             deps=deps,
@@ -506,6 +625,7 @@ class Agent:
                 external_names=names,
                 approval_required=self.approval_required,
             ),
+            meter=Meter(limits, self.model),
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:
@@ -540,7 +660,10 @@ class Agent:
         if emit is not None:
             await emit(RunStarted(run.id))
         try:
-            with structlog.contextvars.bound_contextvars(run_id=run.id):
+            with (
+                structlog.contextvars.bound_contextvars(run_id=run.id),
+                entered(RunScope(run, self.provider, self.model)),
+            ):
                 stop = await self._loop(run, emit)
         except anyio.get_cancelled_exc_class():
             run.end_early("cancelled")
@@ -598,10 +721,29 @@ class Agent:
             return await self.provider.stream(request, on_event)
         return await self.provider.complete(request)
 
-    def _build_request(self, run: RunState) -> ModelRequest:
+    async def _processed(self, run: RunState, forced: bool) -> Sequence[Message]:
+        """The messages to send: the history through the history processors, if any."""
+        if not self.history_processors:
+            return run.history.messages
+        context = RunContext(run.id, run.rounds + 1, "", "", run.deps)
+        messages = await apply_processors(
+            self.history_processors, run.history.messages, context, forced=forced
+        )
+        if self.history_check == "strict":
+            lint_history(
+                messages,
+                thinking=self.thinking,
+                tool_choice=self.tool_choice,
+                allow_file_sources=self._files_beta,
+            )
+        return messages
+
+    def _build_request(
+        self, run: RunState, messages: Sequence[Message] | None = None
+    ) -> ModelRequest:
         return ModelRequest(
             model=self.model,
-            messages=run.history.messages,
+            messages=run.history.messages if messages is None else messages,
             max_tokens=self.max_tokens,
             system=self.system,
             tools=[*self.registry.definitions(), *run.external]

@@ -15,14 +15,14 @@ from .errors import ConfigurationError
 __all__ = ("check_count", "check_seconds", "parse_count", "parse_seconds")
 
 
-def check_count(name: str, value: Any) -> int:
-    """`value` if it is a whole number >= 1.
+def check_count(name: str, value: Any, *, minimum: int = 1) -> int:
+    """`value` if it is a whole number >= `minimum` (1 unless told otherwise).
 
     Raises:
-        ConfigurationError: it is not (a bool, a float, zero or less).
+        ConfigurationError: it is not (a bool, a float, less than `minimum`).
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be a whole number >= {minimum}, not {value!r}")
     return value
 
 

@@ -21,7 +21,8 @@ AgentloopError
 │   ├── BadRequestError        4xx: the request itself was refused
 │   └── ServerError            5xx after the client's retries
 ├── RunError                   a run ended early; carries the partial RunResult
-│   └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+│   ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
+│   └── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
 ├── ResumeError                a paused run cannot be resumed as asked; nothing was changed
 │   ├── InvalidStateError      the state is not a run state, or does not hold together
 │   │   ├── StateVersionError  written by an incompatible version of agentloop
@@ -68,6 +69,7 @@ __all__ = (
     "TamperedStateError",
     "ToolCallFailed",
     "ToolError",
+    "UsageLimitExceeded",
     "api_error",
 )
 
@@ -189,6 +191,35 @@ class ToolCallFailed(RunError):
     The history in `result.messages` is complete: every tool_use of the last turn has its
     tool_result, so it can be sent again as is.
     """
+
+
+class UsageLimitExceeded(RunError):
+    """A run went over one of its `UsageLimits`, or its next request certainly would have.
+
+    `result` is the partial run (`stop_reason="usage_limit"`): its usage counts every
+    request made, and its history is valid to send again, every `tool_use` answered.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        bound: float,
+        value: float,
+        sent: bool = True,
+        result: RunResult | None = None,
+    ) -> None:
+        super().__init__(message, result=result)
+        self.limit = limit
+        """The `UsageLimits` field that was gone over (`"input_tokens"`, `"cost_usd"`, ...)."""
+        self.bound = bound
+        """That field's value."""
+        self.value = value
+        """The total that went over `bound`; for a request that was not sent, the least
+        it would have reached."""
+        self.sent = sent
+        """False when the request that would have gone over was not sent."""
 
 
 class ResumeError(AgentloopError):

@@ -255,6 +255,8 @@ class HistoryLinter:
                 caller = (block.__pydantic_extra__ or {}).get("caller")
                 if isinstance(caller, dict) and caller.get("tool_id"):
                     state.pending_server.pop(str(caller["tool_id"]), None)
+            elif kind == "compaction":
+                _check_compaction(block, turn.role, path, index)
             elif isinstance(block, ServerToolUseBlock):
                 state.server_uses.add(block.id)
                 state.pending_server[block.id] = (t, index)
@@ -353,6 +355,21 @@ class HistoryLinter:
         _check_latest_thinking(turns[assistant], last_assistant)
         if self._thinking_enabled and final.role == "user" and assistant == len(turns) - 2:
             _check_thinking_first(turns[assistant], final, last_assistant)
+
+
+def _check_compaction(block: Any, role: str, path: str, index: int) -> None:
+    """A server-side `compaction` block: the model's, and a summary or null (failed)."""
+    if role != "assistant":
+        raise HistoryError(
+            "`compaction` blocks can only appear in assistant messages", path=path, index=index
+        )
+    content = (block.__pydantic_extra__ or {}).get("content")
+    if content is not None and (not isinstance(content, str) or not content):
+        raise HistoryError(
+            "compaction block content must be a non-empty string, or null for a failed compaction",
+            path=f"{path}.content",
+            index=index,
+        )
 
 
 def _thinking_enabled(thinking: bool | Mapping[str, Any] | None) -> bool:

@@ -25,6 +25,7 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
         "model_context_window_exceeded",
         "max_rounds",
         "tool_error",
+        "usage_limit",
         "cancelled",
         "error",
     ],
@@ -34,7 +35,7 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
 "max_tokens", "stop_sequence", "refusal", "model_context_window_exceeded", "pause_turn";
 "tool_use" when calls of external tools are handed back, "approval_required" when calls
 wait for a decision; `str` for a value the API adds later), or agentloop's own
-"max_rounds", "tool_error", "cancelled" or "error"."""
+"max_rounds", "tool_error", "usage_limit", "cancelled" or "error"."""
 
 
 @dataclass(frozen=True)

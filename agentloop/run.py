@@ -15,6 +15,7 @@ import anyio
 
 from .approval import Gate, Waiting
 from .history import History
+from .limits import Meter
 from .messages import ContentBlock
 from .providers.base import ModelResponse
 from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
@@ -41,12 +42,14 @@ class RunState:
         external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         external_names: frozenset[str] = frozenset(),
         gate: Gate | None = None,
+        meter: Meter | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
         `tracing` opens the run's spans (None: no spans); `external` are the definitions
         of external tools announced with each request, `external_names` their names;
         `gate` says which calls wait (by default those of the external tools).
+        `meter` holds the run's usage limits and counts its cost and tool calls.
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -55,6 +58,7 @@ class RunState:
         self.external = tuple(external)
         self.external_names = external_names
         self.usage = Usage()
+        self.meter = meter if meter is not None else Meter(None, "")
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
@@ -95,9 +99,16 @@ class RunState:
     ) -> list[ToolCall]:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
+        self.meter.add(response.usage)
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
+
+    def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
+        """Count requests made on the run's behalf (a sub-run, a summary) in its usage."""
+        self.usage += usage
+        self.meter.add_cost(cost)
+        self.meter.count_calls(tool_calls)
 
     def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer a turn's calls in the history and log them."""
@@ -144,6 +155,9 @@ class RunState:
         self.calls = list(paused.tool_calls)
         self.container = paused.container
         self.paused = paused
+        # The limits hold over the whole run: count what it spent before the pause.
+        self.meter.add(paused.usage)
+        self.meter.count_calls(len(paused.tool_calls))
 
     def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer the paused turn: all its results, in order, logged in that order too.

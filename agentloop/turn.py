@@ -33,14 +33,16 @@ from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
 from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult, sendable
 
-__all__ = ("CONTINUE", "Ask", "Emit", "Turn", "TurnOutcome")
+__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome")
 
 Emit = Callable[[Event], Awaitable[None]]
 Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
 """Sends the turn's request; streams its events to the function given, if it streams."""
 
 # Stop reasons after which the loop sends the history back for another round.
-CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn"})
+CONTINUE = frozenset({"tool_use", "max_tokens", "pause_turn", "compaction"})
+RESUME = frozenset({"pause_turn", "compaction"})
+"""Stop reasons of a turn the server has not finished: sent back as it is, to continue."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,12 @@ class Turn:
                     await self._announce_wait(call)
                     return
                 tool = self.registry.get(call.name)
-                eager = call.error is None and (tool is None or tool.eager)
+                left = self.run.meter.calls_left()  # a tool_calls limit: start none over it
+                eager = (
+                    call.error is None
+                    and (tool is None or tool.eager)
+                    and (left is None or len(self.started) < left)
+                )
                 if self.emit is not None:
                     self.announced.add(call.id)
                     await self.emit(
@@ -210,7 +217,12 @@ class Turn:
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
-        return {**self._by_stop_reason(response), **response.call_errors}
+        errors = {**self._by_stop_reason(response), **response.call_errors}
+        run = self.run
+        over = run.meter.refused_calls(
+            run.usage, response, errors, run.external_names, self.started
+        )
+        return {**errors, **over}
 
     def _by_stop_reason(self, response: ModelResponse) -> dict[str, str]:
         reason = response.stop_reason

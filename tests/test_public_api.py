@@ -77,6 +77,8 @@ PUBLIC = (
     "ToolUseBlock",
     "UnknownBlock",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "hookimpl",
     "lint_history",
     "plugin_tools",

@@ -141,6 +141,24 @@ class AnthropicProvider:
             ) from exc
         return _with_headers(ModelResponse.from_wire(decoded), headers)
 
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens `request` would use, by the API's `count_tokens` endpoint.
+
+        Sends the request's fields that `messages.count_tokens` (or the beta one) takes;
+        API failures raise `ProviderError`s.
+        """
+        self._check_credentials()
+        messages, arguments = _arguments(self._client, request, stream=False)
+        accepted = frozenset(inspect.signature(messages.count_tokens).parameters)
+        arguments = {k: v for k, v in arguments.items() if k in accepted and k != "extra_body"}
+        try:
+            counted = await messages.count_tokens(**arguments)
+        except anthropic.APIError as exc:
+            raise _translate(exc) from exc
+        except httpx2.TransportError as exc:
+            raise _connection_lost(exc) from exc
+        return int(counted.input_tokens)
+
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
@@ -320,6 +338,11 @@ class _Message:
         elif kind == "signature":
             value = str(delta.get("signature", ""))
             block["signature"] = value
+        elif kind == "compaction":  # server-side compaction: its summary, in one piece
+            for key in ("content", "encrypted_content"):
+                if delta.get(key) is not None:
+                    block[key] = (block.get(key) or "") + str(delta[key])
+            value = json.dumps(delta)
         elif kind == "citations":
             block.setdefault("citations", []).append(delta.get("citation"))
             value = json.dumps(delta)

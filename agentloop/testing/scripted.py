@@ -232,6 +232,18 @@ class Fault:
         return cls("http_error", status, kind, text, retry_after)
 
     @classmethod
+    def prompt_too_long(cls, tokens: int = 208_656, maximum: int = 200_000) -> Fault:
+        """400 `invalid_request_error`: the API's refusal of a request over the context window.
+
+        Worded as the API words it: "prompt is too long: N tokens > M maximum".
+        """
+        return cls.http_error(
+            400,
+            "invalid_request_error",
+            f"prompt is too long: {tokens} tokens > {maximum} maximum",
+        )
+
+    @classmethod
     def rate_limited(cls, retry_after: float | None = 1.0) -> Fault:
         """429 `rate_limit_error`, asking the client to wait `retry_after` seconds."""
         return cls.http_error(429, retry_after=retry_after)
@@ -330,8 +342,9 @@ class Fault:
 def message_events(message: Mapping[str, Any], *, chunk: int = 16) -> list[tuple[str, Any]]:
     """The SSE events, as `(event name, data)` pairs, that the API would stream for `message`.
 
-    Text, thinking and tool input arrive as deltas of at most `chunk` characters; other
-    blocks arrive whole in their `content_block_start`.
+    Text, thinking and tool input arrive as deltas of at most `chunk` characters; a
+    `compaction` block's summary arrives in one `compaction_delta`; other blocks arrive
+    whole in their `content_block_start`.
     """
     usage = dict(message.get("usage") or {})
     start = {
@@ -401,6 +414,10 @@ def _block_parts(block: Mapping[str, Any], chunk: int) -> tuple[dict[str, Any], 
         ]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
         return {**block, "thinking": "", "signature": ""}, deltas
+    if kind == "compaction":
+        fields = ("content", "encrypted_content")
+        delta = {"type": "compaction_delta", **{k: block[k] for k in fields if k in block}}
+        return {**{k: v for k, v in block.items() if k not in fields}, "content": None}, [delta]
     return dict(block), []
 
 

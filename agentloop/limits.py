@@ -1,0 +1,363 @@
+"""Usage limits: the budget a run may spend, checked at the round boundary.
+
+`UsageLimits` is the user's budget (requests, tokens, tool calls, US dollars). Each run
+keeps a `Meter`: before a request it refuses one that would certainly go over a limit
+(from the running totals, or exactly through the API's `count_tokens` when asked), and
+after a response it names the limit the response crossed, so the loop can answer the
+turn's calls without running them and end with `UsageLimitExceeded`. Cost comes from the
+`genai-prices` table (`price`), never from a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .checks import check_count
+from .errors import ConfigurationError, UsageLimitExceeded
+from .result import Usage
+
+if TYPE_CHECKING:
+    from .providers.base import ModelRequest, ModelResponse, Provider
+    from .result import RunResult
+
+__all__ = (
+    "LIMIT_REACHED",
+    "Breach",
+    "Meter",
+    "UsageLimitExceeded",
+    "UsageLimits",
+    "check_before_request",
+    "check_provider",
+    "input_tokens",
+    "price",
+    "tighter",
+)
+
+LIMIT_REACHED = (
+    "Not run: the run's usage limit ({limit} = {bound:g}) was reached, so the run stopped."
+)
+"""The `is_error` text of a call the response that crossed a limit asked for."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageLimits:
+    """The most one run may use. `None` (the default) leaves a quantity unbounded.
+
+    Token counts are the provider's own, summed over the run's requests (and those of
+    sub-agents run as its tools, see `Agent.as_tool`).
+    """
+
+    requests: int | None = None
+    """Model requests (compaction summaries and sub-agent requests included)."""
+    input_tokens: int | None = None
+    """Input tokens read by the model: uncached, cache writes and cache reads together."""
+    output_tokens: int | None = None
+    """Output tokens written by the model."""
+    total_tokens: int | None = None
+    """Input plus output tokens (as `Usage.total_tokens`)."""
+    tool_calls: int | None = None
+    """Tool calls run (0 allows none); a call answered without running is not counted."""
+    cost_usd: float | None = None
+    """US dollars, priced by `genai-prices` (cache reads and writes at their own rates);
+    the run must use a model the price table knows, or it does not start."""
+    count_tokens_before_request: bool = False
+    """Count each request's input tokens with the API's `count_tokens` endpoint before
+    sending it, so a request that would go over an input, total or cost limit is never
+    sent. Costs one extra (free) request per round; needs a provider with
+    `count_tokens` (the Anthropic one). Without it, the pre-check uses the running
+    totals: a request is not sent when every request's least (one token read, one
+    written) would already go over."""
+
+    def __post_init__(self) -> None:
+        """Check each bound: a whole number (>= 1; >= 0 for `tool_calls`), or dollars > 0."""
+        for name in ("requests", "input_tokens", "output_tokens", "total_tokens"):
+            value = getattr(self, name)
+            if value is not None:
+                check_count(f"UsageLimits.{name}", value)
+        if self.tool_calls is not None:
+            check_count("UsageLimits.tool_calls", self.tool_calls, minimum=0)
+        cost = self.cost_usd
+        if cost is not None and (
+            isinstance(cost, bool)
+            or not isinstance(cost, (int, float))
+            or not math.isfinite(cost)
+            or cost <= 0
+        ):
+            raise ConfigurationError(
+                f"UsageLimits.cost_usd must be a number of US dollars > 0, not {cost!r}"
+            )
+        if not isinstance(self.count_tokens_before_request, bool):
+            raise ConfigurationError(
+                "UsageLimits.count_tokens_before_request must be True or False, "
+                f"not {self.count_tokens_before_request!r}"
+            )
+
+    def remaining(self, usage: Usage, tool_calls: int, cost: float | None) -> UsageLimits:
+        """These limits less what has been used: the budget left for a sub-run.
+
+        Counts are floored at 1, the least bound `UsageLimits` takes: check first that a
+        request still fits (`Meter.before_request`), as `Agent.as_tool` does.
+        """
+
+        def left(bound: int | None, used: int) -> int | None:
+            return None if bound is None else max(bound - used, 0)
+
+        def at_least_one(value: int | None) -> int | None:
+            return None if value is None else max(value, 1)
+
+        cost_left = None
+        if self.cost_usd is not None:
+            cost_left = max(self.cost_usd - (cost or 0.0), 1e-12)
+        return UsageLimits(
+            requests=at_least_one(left(self.requests, usage.requests)),
+            input_tokens=at_least_one(left(self.input_tokens, input_tokens(usage))),
+            output_tokens=at_least_one(left(self.output_tokens, usage.output_tokens)),
+            total_tokens=at_least_one(left(self.total_tokens, usage.total_tokens)),
+            tool_calls=left(self.tool_calls, tool_calls),
+            cost_usd=cost_left,
+            count_tokens_before_request=self.count_tokens_before_request,
+        )
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A limit that was (or would be) gone over: its name, its bound, and the value."""
+
+    limit: str
+    """The `UsageLimits` field (`"input_tokens"`, `"cost_usd"`, ...)."""
+    bound: float
+    value: float
+    """The total that went over `bound` (for a request not sent: the least it would reach)."""
+    sent: bool = True
+    """False when the request that would go over was not sent."""
+
+    def error(self, result: RunResult | None = None) -> UsageLimitExceeded:
+        """The error that ends the run, carrying its partial `result`."""
+        return UsageLimitExceeded(
+            self.describe(),
+            limit=self.limit,
+            bound=self.bound,
+            value=self.value,
+            sent=self.sent,
+            result=result,
+        )
+
+    def describe(self) -> str:
+        """The breach in words, for the error's message."""
+        if self.sent:
+            return f"usage limit {self.limit}={self.bound:g} exceeded ({self.value:g})"
+        return (
+            f"usage limit {self.limit}={self.bound:g} would be exceeded by the next request "
+            f"(at least {self.value:g}); it was not sent"
+        )
+
+
+def tighter(first: UsageLimits | None, second: UsageLimits | None) -> UsageLimits | None:
+    """The limits that hold both `first` and `second`: the smaller bound of each field."""
+    if first is None or second is None:
+        return first or second
+
+    def least(a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else min(a, b)
+
+    return UsageLimits(
+        requests=least(first.requests, second.requests),
+        input_tokens=least(first.input_tokens, second.input_tokens),
+        output_tokens=least(first.output_tokens, second.output_tokens),
+        total_tokens=least(first.total_tokens, second.total_tokens),
+        tool_calls=least(first.tool_calls, second.tool_calls),
+        cost_usd=least(first.cost_usd, second.cost_usd),
+        count_tokens_before_request=(
+            first.count_tokens_before_request or second.count_tokens_before_request
+        ),
+    )
+
+
+def input_tokens(usage: Usage) -> int:
+    """All input tokens of `usage`: uncached, cache writes and cache reads."""
+    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+
+
+def price(usage: Usage, model: str) -> float | None:
+    """What `usage` of `model` costs in US dollars, by `genai-prices`; None if unknown.
+
+    Cache writes and reads are priced at the model's own cache rates.
+    """
+    import genai_prices  # imported on first use: it loads its price table
+
+    counts = genai_prices.Usage(
+        input_tokens=input_tokens(usage),
+        cache_write_tokens=usage.cache_creation_input_tokens,
+        cache_read_tokens=usage.cache_read_input_tokens,
+        output_tokens=usage.output_tokens,
+    )
+    try:
+        calculation = genai_prices.calc_price(counts, model)
+    except LookupError:
+        return None
+    return float(calculation.total_price)
+
+
+@dataclass
+class Meter:
+    """One run's spending against its limits: cost and tool calls (tokens are the run's).
+
+    The run's `Usage` is kept by the run itself; the meter adds what `Usage` does not
+    hold: the cost in dollars (priced per response, as sub-runs may use other models)
+    and the tool calls run.
+    """
+
+    limits: UsageLimits | None
+    model: str
+    cost: float | None = None
+    """Dollars spent so far, counted only under a `cost_usd` limit (None otherwise)."""
+    tool_calls: int = 0
+    """Tool calls run so far (sub-runs' included)."""
+    refused: Breach | None = None
+    """The limit a response crossed, once `refused_calls` refused its calls for it."""
+
+    def __post_init__(self) -> None:
+        """Start counting dollars under a cost limit; refuse one the table cannot price."""
+        if self.limits is not None and self.limits.cost_usd is not None:
+            if price(Usage(input_tokens=1), self.model) is None:
+                raise ConfigurationError(
+                    f"UsageLimits.cost_usd needs a model genai-prices knows; it has no "
+                    f"price for {self.model!r}"
+                )
+            self.cost = 0.0
+
+    def add(self, usage: Usage) -> None:
+        """Count the cost of one response of the run's model."""
+        if self.cost is not None:
+            self.add_cost(price(usage, self.model))
+
+    def add_cost(self, cost: float | None) -> None:
+        """Count dollars spent on the run's behalf (None: unknown, so no longer counted)."""
+        if self.cost is not None:
+            self.cost = None if cost is None else self.cost + cost
+
+    def count_calls(self, n: int) -> None:
+        """Count `n` tool calls run (or started)."""
+        self.tool_calls += n
+
+    def remaining(self, usage: Usage) -> UsageLimits | None:
+        """The budget left after `usage` (the run's totals so far)."""
+        if self.limits is None:
+            return None
+        return self.limits.remaining(usage, self.tool_calls, self.cost)
+
+    def over(self, usage: Usage) -> Breach | None:
+        """The limit a response crossed, or the first one the totals went over.
+
+        The totals are `usage` (the run's) and this meter's cost and tool calls.
+        """
+        return self.refused or _over(self.limits, usage, self.tool_calls, self.cost)
+
+    def calls_left(self) -> int | None:
+        """How many more tool calls may run (None: no limit)."""
+        bound = None if self.limits is None else self.limits.tool_calls
+        return None if bound is None else max(bound - self.tool_calls, 0)
+
+    def refused_calls(
+        self,
+        usage: Usage,
+        response: ModelResponse,
+        errors: Mapping[str, str],
+        external: Collection[str] = (),
+        started: Collection[str] = (),
+    ) -> dict[str, str]:
+        """The calls of `response` that must not run for a limit, with the reason.
+
+        `usage` is the run's totals before `response`; calls in `errors` (refused for
+        another reason) and of `external` tools do not count. When the response itself
+        crossed a limit, or running its calls would go over `tool_calls`, every call is
+        refused, except those already `started` (an eager tool under streaming), which
+        finish; otherwise the calls are counted as run and none is refused.
+        """
+        ids = [u.id for u in response.tool_uses if u.id not in errors and u.name not in external]
+        if self.limits is None:
+            self.count_calls(len(ids))
+            return {}
+        cost = self.cost
+        if cost is not None:
+            added = price(response.usage, self.model)
+            cost = None if added is None else cost + added
+        breach = _over(self.limits, usage + response.usage, self.tool_calls + len(ids), cost)
+        if breach is None:
+            self.count_calls(len(ids))
+            return {}
+        self.refused = breach
+        self.count_calls(sum(1 for i in ids if i in started))
+        why = LIMIT_REACHED.format(limit=breach.limit, bound=breach.bound)
+        return {i: why for i in ids if i not in started}
+
+    def before_request(self, usage: Usage, counted: int | None = None) -> Breach | None:
+        """The limit the next request would certainly go over, or None.
+
+        `counted` is the request's input tokens as `count_tokens` gave them; without it,
+        the request is taken to read one token and write one, the least any does.
+        """
+        limits = self.limits
+        if limits is None:
+            return None
+        reads = 1 if counted is None else counted
+        cost = None
+        if self.cost is not None and limits.cost_usd is not None:
+            least = price(Usage(input_tokens=reads, output_tokens=1), self.model)
+            cost = None if least is None else self.cost + least
+        checks: list[tuple[str, float | None, float | None]] = [
+            ("requests", limits.requests, usage.requests + 1),
+            ("input_tokens", limits.input_tokens, input_tokens(usage) + reads),
+            ("output_tokens", limits.output_tokens, usage.output_tokens + 1),
+            ("total_tokens", limits.total_tokens, usage.total_tokens + reads + 1),
+            ("cost_usd", limits.cost_usd, cost),
+        ]
+        for name, bound, value in checks:
+            if bound is not None and value is not None and value > bound:
+                return Breach(name, bound, value, sent=False)
+        return None
+
+
+def _over(
+    limits: UsageLimits | None, usage: Usage, tool_calls: int, cost: float | None
+) -> Breach | None:
+    """The first limit of `limits` these totals went over."""
+    if limits is None:
+        return None
+    totals: list[tuple[str, float | None, float | None]] = [
+        ("requests", limits.requests, usage.requests),
+        ("input_tokens", limits.input_tokens, input_tokens(usage)),
+        ("output_tokens", limits.output_tokens, usage.output_tokens),
+        ("total_tokens", limits.total_tokens, usage.total_tokens),
+        ("tool_calls", limits.tool_calls, tool_calls),
+        ("cost_usd", limits.cost_usd, cost),
+    ]
+    for name, bound, value in totals:
+        if bound is not None and value is not None and value > bound:
+            return Breach(name, bound, value)
+    return None
+
+
+async def check_before_request(
+    meter: Meter, usage: Usage, request: ModelRequest, provider: Provider
+) -> Breach | None:
+    """`Meter.before_request`, counting the request's tokens first when the limits ask."""
+    counted = None
+    limits = meter.limits
+    if limits is not None and limits.count_tokens_before_request:
+        count: Any = getattr(provider, "count_tokens", None)
+        counted = await count(request)
+    return meter.before_request(usage, counted)
+
+
+def check_provider(limits: UsageLimits | None, provider: Any) -> None:
+    """Refuse limits that ask for exact counts from a provider that cannot count."""
+    if limits is not None and limits.count_tokens_before_request:
+        if not callable(getattr(provider, "count_tokens", None)):
+            raise ConfigurationError(
+                "UsageLimits(count_tokens_before_request=True) needs a provider with a "
+                f"count_tokens() method; {type(provider).__name__} has none"
+            )
