@@ -155,9 +155,12 @@ class RunState:
         self.calls = list(paused.tool_calls)
         self.container = paused.container
         self.paused = paused
-        # The limits hold over the whole run: count what it spent before the pause.
+        # The limits hold over the whole run: count what it spent before the pause. The
+        # calls waiting for approval were counted when their response came (a call
+        # answered without running is counted too: the count errs on the safe side).
         self.meter.add(paused.usage)
-        self.meter.count_calls(len(paused.tool_calls))
+        waiting = sum(1 for p in paused.pending if p.kind == "approval")
+        self.meter.count_calls(len(paused.tool_calls) + waiting)
 
     def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer the paused turn: all its results, in order, logged in that order too.

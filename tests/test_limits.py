@@ -352,3 +352,30 @@ def test_any_limit_over_random_model_behaviour_leaves_a_valid_history(
         assert len([c for c in ran if c.name in ("ok", "fails", "crashes", "slow")]) <= tool_calls
     if requests is not None:
         assert result.usage.requests <= requests
+
+
+async def test_a_resumed_run_counts_what_it_spent_before_its_pause(serve: Any) -> None:
+    from agentloop import Approve
+
+    counter = Counter()
+    first, second = tool_call("ping", {"n": 1}), tool_call("ping", {"n": 2})
+    server = serve([reply(first, second), reply(tool_call("ping", {"n": 3})), reply("no")])
+
+    def second_waits(ctx: Any, input: dict[str, Any]) -> bool:
+        return bool(input.get("n") == 2)
+
+    agent = Agent(
+        client=server.client(),
+        tools=[counter.tool],
+        approval_required=second_waits,
+        usage_limits=UsageLimits(tool_calls=2),
+    )
+    paused = await agent.run("go")
+    assert paused.stop_reason == "approval_required" and counter.runs == 1
+    assert paused.state is not None
+    with pytest.raises(UsageLimitExceeded) as caught:
+        await agent.resume(paused.state, decisions={second["id"]: Approve()})
+    # The call before the pause and the approved one make two: the third is over the limit.
+    assert counter.runs == 2 and caught.value.limit == "tool_calls"
+    assert caught.value.result is not None
+    assert_valid(caught.value.result)

@@ -123,7 +123,8 @@ async def _keep_partial(
         added = added_messages(snapshot.messages, partial.messages)
         if not any(m.get("role") == "assistant" for m in added):
             return  # nothing but the prompt: the caller sends it again
-        await session.append(added, version=snapshot.version)
+        # A paused state stored before is answered (or superseded) by these messages.
+        await session.append(added, version=snapshot.version, state=None)
     except Exception as exc:
         # The run's own error (or cancellation) is what the caller sees; its partial
         # result stays in that error's `.result`.
