@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from agentloop.result import RunResult
     from agentloop.run import RunState
 
-__all__ = ("SAVE_TIMEOUT", "keeping", "load_session")
+__all__ = ("SAVE_TIMEOUT", "append_result", "keeping", "load_session")
 
 SAVE_TIMEOUT = 30.0
 """Seconds a cancelled run may spend appending its partial history before giving up."""
