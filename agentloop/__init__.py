@@ -18,6 +18,8 @@ if typing.TYPE_CHECKING:
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
     from .errors import HistoryError as HistoryError
+    from .errors import ModelRetry as ModelRetry
+    from .errors import OutputValidationError as OutputValidationError
     from .errors import ProviderError as ProviderError
     from .errors import RunError as RunError
     from .errors import ToolCallFailed as ToolCallFailed
@@ -93,6 +95,8 @@ _MODULES = {
     "RequestStarted": "events",
     "RoundFinished": "events",
     "RunContext": "tools",
+    "ModelRetry": "errors",
+    "OutputValidationError": "errors",
     "RunError": "errors",
     "RunFinished": "events",
     "RunResult": "result",
@@ -138,8 +142,10 @@ __all__ = (
     "ImageBlock",
     "Message",
     "ModelResponded",
+    "ModelRetry",
     "ModelStreamEvent",
     "OpenAIChatProvider",
+    "OutputValidationError",
     "PluginManager",
     "Provider",
     "ProviderError",

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import time
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import anyio
 import structlog
@@ -27,6 +28,15 @@ from agentloop.history import History
 from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
+from agentloop.output import (
+    OutputMode,
+    OutputRun,
+    OutputSchema,
+    OutputValidator,
+    check_validator,
+    output_schema,
+    resolve_mode,
+)
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -35,10 +45,10 @@ from agentloop.providers.base import (
     StreamingProvider,
 )
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
-from agentloop.result import RunResult, StopReason
+from agentloop.result import OutputT, RunResult, StopReason
 from agentloop.run import RunState
 from agentloop.stream import RunStream
-from agentloop.tools import Tool, ToolDefinition, ToolResult
+from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult
 from agentloop.tracing import record_response, record_run, tracing_for
 from agentloop.turn import CONTINUE, Emit, Turn
 
@@ -49,12 +59,19 @@ _log = get_logger()
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""
 
+RunOutputT = TypeVar("RunOutputT")
+"""The output type of one run given `output_type=`, instead of the agent's."""
+_Prompt = str | Sequence[ContentBlock] | None
+_History = Iterable[Message | Mapping[str, Any]] | None
+_External = Sequence[ToolDefinition | Mapping[str, Any]]
 
-class Agent:
+
+class Agent(Generic[OutputT]):
     """Runs the model and its tools until the model is done.
 
     One `Agent` holds configuration only; every `run()` keeps its own state, so a service
-    can share one agent between any number of concurrent runs.
+    can share one agent between any number of concurrent runs. It is generic in the type
+    of its runs' `result.output` (`Agent[Forecast]` for `output_type=Forecast`).
     """
 
     def __init__(
@@ -79,6 +96,9 @@ class Agent:
         name: str = "agentloop",
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
+        output_type: type[OutputT] | types.UnionType | None = None,
+        output_mode: OutputMode = "auto",
+        output_retries: int = 2,
     ) -> None:
         """Configure an agent.
 
@@ -114,6 +134,16 @@ class Agent:
             history_check: `"strict"` checks the history against the API's rules before
                 every request (`HistoryError` at the first broken one); `"off"` sends it
                 unchecked, for a model that accepts what the checks refuse.
+            output_type: What a run ends with, validated, as `result.output`: a pydantic
+                model, a dataclass, a TypedDict, a plain type (`int`, `list[str]`,
+                `Literal[...]`) or a union of these; `str` (the default) is the final
+                text. See the Output page of the docs.
+            output_mode: How the output reaches the model: `"native"` (the provider's
+                structured output), `"tool"` (a final-result tool), `"prompted"` (the
+                schema in the system prompt), or `"auto"`: native where the provider
+                has it, else tool.
+            output_retries: How often an invalid output (schema or validator) is sent
+                back to the model before the run ends with `OutputValidationError`.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -130,6 +160,14 @@ class Agent:
         if on_tool_error not in ("continue", "stop"):
             raise ConfigurationError(
                 f"on_tool_error must be 'continue' or 'stop', not {on_tool_error!r}"
+            )
+        if type(output_retries) is not int or output_retries < 0:
+            raise ConfigurationError(
+                f"output_retries must be a whole number >= 0, not {output_retries!r}"
+            )
+        if output_mode not in ("auto", "native", "tool", "prompted"):
+            raise ConfigurationError(
+                f"output_mode must be 'auto', 'native', 'tool' or 'prompted', not {output_mode!r}"
             )
         if tool_limiter is not None and not isinstance(tool_limiter, anyio.CapacityLimiter):
             raise ConfigurationError(
@@ -163,6 +201,11 @@ class Agent:
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
+        self.output_type: Any = str if output_type is None else output_type
+        self.output_mode: OutputMode = output_mode
+        self.output_retries = output_retries
+        self._output_schema = _schema_of(self.output_type)
+        self._output_validators: list[OutputValidator] = []
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -171,14 +214,67 @@ class Agent:
         )
         """Whether requests opt into the Files API, which allows `file` sources."""
 
+    def output_validator(self, validator: OutputValidator) -> OutputValidator:
+        """Add a check of every run's output, usable as a decorator.
+
+        The validator takes the output (and, first, a `RunContext` if it takes two
+        parameters), sync or async, and returns the output, possibly changed; it raises
+        `ModelRetry("...")` to send the model back with that message (counted against
+        `output_retries`). Validators run in the order they were added.
+
+        ```python
+        @agent.output_validator
+        async def in_range(ctx: RunContext[Deps], forecast: Forecast) -> Forecast:
+            if forecast.city not in ctx.deps.cities:
+                raise ModelRetry(f"{forecast.city} is not one of our cities")
+            return forecast
+        ```
+        """
+        self._output_validators.append(check_validator(validator))
+        return validator
+
+    @overload
     async def run(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-    ) -> RunResult:
+        external_tools: _External = (),
+        output_type: None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: types.UnionType,
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """Run the model and its tools until the model stops or a limit is reached.
 
         Args:
@@ -193,25 +289,61 @@ class Agent:
                 `messages` ends with that assistant message. Continue with a history
                 that adds one user message answering every call of the turn, in order.
                 Definitions are `ToolDefinition`s or wire dicts, sent as they are.
+            output_type: This run's output type, instead of the agent's.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type.
             HistoryError: `history` breaks an API rule (see `repair`).
+            OutputValidationError: no valid output within `output_retries` (typed output).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
         """
-        run = self._new_run(history, prompt, deps, external_tools)
+        run = self._new_run(history, prompt, deps, external_tools, output_type)
         return await self._drive(run, None)
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: None = None,
+    ) -> AbstractAsyncContextManager[RunStream[OutputT]]: ...
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: type[RunOutputT],
+    ) -> AbstractAsyncContextManager[RunStream[RunOutputT]]: ...
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: types.UnionType,
+    ) -> AbstractAsyncContextManager[RunStream[Any]]: ...
 
     @asynccontextmanager
     async def run_stream(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-    ) -> AsyncIterator[RunStream]:
+        external_tools: _External = (),
+        output_type: Any = None,
+    ) -> AsyncIterator[RunStream[Any]]:
         """Run as `run()` does, yielding typed events while the model streams.
 
         Tool calls start the moment their `tool_use` block is complete (unless the tool
@@ -226,9 +358,9 @@ class Agent:
         print(stream.result.text)
         ```
         """
-        run = self._new_run(history, prompt, deps, external_tools)
+        run = self._new_run(history, prompt, deps, external_tools, output_type)
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
-        stream = RunStream(run, receive)
+        stream: RunStream[Any] = RunStream(run, receive)
         failure: BaseException | None = None
         try:
             with receive:
@@ -246,17 +378,58 @@ class Agent:
         if failure is not None:
             raise failure
 
+    @overload
     def run_sync(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-    ) -> RunResult:
+        external_tools: _External = (),
+        output_type: None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: types.UnionType,
+    ) -> RunResult[Any]: ...
+
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
-            partial(self.run, prompt, history=history, deps=deps, external_tools=external_tools)
+            partial(
+                self.run,
+                prompt,
+                history=history,
+                deps=deps,
+                external_tools=external_tools,
+                output_type=output_type,
+            )
         )
 
     # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
@@ -270,7 +443,8 @@ class Agent:
             round_ = run.start_round()
             if emit is not None:
                 await emit(RequestStarted(round_))
-            turn = Turn(run, self.registry, self._context(run, round_), emit)
+            registry = self.registry if run.output is None else run.output.registry
+            turn = Turn(run, registry, self._context(run, round_), emit)
             outcome = await turn.play(partial(self._request, run, request, emit))
             # A cancellation that reached only the tool calls (the response itself came in
             # whole) ends the run here, with every call answered.
@@ -283,6 +457,13 @@ class Agent:
                 return "tool_use"
             if run.stopping:
                 return "cancelled"
+            if run.output is not None:
+                context = partial(RunContext, run.id, round_, "", "", run.deps)
+                verdict = await run.output.after_turn(response, outcome.calls, run.history, context)
+                if verdict is not None:
+                    if verdict == "done":
+                        return "end_turn"
+                    continue
             stop = response.stop_reason
             if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):
                 return stop or "end_turn"
@@ -294,6 +475,7 @@ class Agent:
         prompt: str | Sequence[ContentBlock] | None,
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        output_type: Any = None,
     ) -> RunState:
         linter = HistoryLinter(
             thinking=self.thinking,
@@ -316,6 +498,20 @@ class Agent:
             tracing=tracing_for(self.tracer_provider),
             external=external_tools,
             external_names=frozenset(names),
+            output=self._output_run(output_type),
+        )
+
+    def _output_run(self, output_type: Any) -> OutputRun | None:
+        """The typed output of a new run (None when its output is the text)."""
+        schema = self._output_schema if output_type is None else _schema_of(output_type)
+        if schema is None:
+            return None
+        return OutputRun(
+            schema,
+            resolve_mode(self.output_mode, self.provider),
+            retries=self.output_retries,
+            validators=self._output_validators,
+            registry=self.registry,
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:
@@ -352,6 +548,8 @@ class Agent:
         try:
             with structlog.contextvars.bound_contextvars(run_id=run.id):
                 stop = await self._loop(run, emit)
+                if run.output is not None:
+                    run.output.check_end(stop)
         except anyio.get_cancelled_exc_class():
             run.end_early("cancelled")
             run.log.info("run.cancelled", rounds=run.rounds)
@@ -409,14 +607,15 @@ class Agent:
         return await self.provider.complete(request)
 
     def _build_request(self, run: RunState) -> ModelRequest:
-        return ModelRequest(
+        registry = self.registry if run.output is None else run.output.registry
+        request = ModelRequest(
             model=self.model,
             messages=run.history.messages,
             max_tokens=self.max_tokens,
             system=self.system,
-            tools=[*self.registry.definitions(), *run.external]
+            tools=[*registry.definitions(), *run.external]
             if run.external
-            else (self.registry.definitions()),
+            else (registry.definitions()),
             tool_choice=self.tool_choice,
             thinking=self.thinking,
             metadata=self.metadata,
@@ -424,6 +623,7 @@ class Agent:
             container=run.container,
             params=self.params,
         )
+        return request if run.output is None else run.output.shape(request)
 
     def _check_failures(self, run: RunState, results: Sequence[ToolResult]) -> None:
         """Under `on_tool_error="stop"`, end the run at the first call that failed."""
@@ -448,3 +648,8 @@ def _provider_name(provider: Provider) -> str:
     """The provider's name for traces (`gen_ai.provider.name`)."""
     name = getattr(provider, "name", None)
     return name if isinstance(name, str) else type(provider).__name__
+
+
+def _schema_of(output_type: Any) -> OutputSchema | None:
+    """The output schema of a type (None for `str`: the output is the text)."""
+    return None if output_type is str else output_schema(output_type)

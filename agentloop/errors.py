@@ -6,6 +6,7 @@ other class below, all subclasses of `AgentloopError`.
 
 ```
 ToolError                      raised by a tool; becomes an is_error result, never escapes a run
+└── ModelRetry                 raised by a tool or an output validator: the model tries again
 AgentloopError
 ├── ConfigurationError         a mistake in how agentloop was set up
 │   └── DuplicateToolError     two tools share one name
@@ -21,7 +22,8 @@ AgentloopError
 │   ├── BadRequestError        4xx: the request itself was refused
 │   └── ServerError            5xx after the client's retries
 └── RunError                   a run ended early; carries the partial RunResult
-    └── ToolCallFailed         on_tool_error="stop" and a tool call failed
+    ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
+    └── OutputValidationError  the model gave no valid output within `output_retries`
 ```
 
 Errors raised while a run is under way carry the partial `RunResult` as `.result` (its
@@ -47,6 +49,8 @@ __all__ = (
     "HistoryError",
     "InvalidResponseError",
     "MissingAPIKeyError",
+    "ModelRetry",
+    "OutputValidationError",
     "OverloadedError",
     "ProviderError",
     "RateLimitError",
@@ -69,6 +73,15 @@ class ToolError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ModelRetry(ToolError):
+    """Raise in a tool or an output validator to send the model back with `message`.
+
+    From a tool it is a `ToolError`: the model gets an `is_error` tool_result carrying
+    `message`. From an output validator (`Agent.output_validator`) the model is asked for
+    its output again, told `message`; that counts against `output_retries`.
+    """
 
 
 class AgentloopError(Exception):
@@ -175,6 +188,21 @@ class ToolCallFailed(RunError):
     The history in `result.messages` is complete: every tool_use of the last turn has its
     tool_result, so it can be sent again as is.
     """
+
+
+class OutputValidationError(RunError):
+    """The model gave no valid output: every try failed validation, or the run ended first.
+
+    `result` holds the partial run: its history is valid to send again (the last invalid
+    answer is in it, its failure answered) and `result.output` is None.
+    """
+
+    def __init__(
+        self, message: str, *, problems: str = "", result: RunResult | None = None
+    ) -> None:
+        super().__init__(message, result=result)
+        self.problems = problems
+        """What was wrong with the last try, as the model was (or would have been) told."""
 
 
 def api_error(

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Generic, Literal, Union
 
-__all__ = ("RunResult", "StopReason", "ToolCallRecord", "Usage")
+from typing_extensions import TypeVar
+
+__all__ = ("OutputT", "RunResult", "StopReason", "ToolCallRecord", "Usage")
+
+OutputT = TypeVar("OutputT", default=str)
+"""The type of a run's output (`Agent(output_type=...)`); `str` unless one is given."""
 
 StopReason = Union[  # noqa: UP007 (readable as a list)
     Literal[
@@ -100,7 +105,7 @@ class ToolCallRecord:
 
 
 @dataclass
-class RunResult:
+class RunResult(Generic[OutputT]):
     """What a run produced. `messages` can be passed back as `history=` to continue."""
 
     text: str
@@ -121,3 +126,7 @@ class RunResult:
     """The `tool_result` blocks of the same turn's own tool calls, kept for the user
     message that will answer every call of that turn (see `Agent.run`'s
     `external_tools`)."""
+    output: OutputT = field(default=None)  # type: ignore[assignment]  # set by every run
+    """The run's validated output, of the agent's (or the run's) `output_type`; the final
+    text for `str`, the default. None in a partial result and when calls are handed back
+    (`stop_reason="tool_use"`)."""

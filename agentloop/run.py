@@ -15,6 +15,7 @@ import anyio
 
 from .history import History
 from .messages import ContentBlock
+from .output import OutputRun
 from .providers.base import ModelResponse
 from .result import RunResult, StopReason, ToolCallRecord, Usage
 from .tools import ToolCall, ToolDefinition, ToolResult
@@ -38,11 +39,13 @@ class RunState:
         tracing: Tracing | None = None,
         external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         external_names: frozenset[str] = frozenset(),
+        output: OutputRun | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
         `tracing` opens the run's spans (None: no spans); `external` are the definitions
-        of external tools announced with each request, `external_names` their names.
+        of external tools announced with each request, `external_names` their names;
+        `output` reads a typed output (None: the output is the final text).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -58,17 +61,18 @@ class RunState:
         self.log = log.bind(run_id=self.id)
         self.stopping = False
         """Whether the run stops after the turn under way (see `stop_after_turn`)."""
-        self.final: RunResult | None = None
+        self.final: RunResult[Any] | None = None
         """The result of a run that finished."""
-        self.partial: RunResult | None = None
+        self.partial: RunResult[Any] | None = None
         """The result of a run that ended early (failed or cancelled)."""
         self.pending: list[dict[str, Any]] = []
         """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
         self.held: list[dict[str, Any]] = []
         """The run's own results of the turn that handed calls back (wire blocks)."""
+        self.output = output
 
     @property
-    def outcome(self) -> RunResult | None:
+    def outcome(self) -> RunResult[Any] | None:
         """The final result, the partial one if the run ended early, or None while it runs."""
         return self.final or self.partial
 
@@ -123,17 +127,17 @@ class RunState:
                 )
             )
 
-    def finish(self, stop_reason: StopReason) -> RunResult:
+    def finish(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run is over: its final result."""
         self.final = self.result(stop_reason)
         return self.final
 
-    def end_early(self, stop_reason: StopReason) -> RunResult:
+    def end_early(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run failed or was cancelled: its partial result (the turn closed already)."""
         self.partial = self.result(stop_reason)
         return self.partial
 
-    def result(self, stop_reason: StopReason) -> RunResult:
+    def result(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run's result as it stands."""
         return RunResult(
             text=self.history.last_text,
@@ -145,4 +149,5 @@ class RunState:
             run_id=self.id,
             pending=list(self.pending),
             held=list(self.held),
+            output=self.history.last_text if self.output is None else self.output.value,
         )

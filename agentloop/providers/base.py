@@ -34,6 +34,7 @@ __all__ = (
     "StreamEvent",
     "StreamingProvider",
     "Usage",
+    "anthropic_format",
     "retry_after",
 )
 
@@ -58,6 +59,10 @@ class ModelRequest:
     """Further request parameters (`temperature`, `service_tier`, `extra_headers`, ...),
     applied last: a key here replaces the field of the same name, except `tools`, whose
     definitions are added after the agent's."""
+    output_format: Mapping[str, Any] | None = None
+    """Structured output asked for: `{"name": ..., "schema": <JSON schema of an object>}`.
+    The Messages API gets it as `output_config.format` (the schema made acceptable to the
+    API by the SDK's `transform_schema`), Chat Completions as `response_format`."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).
@@ -96,12 +101,28 @@ class ModelRequest:
             "container": self.container,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        if self.output_format is not None:
+            body["output_config"] = {"format": anthropic_format(self.output_format)}
         for name, value in self.params.items():
             if name == "tools" and value and "tools" in body:
                 body["tools"] = [*body["tools"], *value]
+            elif name == "output_config" and "output_config" in body:
+                body[name] = {**value, **body[name]}  # e.g. `effort` beside the format
             else:
                 body[name] = value
         return body
+
+
+def anthropic_format(output_format: Mapping[str, Any]) -> dict[str, Any]:
+    """The Messages API's `output_config.format` for a `ModelRequest.output_format`.
+
+    The SDK's public `transform_schema` rewrites the schema as the API accepts it (each
+    object closed with `additionalProperties: false`, constraints the API does not take,
+    such as `minimum` or `maxLength`, moved into the description).
+    """
+    from anthropic import transform_schema
+
+    return {"type": "json_schema", "schema": transform_schema(dict(output_format["schema"]))}
 
 
 _CONTENT = TypeAdapter(list[ContentBlock])

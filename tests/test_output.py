@@ -1,0 +1,348 @@
+"""Typed output: output types, the tool mode, validation, retries and validators."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+from agentloop import (
+    Agent,
+    AnthropicProvider,
+    ConfigurationError,
+    ModelRetry,
+    OutputValidationError,
+    RunContext,
+    lint_history,
+    tool,
+)
+from agentloop.messages import parse_history
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+
+
+class Forecast(BaseModel):
+    """A weather forecast."""
+
+    city: str
+    temp_c: float = Field(ge=-90, le=60)
+
+
+class Failure(BaseModel):
+    """Why there is no forecast."""
+
+    reason: str
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+calls: list[str] = []
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    calls.append(city)
+    return f"{city}: 21 C, sunny"
+
+
+@tool
+def strict_lookup(key: str) -> str:
+    """Look a key up."""
+    raise ModelRetry(f"no key {key!r}; try 'a'")
+
+
+def lint(messages: list[dict[str, Any]]) -> None:
+    lint_history(parse_history(messages))
+
+
+def tools_sent(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in body.get("tools", [])}
+
+
+@pytest.mark.both_formats
+async def test_tool_mode_ends_in_the_round_of_the_final_result_call(http_agent: Any) -> None:
+    calls.clear()
+    script = [
+        reply(tool_call("get_weather", {"city": "Paris"})),
+        reply(tool_call("final_result", {"city": "Paris", "temp_c": 21})),
+    ]
+    agent, server = http_agent(
+        script, tools=[get_weather], output_type=Forecast, output_mode="tool"
+    )
+    result = await agent.run("Weather in Paris?")
+    assert result.output == Forecast(city="Paris", temp_c=21.0)
+    assert result.stop_reason == "end_turn" and result.rounds == 2
+    assert len(server.model.requests) == 2  # no request after the final result
+    announced = tools_sent(server.model.requests[0])
+    assert set(announced) == {"get_weather", "final_result"}
+    schema = announced["final_result"]["input_schema"]
+    assert schema["required"] == ["city", "temp_c"]
+    assert schema["properties"]["temp_c"]["maximum"] == 60
+    assert "A weather forecast." in announced["final_result"]["description"]
+    # The final-result call is answered, so the history can be sent again as it is.
+    assert result.messages[-1]["content"][0]["type"] == "tool_result"
+    lint(result.messages)
+    assert calls == ["Paris"]
+
+
+@pytest.mark.parametrize(
+    ("output_type", "sent", "expected"),
+    [
+        pytest.param(Forecast, {"city": "Rome", "temp_c": 30}, Forecast(city="Rome", temp_c=30), id="model"),
+        pytest.param(Point, {"x": 1, "y": 2}, Point(1, 2), id="dataclass"),
+        pytest.param(Movie, {"title": "Up", "year": 2009}, {"title": "Up", "year": 2009}, id="typeddict"),
+        pytest.param(int, {"response": 42}, 42, id="int"),
+        pytest.param(list[str], {"response": ["a", "b"]}, ["a", "b"], id="list"),
+        pytest.param(Literal["yes", "no"], {"response": "no"}, "no", id="literal"),
+    ],
+)  # fmt: skip
+async def test_each_kind_of_output_type_in_tool_mode(
+    serve: Any, output_type: Any, sent: dict[str, Any], expected: Any
+) -> None:
+    server: MessagesServer = serve([reply(tool_call("final_result", sent))])
+    agent = Agent(client=server.client(), output_type=output_type, output_mode="tool")
+    result = await agent.run("go")
+    assert result.output == expected
+    schema = tools_sent(server.model.requests[0])["final_result"]["input_schema"]
+    assert schema["type"] == "object"
+    if "response" in sent:  # a type that is not an object travels inside one
+        assert schema["required"] == ["response"]
+
+
+async def test_a_union_offers_each_member_as_its_own_final_result_tool(serve: Any) -> None:
+    server = serve([reply(tool_call("final_result_Failure", {"reason": "no such city"}))])
+    agent: Agent[Forecast | Failure] = Agent(
+        client=server.client(), output_type=Forecast | Failure, output_mode="tool"
+    )
+    result = await agent.run("Weather in Atlantis?")
+    assert result.output == Failure(reason="no such city")
+    announced = tools_sent(server.model.requests[0])
+    assert set(announced) == {"final_result_Forecast", "final_result_Failure"}
+    assert announced["final_result_Failure"]["input_schema"]["required"] == ["reason"]
+
+
+async def test_str_in_a_union_lets_plain_text_end_the_run(serve: Any) -> None:
+    server = serve([reply("It is sunny.")])
+    agent: Agent[Forecast | str] = Agent(
+        client=server.client(), output_type=Forecast | str, output_mode="tool"
+    )
+    result = await agent.run("Weather?")
+    assert result.output == "It is sunny."
+    assert set(tools_sent(server.model.requests[0])) == {"final_result"}
+
+
+@pytest.mark.both_formats
+async def test_str_is_the_default_output_the_final_text(http_agent: Any) -> None:
+    agent, server = http_agent([reply("Hello there")])
+    result = await agent.run("hi")
+    assert result.output == result.text == "Hello there"
+    assert "tools" not in server.model.requests[0]
+
+
+async def test_output_type_per_run_overrides_the_agents(serve: Any) -> None:
+    server = serve([reply(tool_call("final_result", {"response": 7}))])
+    agent = Agent(client=server.client(), output_type=Forecast, output_mode="tool")
+    result = await agent.run("a number", output_type=int)
+    assert result.output == 7
+    assert "temp_c" not in json.dumps(server.model.requests[0]["tools"])
+
+
+@pytest.mark.both_formats
+async def test_an_invalid_output_is_sent_back_naming_the_field(http_agent: Any) -> None:
+    script = [
+        reply(tool_call("final_result", {"city": "Paris", "temp_c": 99})),
+        reply(tool_call("final_result", {"city": "Paris", "temp_c": 21})),
+    ]
+    agent, server = http_agent(script, output_type=Forecast, output_mode="tool")
+    result = await agent.run("Weather in Paris?")
+    assert result.output.temp_c == 21
+    assert len(server.model.requests) == 2
+    answer = server.model.requests[1]["messages"][-1]["content"][0]
+    assert answer["is_error"] is True
+    content = answer["content"]
+    text = content if isinstance(content, str) else content[0]["text"]
+    assert "- temp_c: Input should be less than or equal to 60 (got 99)" in text
+    lint(result.messages)
+
+
+@pytest.mark.both_formats
+async def test_invalid_every_time_ends_with_output_validation_error(http_agent: Any) -> None:
+    bad = reply(tool_call("final_result", {"city": "Paris"}))
+    agent, server = http_agent(
+        lambda body: bad | {"content": [tool_call("final_result", {"city": "Paris"})]},
+        output_type=Forecast,
+        output_mode="tool",
+        output_retries=1,
+    )
+    with pytest.raises(OutputValidationError) as caught:
+        await agent.run("Weather in Paris?")
+    assert len(server.model.requests) == 2  # the first try and one retry
+    assert "temp_c: required argument is missing" in caught.value.problems
+    partial = caught.value.result
+    assert partial is not None and partial.output is None
+    lint(partial.messages)  # the last failed call is answered: valid to continue
+    assert partial.messages[-1]["content"][0]["is_error"] is True
+
+
+async def test_a_validator_raising_model_retry_sends_the_model_back(serve: Any) -> None:
+    script = [
+        reply(tool_call("final_result", {"city": "Atlantis", "temp_c": 20})),
+        reply(tool_call("final_result", {"city": "Paris", "temp_c": 20})),
+    ]
+    server = serve(script)
+    agent = Agent(client=server.client(), output_type=Forecast, output_mode="tool")
+    seen: list[tuple[str, Any]] = []
+
+    @agent.output_validator
+    async def known_city(ctx: RunContext[set[str]], forecast: Forecast) -> Forecast:
+        seen.append((ctx.tool_name, ctx.deps))
+        if forecast.city not in ctx.deps:
+            raise ModelRetry(f"{forecast.city} is not a city we know")
+        return forecast
+
+    @agent.output_validator
+    def upper(forecast: Forecast) -> Forecast:
+        return forecast.model_copy(update={"city": forecast.city.upper()})
+
+    result = await agent.run("Weather?", deps={"Paris"})
+    assert result.output == Forecast(city="PARIS", temp_c=20)
+    answer = server.model.requests[1]["messages"][-1]["content"][0]
+    assert answer["is_error"] is True and "Atlantis is not a city we know" in str(answer)
+    assert seen == [("final_result", {"Paris"})] * 2
+
+
+async def test_model_retry_from_a_tool_is_an_error_result(serve: Any) -> None:
+    server = serve([reply(tool_call("strict_lookup", {"key": "z"})), reply("done")])
+    result = await Agent(client=server.client(), tools=[strict_lookup]).run("look z up")
+    assert result.tool_calls[0].is_error
+    assert result.tool_calls[0].output == "no key 'z'; try 'a'"
+
+
+async def test_other_calls_of_the_final_turn_run_and_are_answered(serve: Any) -> None:
+    calls.clear()
+    final = tool_call("final_result", {"city": "Rome", "temp_c": 25})
+    script = [
+        reply(
+            tool_call("get_weather", {"city": "Rome"}),
+            final,
+            tool_call("get_weather", {"city": "Oslo"}),
+        )
+    ]
+    server = serve(script)
+    agent = Agent(
+        client=server.client(), tools=[get_weather], output_type=Forecast, output_mode="tool"
+    )
+    result = await agent.run("Weather?")
+    assert result.output == Forecast(city="Rome", temp_c=25)
+    assert len(server.model.requests) == 1
+    assert sorted(calls) == ["Oslo", "Rome"]
+    answers = result.messages[-1]["content"]
+    assert [a["tool_use_id"] for a in answers] == [b["id"] for b in result.messages[-2]["content"]]
+    lint(result.messages)
+
+
+async def test_a_text_answer_in_tool_mode_is_sent_back(serve: Any) -> None:
+    script = [
+        reply("It is sunny in Paris."),
+        reply(tool_call("final_result", {"city": "Paris", "temp_c": 20})),
+    ]
+    server = serve(script)
+    agent = Agent(client=server.client(), output_type=Forecast, output_mode="tool")
+    result = await agent.run("Weather?")
+    assert result.output.city == "Paris"
+    retry = server.model.requests[1]["messages"][-1]
+    assert retry["role"] == "user" and "calling final_result" in json.dumps(retry)
+
+
+async def test_a_run_that_ends_without_output_raises(serve: Any) -> None:
+    server = serve(lambda body: reply(tool_call("get_weather", {"city": "Oslo"})))
+    agent = Agent(client=server.client(), tools=[get_weather], output_type=Forecast, max_rounds=2)
+    with pytest.raises(OutputValidationError, match="max_rounds"):
+        await agent.run("Weather?")
+
+
+def test_bad_output_options_are_refused_at_once() -> None:
+    provider = ScriptedProvider([])
+    with pytest.raises(ConfigurationError, match="output_retries"):
+        Agent(provider=provider, output_type=int, output_retries=-1)
+    with pytest.raises(ConfigurationError, match="output_mode"):
+        Agent(provider=provider, output_type=int, output_mode="json")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="JSON schema"):
+        Agent(provider=provider, output_type=type(lambda: 0))
+    with pytest.raises(ConfigurationError, match="takes no parameter"):
+        Agent(provider=provider).output_validator(lambda: None)
+
+
+async def test_auto_is_the_tool_mode_for_a_provider_without_native_output(serve: Any) -> None:
+    server = serve([reply(tool_call("final_result", {"response": 1}))])
+
+    class Plain:
+        def __init__(self) -> None:
+            self.inner = AnthropicProvider(server.client())
+
+        async def complete(self, request: Any) -> Any:
+            return await self.inner.complete(request)
+
+    result = await Agent(provider=Plain(), output_type=int).run("one")
+    assert result.output == 1
+    assert "output_config" not in server.model.requests[0]
+
+
+USER_CODE = """
+from pydantic import BaseModel
+from agentloop import Agent
+
+class Forecast(BaseModel):
+    city: str
+    temp_c: float
+
+agent = Agent(output_type=Forecast)
+
+async def main() -> float:
+    result = await agent.run("Weather in Paris?")
+    reveal_type(result.output)
+    number = await agent.run("a number", output_type=int)
+    total: int = number.output + 1
+    return result.output.temp_c + total
+
+def text() -> str:
+    return Agent().run_sync("hi").output
+"""
+
+
+@pytest.mark.slow  # a mypy run over the package: about 15 s
+def test_result_output_type_checks_under_mypy_strict(tmp_path: Path) -> None:
+    user = tmp_path / "service.py"
+    user.write_text(USER_CODE)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(user),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 'Revealed type is "service.Forecast"' in done.stdout, done.stdout
+    assert done.stdout.count("error:") == 0, done.stdout
