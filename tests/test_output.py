@@ -346,3 +346,130 @@ def test_result_output_type_checks_under_mypy_strict(tmp_path: Path) -> None:
     )
     assert 'Revealed type is "service.Forecast"' in done.stdout, done.stdout
     assert done.stdout.count("error:") == 0, done.stdout
+
+
+# -- native structured output
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
+async def test_native_output_on_the_messages_api(serve: Any, streamed: bool) -> None:
+    server = serve([reply(output={"city": "Paris", "temp_c": 21})])
+    provider = AnthropicProvider(server.client(), stream=streamed)
+    agent = Agent(provider=provider, output_type=Forecast)  # auto: native here
+    if streamed:
+        async with agent.run_stream("Weather in Paris?") as stream:
+            async for _ in stream:
+                pass
+        result = stream.result
+        assert result is not None
+    else:
+        result = await agent.run("Weather in Paris?")
+    assert result.output == Forecast(city="Paris", temp_c=21)
+    body = server.model.requests[0]
+    assert "tools" not in body
+    schema = body["output_config"]["format"]["schema"]
+    assert body["output_config"]["format"]["type"] == "json_schema"
+    # Made acceptable by the SDK's transform_schema: closed, the range in the description.
+    assert schema["additionalProperties"] is False
+    assert "maximum" not in schema["properties"]["temp_c"]
+    assert "maximum: 60" in schema["properties"]["temp_c"]["description"]
+    lint(result.messages)
+
+
+async def test_native_output_after_tool_calls(serve: Any) -> None:
+    calls.clear()
+    script = [
+        reply(
+            tool_call("get_weather", {"city": "Oslo"}), tool_call("get_weather", {"city": "Rome"})
+        ),
+        reply(output={"city": "Oslo", "temp_c": -3}),
+    ]
+    server = serve(script)
+    agent = Agent(client=server.client(), tools=[get_weather], output_type=Forecast)
+    result = await agent.run("Weather in Oslo and Rome?")
+    assert result.output == Forecast(city="Oslo", temp_c=-3)
+    assert sorted(calls) == ["Oslo", "Rome"]
+    assert all("output_config" in body for body in server.model.requests)
+    assert list(tools_sent(server.model.requests[0])) == ["get_weather"]
+
+
+async def test_native_invalid_then_valid_names_the_field(serve: Any) -> None:
+    script = [
+        reply(output={"city": "Paris", "temp_c": 99}),
+        reply(output={"city": "Paris", "temp_c": 19}),
+    ]
+    server = serve(script)
+    agent = Agent(client=server.client(), output_type=Forecast, output_mode="native")
+    result = await agent.run("Weather in Paris?")
+    assert result.output.temp_c == 19
+    retry = server.model.requests[1]["messages"][-1]
+    assert retry["role"] == "user"
+    assert "- temp_c: Input should be less than or equal to 60 (got 99)" in json.dumps(retry)
+    lint(result.messages)
+
+
+async def test_native_invalid_every_time_keeps_a_valid_history(serve: Any) -> None:
+    server = serve(lambda body: reply("not json at all"))
+    agent = Agent(client=server.client(), output_type=Forecast, output_retries=2)
+    with pytest.raises(OutputValidationError, match="3 tries") as caught:
+        await agent.run("Weather?")
+    assert len(server.model.requests) == 3
+    assert "Invalid JSON" in caught.value.problems
+    partial = caught.value.result
+    assert partial is not None and partial.messages[-1]["role"] == "assistant"
+    lint(partial.messages)
+
+
+async def test_native_validator_model_retry(serve: Any) -> None:
+    script = [reply(output={"response": 3}), reply(output={"response": 4})]
+    server = serve(script)
+    agent = Agent(client=server.client(), output_type=int)
+
+    @agent.output_validator
+    def even(number: int) -> int:
+        if number % 2:
+            raise ModelRetry("the number must be even")
+        return number
+
+    result = await agent.run("an even number")
+    assert result.output == 4
+    assert "the number must be even" in json.dumps(server.model.requests[1]["messages"][-1])
+
+
+@pytest.mark.parametrize(
+    "output_type",
+    [Forecast, Point, Movie, int, list[str], Literal["yes", "no"], Forecast | Failure, bool],
+    ids=["model", "dataclass", "typeddict", "int", "list", "literal", "union", "bool"],
+)
+@pytest.mark.parametrize("mode", ["native", "tool"])
+async def test_the_scripted_model_makes_output_from_the_schema(
+    serve: Any, output_type: Any, mode: Any
+) -> None:
+    from agentloop.testing import schema_reply
+
+    server = serve(schema_reply)
+    agent: Agent[Any] = Agent(client=server.client(), output_type=output_type, output_mode=mode)
+    result = await agent.run("anything")
+    assert len(server.model.requests) == 1
+    assert result.output is not None
+
+
+async def test_the_server_refuses_a_schema_the_api_refuses(serve: Any) -> None:
+    from agentloop.errors import BadRequestError
+
+    server = serve([reply("never")])
+    raw = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    raw |= {"additionalProperties": False}
+    params = {"output_config": {"format": {"type": "json_schema", "schema": raw}}}
+    with pytest.raises(BadRequestError, match="'minimum' is not supported"):
+        await Agent(client=server.client(), params=params).run("go")
+
+
+async def test_output_config_of_params_keeps_its_other_fields(serve: Any) -> None:
+    server = serve([reply(output={"response": True})])
+    agent = Agent(
+        client=server.client(), output_type=bool, params={"output_config": {"effort": "low"}}
+    )
+    assert (await agent.run("yes?")).output is True
+    config = server.model.requests[0]["output_config"]
+    assert config["effort"] == "low" and config["format"]["type"] == "json_schema"

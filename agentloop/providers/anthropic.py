@@ -62,6 +62,9 @@ class AnthropicProvider:
 
     name = "anthropic"
     """The provider's name in traces (`gen_ai.provider.name`)."""
+    native_output = True
+    """The Messages API has structured output (`output_config.format`): an agent's
+    `output_mode="auto"` uses it."""
 
     def __init__(
         self,

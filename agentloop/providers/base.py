@@ -18,7 +18,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 from pydantic import TypeAdapter, ValidationError
 
 from agentloop._wire import compact_json
-from agentloop.errors import InvalidResponseError
+from agentloop.errors import ConfigurationError, InvalidResponseError
 from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
 from agentloop.result import Usage
 from agentloop.tools import ToolDefinition
@@ -122,7 +122,13 @@ def anthropic_format(output_format: Mapping[str, Any]) -> dict[str, Any]:
     """
     from anthropic import transform_schema
 
-    return {"type": "json_schema", "schema": transform_schema(dict(output_format["schema"]))}
+    try:
+        schema = transform_schema(dict(output_format["schema"]))
+    except ValueError as exc:  # a part without a type, e.g. a field typed `Any`
+        raise ConfigurationError(
+            f"the output schema cannot be sent as structured output: {exc}; use output_mode='tool'"
+        ) from exc
+    return {"type": "json_schema", "schema": schema}
 
 
 _CONTENT = TypeAdapter(list[ContentBlock])
