@@ -454,15 +454,38 @@ async def test_the_scripted_model_makes_output_from_the_schema(
     assert result.output is not None
 
 
-async def test_the_server_refuses_a_schema_the_api_refuses(serve: Any) -> None:
-    from agentloop.errors import BadRequestError
+@pytest.mark.parametrize(
+    ("part", "refused"),
+    [
+        pytest.param({"type": "integer", "minimum": 1}, "'minimum' is not supported", id="minimum"),
+        pytest.param({"type": "string", "maxLength": 9}, "'maxLength' is not supported", id="maxLength"),
+        pytest.param({"type": "array", "minItems": 2}, "'minItems' may only be 0 or 1", id="minItems"),
+        pytest.param({"type": "object", "properties": {}}, "'additionalProperties' must be", id="open"),
+        pytest.param({"type": "string", "format": "ipv9"}, "format 'ipv9' is not supported", id="format"),
+        pytest.param({"$ref": "#"}, "recursive schemas are not supported", id="recursive"),
+    ],
+)  # fmt: skip
+async def test_the_server_refuses_a_schema_the_api_refuses(
+    serve: Any, part: dict[str, Any], refused: str
+) -> None:
+    import anthropic
 
     server = serve([reply("never")])
-    raw = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
-    raw |= {"additionalProperties": False}
-    params = {"output_config": {"format": {"type": "json_schema", "schema": raw}}}
-    with pytest.raises(BadRequestError, match="'minimum' is not supported"):
-        await Agent(client=server.client(), params=params).run("go")
+    schema = {"type": "object", "properties": {"n": part}, "required": ["n"]}
+    schema["additionalProperties"] = False
+    form = {"type": "json_schema", "schema": schema}
+    with pytest.raises(anthropic.BadRequestError, match=refused) as caught:
+        await server.client().messages.create(
+            model="claude-scripted",
+            max_tokens=10,
+            messages=[{"role": "user", "content": "go"}],
+            output_config={"format": form},
+        )
+    assert caught.value.status_code == 400
+    # The provider sends the same schema rewritten by the SDK's transform_schema: accepted.
+    if part != {"$ref": "#"}:
+        params = {"output_config": {"format": form}}
+        assert (await Agent(client=server.client(), params=params).run("go")).text == "never"
 
 
 async def test_output_config_of_params_keeps_its_other_fields(serve: Any) -> None:
@@ -473,3 +496,91 @@ async def test_output_config_of_params_keeps_its_other_fields(serve: Any) -> Non
     assert (await agent.run("yes?")).output is True
     config = server.model.requests[0]["output_config"]
     assert config["effort"] == "low" and config["format"]["type"] == "json_schema"
+
+
+# -- Chat Completions and the prompted mode
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
+async def test_native_output_over_chat_completions(serve_chat: Any, streamed: bool) -> None:
+    from agentloop import OpenAIChatProvider
+
+    chat = serve_chat([reply(output={"city": "Lima", "temp_c": 18})])
+    provider = OpenAIChatProvider(chat.client(), compat="vllm", stream=streamed)
+    assert provider.native_output
+    result = await Agent(provider=provider, output_type=Forecast).run("Weather in Lima?")
+    assert result.output == Forecast(city="Lima", temp_c=18)
+    sent = chat.requests[0]["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "final_result"
+    assert sent["json_schema"]["strict"] is True
+    assert sent["json_schema"]["schema"]["additionalProperties"] is False
+    assert "tools" not in chat.requests[0]
+
+
+async def test_a_schema_with_optional_fields_is_sent_without_strict(serve_chat: Any) -> None:
+    from agentloop import OpenAIChatProvider
+
+    class Note(BaseModel):
+        text: str
+        tags: list[str] = []
+
+    chat = serve_chat([reply(output={"text": "hi"})])
+    agent = Agent(provider=OpenAIChatProvider(chat.client(), compat="openai"), output_type=Note)
+    assert (await agent.run("note")).output == Note(text="hi")
+    assert chat.requests[0]["response_format"]["json_schema"]["strict"] is False
+
+
+async def test_the_chat_server_refuses_a_strict_schema_openai_refuses(serve_chat: Any) -> None:
+    from agentloop import OpenAIChatProvider
+    from agentloop.errors import BadRequestError
+
+    chat = serve_chat([reply("never")])
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    spec = {"name": "x", "schema": schema, "strict": True}
+    params = {"response_format": {"type": "json_schema", "json_schema": spec}}
+    agent = Agent(provider=OpenAIChatProvider(chat.client()), params=params)
+    with pytest.raises(BadRequestError, match="'additionalProperties' is required"):
+        await agent.run("go")
+
+
+async def test_without_json_schema_auto_is_the_tool_mode_and_native_is_refused(
+    serve_chat: Any,
+) -> None:
+    from agentloop import OpenAIChatProvider
+
+    chat = serve_chat([reply(tool_call("final_result", {"response": 5}))])
+    provider = OpenAIChatProvider(chat.client(), compat="ollama")
+    assert (await Agent(provider=provider, output_type=int).run("five")).output == 5
+    assert "response_format" not in chat.requests[0]
+    with pytest.raises(ConfigurationError, match="no native structured output"):
+        await Agent(provider=provider, output_type=int, output_mode="native").run("five")
+
+
+@pytest.mark.both_formats
+async def test_prompted_mode_puts_the_schema_in_the_system_prompt(http_agent: Any) -> None:
+    answer = 'Here it is:\n```json\n{"city": "Kyiv", "temp_c": 4}\n```'
+    agent, server = http_agent(
+        [reply("no json here"), reply(answer)],
+        system="You are a weather service.",
+        output_type=Forecast,
+        output_mode="prompted",
+    )
+    result = await agent.run("Weather in Kyiv?")
+    assert result.output == Forecast(city="Kyiv", temp_c=4)
+    system = server.model.requests[0]["system"]
+    assert system.startswith("You are a weather service.")
+    assert '"temp_c"' in system and "JSON schema" in system
+    body = server.model.requests[0]
+    assert "output_config" not in body and "response_format" not in body and "tools" not in body
+    assert "Invalid JSON" in json.dumps(server.model.requests[1]["messages"][-1])
+
+
+async def test_prompted_mode_with_a_system_prompt_of_blocks(serve: Any) -> None:
+    server = serve([reply('{"response": ["a", "b"]}')])
+    system = [{"type": "text", "text": "Be brief."}]
+    agent = Agent(
+        client=server.client(), system=system, output_type=list[str], output_mode="prompted"
+    )
+    assert (await agent.run("two letters")).output == ["a", "b"]
+    sent = server.model.requests[0]["system"]
+    assert sent[0] == {"type": "text", "text": "Be brief."} and "JSON schema" in sent[1]["text"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 from pydantic import TypeAdapter, ValidationError
 
 from agentloop._wire import compact_json
-from agentloop.errors import ConfigurationError, InvalidResponseError
+from agentloop.errors import InvalidResponseError
 from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
 from agentloop.result import Usage
 from agentloop.tools import ToolDefinition
@@ -34,7 +34,6 @@ __all__ = (
     "StreamEvent",
     "StreamingProvider",
     "Usage",
-    "anthropic_format",
     "retry_after",
 )
 
@@ -61,8 +60,8 @@ class ModelRequest:
     definitions are added after the agent's."""
     output_format: Mapping[str, Any] | None = None
     """Structured output asked for: `{"name": ..., "schema": <JSON schema of an object>}`.
-    The Messages API gets it as `output_config.format` (the schema made acceptable to the
-    API by the SDK's `transform_schema`), Chat Completions as `response_format`."""
+    The Messages API gets it as `output_config.format` (`AnthropicProvider` has the
+    schema rewritten as the API accepts it), Chat Completions as `response_format`."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).
@@ -102,7 +101,8 @@ class ModelRequest:
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         if self.output_format is not None:
-            body["output_config"] = {"format": anthropic_format(self.output_format)}
+            schema = self.output_format["schema"]
+            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         for name, value in self.params.items():
             if name == "tools" and value and "tools" in body:
                 body["tools"] = [*body["tools"], *value]
@@ -111,24 +111,6 @@ class ModelRequest:
             else:
                 body[name] = value
         return body
-
-
-def anthropic_format(output_format: Mapping[str, Any]) -> dict[str, Any]:
-    """The Messages API's `output_config.format` for a `ModelRequest.output_format`.
-
-    The SDK's public `transform_schema` rewrites the schema as the API accepts it (each
-    object closed with `additionalProperties: false`, constraints the API does not take,
-    such as `minimum` or `maxLength`, moved into the description).
-    """
-    from anthropic import transform_schema
-
-    try:
-        schema = transform_schema(dict(output_format["schema"]))
-    except ValueError as exc:  # a part without a type, e.g. a field typed `Any`
-        raise ConfigurationError(
-            f"the output schema cannot be sent as structured output: {exc}; use output_mode='tool'"
-        ) from exc
-    return {"type": "json_schema", "schema": schema}
 
 
 _CONTENT = TypeAdapter(list[ContentBlock])

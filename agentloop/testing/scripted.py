@@ -27,6 +27,7 @@ from agentloop import errors
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.lint import lint_history
 from agentloop.messages import Message, _Block, parse_history
+from agentloop.providers.anthropic import api_output_schema
 from agentloop.providers.base import ModelRequest, ModelResponse
 
 from .structured import check_output_config
@@ -571,6 +572,9 @@ class ScriptedModel:
 class ScriptedProvider:
     """A `Provider` answering from a `ScriptedModel`, in process (no HTTP).
 
+    Requests are the bodies `AnthropicProvider` would send (an output schema rewritten
+    as the API takes it).
+
     A `Paced` answer arrives after its `total_delay`. A `Fault` raises the agentloop
     error it stands for (see `Fault.to_error`); a slow one first waits its delay.
     """
@@ -586,7 +590,7 @@ class ScriptedProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` from the script."""
-        answer = self.model.respond(request.to_wire())
+        answer = self.model.respond(api_output_schema(request.to_wire()))
         if isinstance(answer, Paced):
             await anyio.sleep(answer.total_delay)
             answer = answer.message

@@ -98,7 +98,7 @@ def _anthropic_problem(
         return f"{path}: the string format '{fmt}' is not supported in structured outputs"
     ref = node.get("$ref")
     if isinstance(ref, str):
-        if not ref.startswith("#/"):
+        if ref != "#" and not ref.startswith("#/"):
             return f"{path}: external $ref '{ref}' is not supported"
         if ref in refs:
             return f"{path}: recursive schemas are not supported ($ref '{ref}')"
@@ -189,6 +189,8 @@ def _strict_problem(node: Any, name: str, path: tuple[str, ...]) -> str | None:
 
 def _resolve(root: Mapping[str, Any], ref: str) -> Any:
     node: Any = root
+    if ref == "#":
+        return node
     for part in ref.removeprefix("#/").split("/"):
         if not isinstance(node, Mapping) or part not in node:
             return None
@@ -251,7 +253,8 @@ def _string_example(schema: Mapping[str, Any]) -> str:
 def schema_reply(body: dict[str, Any]) -> str | ModelResponse:
     """A script function: answer any request with an output made up from its schema.
 
-    Native output (`output_config.format`) gets the JSON as text; the tool mode (a
+    Native output (`output_config.format`, or a Chat Completions `response_format` as
+    `ChatCompletionsServer` hands it on) gets the JSON as text; the tool mode (a
     `final_result` tool announced) gets a call of the first final-result tool; otherwise
     the answer is a plain text.
 
@@ -262,6 +265,9 @@ def schema_reply(body: dict[str, Any]) -> str | ModelResponse:
     form = (body.get("output_config") or {}).get("format")
     if isinstance(form, Mapping) and isinstance(form.get("schema"), Mapping):
         return json.dumps(example_of(form["schema"]))
+    chat = (body.get("response_format") or {}).get("json_schema")
+    if isinstance(chat, Mapping) and isinstance(chat.get("schema"), Mapping):
+        return json.dumps(example_of(chat["schema"]))
     for definition in body.get("tools") or []:
         name = str(definition.get("name", ""))
         if name.startswith("final_result"):
