@@ -23,7 +23,14 @@ from opentelemetry.trace import TracerProvider
 
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import AgentloopError, ConfigurationError, ToolCallFailed
-from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
+from agentloop.events import (
+    Event,
+    OutputReady,
+    RequestStarted,
+    RoundFinished,
+    RunFinished,
+    RunStarted,
+)
 from agentloop.history import History
 from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
@@ -37,6 +44,7 @@ from agentloop.output import (
     output_schema,
     resolve_mode,
 )
+from agentloop.partial import PartialOutputs
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -444,7 +452,10 @@ class Agent(Generic[OutputT]):
             if emit is not None:
                 await emit(RequestStarted(round_))
             registry = self.registry if run.output is None else run.output.registry
-            turn = Turn(run, registry, self._context(run, round_), emit)
+            turn_emit = emit
+            if emit is not None and run.output is not None:
+                turn_emit = PartialOutputs(run.output, emit, round_)
+            turn = Turn(run, registry, self._context(run, round_), turn_emit)
             outcome = await turn.play(partial(self._request, run, request, emit))
             # A cancellation that reached only the tool calls (the response itself came in
             # whole) ends the run here, with every call answered.
@@ -460,9 +471,11 @@ class Agent(Generic[OutputT]):
             if run.output is not None:
                 context = partial(RunContext, run.id, round_, "", "", run.deps)
                 verdict = await run.output.after_turn(response, outcome.calls, run.history, context)
-                if verdict is not None:
-                    if verdict == "done":
-                        return "end_turn"
+                if verdict == "done":
+                    if emit is not None:
+                        await emit(OutputReady(round_, run.output.value))
+                    return "end_turn"
+                if verdict == "retry":
                     continue
             stop = response.stop_reason
             if stop not in CONTINUE or (stop != "pause_turn" and not outcome.calls):

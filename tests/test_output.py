@@ -584,3 +584,94 @@ async def test_prompted_mode_with_a_system_prompt_of_blocks(serve: Any) -> None:
     assert (await agent.run("two letters")).output == ["a", "b"]
     sent = server.model.requests[0]["system"]
     assert sent[0] == {"type": "text", "text": "Be brief."} and "JSON schema" in sent[1]["text"]
+
+
+# -- streaming
+
+
+class Report(BaseModel):
+    title: str
+    items: list[str]
+
+
+async def _stream_events(agent: Agent[Any], prompt: str) -> tuple[list[Any], Any]:
+    async with agent.run_stream(prompt) as stream:
+        events = [event async for event in stream]
+    return events, stream.result
+
+
+def _streamed_report(backend: str, mode: str) -> tuple[list[Any], Any]:
+    import anyio
+
+    from agentloop.events import OutputReady, PartialOutput
+
+    report = {"title": "Weekly", "items": [f"item number {i}" for i in range(40)]}
+    answer = reply(output=report) if mode == "native" else reply(tool_call("final_result", report))
+
+    async def main() -> tuple[list[Any], Any]:
+        async with MessagesServer([answer]) as server:
+            provider = AnthropicProvider(server.client(), stream=True)
+            agent = Agent(provider=provider, output_type=Report, output_mode=mode)  # type: ignore[arg-type]
+            events, result = await _stream_events(agent, "report")
+        kept = [e for e in events if isinstance(e, (PartialOutput, OutputReady))]
+        return kept, result
+
+    return anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("mode", ["native", "tool"])
+def test_run_stream_yields_partial_outputs_then_the_final_one(backend: str, mode: str) -> None:
+    from agentloop.events import OutputReady, PartialOutput
+
+    events, result = _streamed_report(backend, mode)
+    partials = [e.output for e in events if isinstance(e, PartialOutput)]
+    assert len(partials) >= 3
+    assert all(isinstance(p, Report) and p.title == "Weekly" for p in partials)
+    sizes = [len(p.items) for p in partials]
+    assert sizes == sorted(sizes) and sizes[0] < 40
+    # Partial validation leaves out the item still being written, never a cut-off one.
+    assert all(item.startswith("item number ") for p in partials for item in p.items)
+    assert isinstance(events[-1], OutputReady) and len(events[-1].output.items) == 40
+    assert result.output == events[-1].output
+
+
+def test_partial_json_reads_each_piece_once_into_the_value_so_far() -> None:
+    from agentloop.partial import PartialJSON
+
+    whole = {"a": [1, 2.5, {"b": 'x"y é'}], "c": None, "d": True, "e": "text"}
+    text = json.dumps(whole, ensure_ascii=False)
+    for size in (1, 3, 7, len(text)):
+        parsed = PartialJSON()
+        for start in range(0, len(text), size):
+            parsed.feed(text[start : start + size])
+        assert parsed.value == whole and parsed.size == len(text)
+    parsed = PartialJSON()
+    parsed.feed('{"a": [1, 2], "b": "unfini')
+    assert parsed.value == {"a": [1, 2]}
+    parsed.feed('shed"}}')  # one brace too many
+    assert parsed.broken and parsed.value == {"a": [1, 2]}
+
+
+async def test_a_large_output_is_checked_a_logarithmic_number_of_times() -> None:
+    from agentloop.events import PartialOutput, TextDelta
+    from agentloop.output import OutputRun, output_schema
+    from agentloop.partial import PartialOutputs
+    from agentloop.registry import ToolRegistry
+
+    text = json.dumps({"title": "t", "items": ["x" * 40] * 2400})  # ~100 kB
+    sent: list[Any] = []
+
+    async def emit(event: Any) -> None:
+        sent.append(event)
+
+    output = OutputRun(
+        output_schema(Report), "native", retries=0, validators=(), registry=ToolRegistry()
+    )
+    watch = PartialOutputs(output, emit, 1)
+    step = len(text) // 2000
+    for start in range(0, len(text), step):
+        await watch(TextDelta(1, 0, text[start : start + step]))
+    partials = [e for e in sent if isinstance(e, PartialOutput)]
+    assert 5 <= len(partials) <= 30
+    assert len(partials[-1].output.items) > 2400 // 2  # the last check: at two thirds or more
