@@ -228,7 +228,9 @@ class Agent(Generic[OutputT]):
         The validator takes the output (and, first, a `RunContext` if it takes two
         parameters), sync or async, and returns the output, possibly changed; it raises
         `ModelRetry("...")` to send the model back with that message (counted against
-        `output_retries`). Validators run in the order they were added.
+        `output_retries`). Validators run in the order they were added, for runs of the
+        agent's `output_type` (not for a run given its own). Any other exception a
+        validator raises ends the run as it is, once the turn's calls are answered.
 
         ```python
         @agent.output_validator
@@ -523,7 +525,8 @@ class Agent(Generic[OutputT]):
             schema,
             resolve_mode(self.output_mode, self.provider),
             retries=self.output_retries,
-            validators=self._output_validators,
+            # Validators check the agent's output type; a run with its own has none.
+            validators=self._output_validators if output_type is None else (),
             registry=self.registry,
         )
 

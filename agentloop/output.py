@@ -253,6 +253,7 @@ class OutputRun:
         self.value: Any = None
         """The validated output, once `done`."""
         self._values: dict[str, Any] = {}  # final-result tool_use id -> its valid output
+        self._crash: Exception | None = None  # a validator's own failure, raised after the turn
         self.tool_names = frozenset(t.name for t in schema.tools) if mode == "tool" else frozenset()
         self.registry = _WithOutputTools(registry, self) if mode == "tool" else registry
         """The tools announced and run: the agent's, plus the final-result tools."""
@@ -283,7 +284,10 @@ class OutputRun:
 
         Raises:
             OutputValidationError: the tries are used up (the history stays valid).
+            Exception: what an output validator raised, other than `ModelRetry`.
         """
+        if self._crash is not None:
+            raise self._crash
         for call in calls:
             if call.id in self._values:
                 return self._finish(self._values[call.id])
@@ -333,6 +337,10 @@ class OutputRun:
             value = await self._validated(value, ctx)
         except _Retry as exc:
             return self._failed_call(call, exc.message)
+        except Exception as exc:
+            # Raised once the turn is complete, so the history stays valid.
+            self._crash = self._crash or exc
+            return ToolResult.error(call, f"Not accepted: the output validator failed ({exc!r}).")
         self._values[call.id] = value
         return ToolResult(call.id, call.name, RECEIVED)
 

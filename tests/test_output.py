@@ -600,17 +600,25 @@ async def _stream_events(agent: Agent[Any], prompt: str) -> tuple[list[Any], Any
     return events, stream.result
 
 
-def _streamed_report(backend: str, mode: str) -> tuple[list[Any], Any]:
+def _streamed_report(backend: str, mode: str, api: str) -> tuple[list[Any], Any]:
     import anyio
 
+    from agentloop import OpenAIChatProvider
     from agentloop.events import OutputReady, PartialOutput
+    from agentloop.testing import ChatCompletionsServer
 
     report = {"title": "Weekly", "items": [f"item number {i}" for i in range(40)]}
     answer = reply(output=report) if mode == "native" else reply(tool_call("final_result", report))
 
     async def main() -> tuple[list[Any], Any]:
-        async with MessagesServer([answer]) as server:
-            provider = AnthropicProvider(server.client(), stream=True)
+        server: Any = (
+            MessagesServer([answer]) if api == "messages" else ChatCompletionsServer([answer])
+        )
+        async with server:
+            if api == "messages":
+                provider: Any = AnthropicProvider(server.client(), stream=True)
+            else:
+                provider = OpenAIChatProvider(server.client(), compat="vllm", stream=True)
             agent = Agent(provider=provider, output_type=Report, output_mode=mode)  # type: ignore[arg-type]
             events, result = await _stream_events(agent, "report")
         kept = [e for e in events if isinstance(e, (PartialOutput, OutputReady))]
@@ -621,10 +629,13 @@ def _streamed_report(backend: str, mode: str) -> tuple[list[Any], Any]:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("mode", ["native", "tool"])
-def test_run_stream_yields_partial_outputs_then_the_final_one(backend: str, mode: str) -> None:
+@pytest.mark.parametrize("api", ["messages", "chat"])
+def test_run_stream_yields_partial_outputs_then_the_final_one(
+    backend: str, mode: str, api: str
+) -> None:
     from agentloop.events import OutputReady, PartialOutput
 
-    events, result = _streamed_report(backend, mode)
+    events, result = _streamed_report(backend, mode, api)
     partials = [e.output for e in events if isinstance(e, PartialOutput)]
     assert len(partials) >= 3
     assert all(isinstance(p, Report) and p.title == "Weekly" for p in partials)
@@ -675,3 +686,32 @@ async def test_a_large_output_is_checked_a_logarithmic_number_of_times() -> None
     partials = [e for e in sent if isinstance(e, PartialOutput)]
     assert 5 <= len(partials) <= 30
     assert len(partials[-1].output.items) > 2400 // 2  # the last check: at two thirds or more
+
+
+@pytest.mark.parametrize("mode", ["native", "tool"])
+async def test_a_validator_that_fails_ends_the_run_with_its_error(serve: Any, mode: Any) -> None:
+    answer = (
+        reply(output={"response": 1})
+        if mode == "native"
+        else reply(tool_call("final_result", {"response": 1}))
+    )
+    server = serve([answer])
+    agent = Agent(client=server.client(), output_type=int, output_mode=mode)
+
+    @agent.output_validator
+    def broken(number: int) -> int:
+        raise LookupError("the lookup table is gone")
+
+    with pytest.raises(LookupError, match="table is gone"):
+        await agent.run("one")
+
+
+async def test_validators_run_only_for_the_agents_own_output_type(serve: Any) -> None:
+    server = serve([reply(output={"response": 5})])
+    agent = Agent(client=server.client(), output_type=Forecast)
+
+    @agent.output_validator
+    def city_known(forecast: Forecast) -> Forecast:
+        raise AssertionError("not for this run")
+
+    assert (await agent.run("five", output_type=int)).output == 5
