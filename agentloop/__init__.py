@@ -20,6 +20,8 @@ if typing.TYPE_CHECKING:
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
     from .errors import HistoryError as HistoryError
+    from .errors import ModelRetry as ModelRetry
+    from .errors import OutputValidationError as OutputValidationError
     from .errors import ProviderError as ProviderError
     from .errors import RunError as RunError
     from .errors import SessionConflict as SessionConflict
@@ -109,6 +111,8 @@ _MODULES = {
     "RequestStarted": "events",
     "RoundFinished": "events",
     "RunContext": "tools",
+    "ModelRetry": "errors",
+    "OutputValidationError": "errors",
     "RunError": "errors",
     "RunFinished": "events",
     "RunResult": "result",
@@ -164,8 +168,10 @@ __all__ = (
     "ImageBlock",
     "Message",
     "ModelResponded",
+    "ModelRetry",
     "ModelStreamEvent",
     "OpenAIChatProvider",
+    "OutputValidationError",
     "PluginManager",
     "Provider",
     "ProviderError",

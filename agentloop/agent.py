@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import types
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -21,9 +22,9 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import anyio
 import structlog
@@ -38,7 +39,14 @@ from agentloop.compaction import (
     is_length_refusal,
 )
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
-from agentloop.events import Event, RequestStarted, RoundFinished, RunFinished, RunStarted
+from agentloop.events import (
+    Event,
+    OutputReady,
+    RequestStarted,
+    RoundFinished,
+    RunFinished,
+    RunStarted,
+)
 from agentloop.history import History
 from agentloop.limits import (
     Meter,
@@ -49,6 +57,16 @@ from agentloop.limits import (
 from agentloop.lint import HistoryLinter, lint_history
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
+from agentloop.output import (
+    OutputMode,
+    OutputRun,
+    OutputSchema,
+    OutputValidator,
+    check_validator,
+    output_schema,
+    resolve_mode,
+)
+from agentloop.partial import PartialOutputs
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -57,7 +75,7 @@ from agentloop.providers.base import (
     StreamingProvider,
 )
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
-from agentloop.result import RunResult, StopReason
+from agentloop.result import OutputT, RunResult, StopReason
 from agentloop.resume import finish_turn, plan
 from agentloop.run import RunState
 from agentloop.scope import RunScope, entered
@@ -75,12 +93,19 @@ _log = get_logger()
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""
 
+RunOutputT = TypeVar("RunOutputT")
+"""The output type of one run given `output_type=`, instead of the agent's."""
+_Prompt = str | Sequence[ContentBlock] | None
+_History = Iterable[Message | Mapping[str, Any]] | None
+_External = Sequence[ToolDefinition | Mapping[str, Any]]
 
-class Agent:
+
+class Agent(Generic[OutputT]):
     """Runs the model and its tools until the model is done.
 
     One `Agent` holds configuration only; every `run()` keeps its own state, so a service
-    can share one agent between any number of concurrent runs.
+    can share one agent between any number of concurrent runs. It is generic in the type
+    of its runs' `result.output` (`Agent[Forecast]` for `output_type=Forecast`).
     """
 
     def __init__(
@@ -109,6 +134,9 @@ class Agent:
         usage_limits: UsageLimits | None = None,
         history_processors: Sequence[HistoryProcessor] = (),
         context_management: Mapping[str, Any] | None = None,
+        output_type: type[OutputT] | types.UnionType | None = None,
+        output_mode: OutputMode = "auto",
+        output_retries: int = 2,
     ) -> None:
         """Configure an agent.
 
@@ -162,6 +190,16 @@ class Agent:
                 `{"edits": [{"type": "compact_20260112"}]}`, sent with each request under
                 the beta its edits need. The blocks the API returns for it (such as
                 `compaction`) stay in the history verbatim and are sent back.
+            output_type: What a run ends with, validated, as `result.output`: a pydantic
+                model, a dataclass, a TypedDict, a plain type (`int`, `list[str]`,
+                `Literal[...]`) or a union of these; `str` (the default) is the final
+                text. See the Output page of the docs.
+            output_mode: How the output reaches the model: `"native"` (the provider's
+                structured output), `"tool"` (a final-result tool), `"prompted"` (the
+                schema in the system prompt), or `"auto"`: native where the provider
+                has it, else tool.
+            output_retries: How often an invalid output (schema or validator) is sent
+                back to the model before the run ends with `OutputValidationError`.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -178,6 +216,14 @@ class Agent:
         if on_tool_error not in ("continue", "stop"):
             raise ConfigurationError(
                 f"on_tool_error must be 'continue' or 'stop', not {on_tool_error!r}"
+            )
+        if type(output_retries) is not int or output_retries < 0:
+            raise ConfigurationError(
+                f"output_retries must be a whole number >= 0, not {output_retries!r}"
+            )
+        if output_mode not in ("auto", "native", "tool", "prompted"):
+            raise ConfigurationError(
+                f"output_mode must be 'auto', 'native', 'tool' or 'prompted', not {output_mode!r}"
             )
         if tool_limiter is not None and not isinstance(tool_limiter, anyio.CapacityLimiter):
             raise ConfigurationError(
@@ -235,6 +281,11 @@ class Agent:
         ):
             raise ConfigurationError("history_processors must be a list of functions")
         self.history_processors = tuple(history_processors)
+        self.output_type: Any = str if output_type is None else output_type
+        self.output_mode: OutputMode = output_mode
+        self.output_retries = output_retries
+        self._output_schema = _schema_of(self.output_type)
+        self._output_validators: list[OutputValidator] = []
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -243,16 +294,77 @@ class Agent:
         )
         """Whether requests opt into the Files API, which allows `file` sources."""
 
+    def output_validator(self, validator: OutputValidator) -> OutputValidator:
+        """Add a check of every run's output, usable as a decorator.
+
+        The validator takes the output (and, first, a `RunContext` if it takes two
+        parameters), sync or async, and returns the output, possibly changed; it raises
+        `ModelRetry("...")` to send the model back with that message (counted against
+        `output_retries`). Validators run in the order they were added, for runs of the
+        agent's `output_type` (not for a run given its own). Any other exception a
+        validator raises ends the run as it is, once the turn's calls are answered.
+
+        ```python
+        @agent.output_validator
+        async def in_range(ctx: RunContext[Deps], forecast: Forecast) -> Forecast:
+            if forecast.city not in ctx.deps.cities:
+                raise ModelRetry(f"{forecast.city} is not one of our cities")
+            return forecast
+        ```
+        """
+        self._output_validators.append(check_validator(validator))
+        return validator
+
+    @overload
     async def run(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        external_tools: _External = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
-    ) -> RunResult:
+        output_type: None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: types.UnionType,
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """Run the model and its tools until the model stops or a limit is reached.
 
         Args:
@@ -274,11 +386,13 @@ class Agent:
                 (see docs/sessions.md).
             usage_limits: The most this run may spend, instead of the agent's
                 `usage_limits`.
+            output_type: This run's output type, instead of the agent's.
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type, or
                 `history` and `session` were both given.
             HistoryError: `history` breaks an API rule (see `repair`).
+            OutputValidationError: no valid output within `output_retries` (typed output).
             ProviderError: the API failed; `.result` holds the partial run.
             ToolCallFailed: a tool failed under `on_tool_error="stop"`.
             SessionConflict: another run appended to `session` first; nothing was
@@ -286,20 +400,56 @@ class Agent:
             UsageLimitExceeded: the run went over a usage limit, or its next request
                 would have; `.result` holds the partial run.
         """
-        _, drive = await self._prepare(prompt, history, deps, external_tools, session, usage_limits)
+        _, drive = await self._prepare(
+            prompt, history, deps, external_tools, session, usage_limits, output_type
+        )
         return await drive(None)
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: None = None,
+    ) -> AbstractAsyncContextManager[RunStream[OutputT]]: ...
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: type[RunOutputT],
+    ) -> AbstractAsyncContextManager[RunStream[RunOutputT]]: ...
+
+    @overload
+    def run_stream(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        output_type: types.UnionType,
+    ) -> AbstractAsyncContextManager[RunStream[Any]]: ...
 
     @asynccontextmanager
     async def run_stream(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        external_tools: _External = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
-    ) -> AsyncIterator[RunStream]:
+        output_type: Any = None,
+    ) -> AsyncIterator[RunStream[Any]]:
         """Run as `run()` does, yielding typed events while the model streams.
 
         Tool calls start the moment their `tool_use` block is complete (unless the tool
@@ -316,18 +466,18 @@ class Agent:
         ```
         """
         run, drive = await self._prepare(
-            prompt, history, deps, external_tools, session, usage_limits
+            prompt, history, deps, external_tools, session, usage_limits, output_type
         )
         async with self._stream(run, drive) as stream:
             yield stream
 
     @asynccontextmanager
     async def _stream(
-        self, run: RunState, drive: Callable[[Emit | None], Awaitable[RunResult]]
-    ) -> AsyncIterator[RunStream]:
+        self, run: RunState, drive: Callable[[Emit | None], Awaitable[RunResult[Any]]]
+    ) -> AsyncIterator[RunStream[Any]]:
         """`run` driven (by `drive`) in a task, its events and result on the stream handle."""
         send, receive = anyio.create_memory_object_stream[Event](math.inf)
-        stream = RunStream(run, receive)
+        stream: RunStream[Any] = RunStream(run, receive)
         failure: BaseException | None = None
         try:
             with receive:
@@ -345,16 +495,56 @@ class Agent:
         if failure is not None:
             raise failure
 
+    @overload
     def run_sync(
         self,
-        prompt: str | Sequence[ContentBlock] | None = None,
+        prompt: _Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        history: _History = None,
         deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        external_tools: _External = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
-    ) -> RunResult:
+        output_type: None = None,
+    ) -> RunResult[OutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: type[RunOutputT],
+    ) -> RunResult[RunOutputT]: ...
+
+    @overload
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: types.UnionType,
+    ) -> RunResult[Any]: ...
+
+    def run_sync(
+        self,
+        prompt: _Prompt = None,
+        *,
+        history: _History = None,
+        deps: Any = None,
+        external_tools: _External = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(
             partial(
@@ -365,6 +555,7 @@ class Agent:
                 external_tools=external_tools,
                 session=session,
                 usage_limits=usage_limits,
+                output_type=output_type,
             )
         )
 
@@ -527,7 +718,11 @@ class Agent:
             round_ = run.start_round()
             if emit is not None:
                 await emit(RequestStarted(round_))
-            turn = Turn(run, self.registry, self._context(run, round_), emit)
+            registry = self.registry if run.output is None else run.output.registry
+            turn_emit = emit
+            if emit is not None and run.output is not None:
+                turn_emit = PartialOutputs(run.output, emit, round_)
+            turn = Turn(run, registry, self._context(run, round_), turn_emit)
             try:
                 outcome = await turn.play(partial(self._request, run, request, emit))
             except ProviderError as exc:
@@ -550,6 +745,15 @@ class Agent:
                 return run.pause_reason
             if run.stopping:
                 return "cancelled"
+            if run.output is not None:
+                context = partial(RunContext, run.id, round_, "", "", run.deps)
+                verdict = await run.output.after_turn(response, outcome.calls, run.history, context)
+                if verdict == "done":
+                    if emit is not None:
+                        await emit(OutputReady(round_, run.output.value))
+                    return "end_turn"
+                if verdict == "retry":
+                    continue
             stop = response.stop_reason
             if not forced and self.history_processors and is_length_refusal(stop_reason=stop):
                 forced = True
@@ -567,13 +771,15 @@ class Agent:
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
         session: Session | None,
         usage_limits: UsageLimits | None = None,
-    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
+        output_type: Any = None,
+    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult[Any]]]]:
         """A new run and what drives it: the loop, in `session` when one is given."""
         if session is None:
-            run = self._new_run(history, prompt, deps, external_tools, usage_limits)
+            run = self._new_run(history, prompt, deps, external_tools, usage_limits, output_type)
             return run, partial(self._drive, run)
         snapshot = await load_session(session, history)
-        run = self._new_run(snapshot.messages, prompt, deps, external_tools, usage_limits)
+        messages = snapshot.messages
+        run = self._new_run(messages, prompt, deps, external_tools, usage_limits, output_type)
         return run, keeping(session, snapshot, run, partial(self._drive, run))
 
     def _new_run(
@@ -583,6 +789,7 @@ class Agent:
         deps: Any,
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         usage_limits: UsageLimits | None = None,
+        output_type: Any = None,
     ) -> RunState:
         linter = HistoryLinter(
             thinking=self.thinking,
@@ -626,6 +833,21 @@ class Agent:
                 approval_required=self.approval_required,
             ),
             meter=Meter(limits, self.model),
+            output=self._output_run(output_type),
+        )
+
+    def _output_run(self, output_type: Any) -> OutputRun | None:
+        """The typed output of a new run (None when its output is the text)."""
+        schema = self._output_schema if output_type is None else _schema_of(output_type)
+        if schema is None:
+            return None
+        return OutputRun(
+            schema,
+            resolve_mode(self.output_mode, self.provider),
+            retries=self.output_retries,
+            # Validators check the agent's output type; a run with its own has none.
+            validators=self._output_validators if output_type is None else (),
+            registry=self.registry,
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:
@@ -665,6 +887,8 @@ class Agent:
                 entered(RunScope(run, self.provider, self.model)),
             ):
                 stop = await self._loop(run, emit)
+                if run.output is not None:
+                    run.output.check_end(stop)
         except anyio.get_cancelled_exc_class():
             run.end_early("cancelled")
             run.log.info("run.cancelled", rounds=run.rounds)
@@ -741,14 +965,15 @@ class Agent:
     def _build_request(
         self, run: RunState, messages: Sequence[Message] | None = None
     ) -> ModelRequest:
-        return ModelRequest(
+        registry = self.registry if run.output is None else run.output.registry
+        request = ModelRequest(
             model=self.model,
             messages=run.history.messages if messages is None else messages,
             max_tokens=self.max_tokens,
             system=self.system,
-            tools=[*self.registry.definitions(), *run.external]
+            tools=[*registry.definitions(), *run.external]
             if run.external
-            else (self.registry.definitions()),
+            else (registry.definitions()),
             tool_choice=self.tool_choice,
             thinking=self.thinking,
             metadata=self.metadata,
@@ -756,6 +981,7 @@ class Agent:
             container=run.container,
             params=self.params,
         )
+        return request if run.output is None else run.output.shape(request)
 
     def _check_failures(self, run: RunState, results: Sequence[ToolResult]) -> None:
         """Under `on_tool_error="stop"`, end the run at the first call that failed."""
@@ -780,3 +1006,8 @@ def _provider_name(provider: Provider) -> str:
     """The provider's name for traces (`gen_ai.provider.name`)."""
     name = getattr(provider, "name", None)
     return name if isinstance(name, str) else type(provider).__name__
+
+
+def _schema_of(output_type: Any) -> OutputSchema | None:
+    """The output schema of a type (None for `str`: the output is the text)."""
+    return None if output_type is str else output_schema(output_type)

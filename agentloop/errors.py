@@ -6,6 +6,7 @@ other class below, all subclasses of `AgentloopError`.
 
 ```
 ToolError                      raised by a tool; becomes an is_error result, never escapes a run
+└── ModelRetry                 raised by a tool or an output validator: the model tries again
 AgentloopError
 ├── ConfigurationError         a mistake in how agentloop was set up
 │   └── DuplicateToolError     two tools share one name
@@ -22,7 +23,8 @@ AgentloopError
 │   └── ServerError            5xx after the client's retries
 ├── RunError                   a run ended early; carries the partial RunResult
 │   ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
-│   └── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
+│   ├── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
+│   └── OutputValidationError  the model gave no valid output within `output_retries`
 ├── ResumeError                a paused run cannot be resumed as asked; nothing was changed
 │   ├── InvalidStateError      the state is not a run state, or does not hold together
 │   │   ├── StateVersionError  written by an incompatible version of agentloop
@@ -57,6 +59,8 @@ __all__ = (
     "InvalidResponseError",
     "InvalidStateError",
     "MissingAPIKeyError",
+    "ModelRetry",
+    "OutputValidationError",
     "OverloadedError",
     "ProviderError",
     "RateLimitError",
@@ -85,6 +89,15 @@ class ToolError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ModelRetry(ToolError):
+    """Raise in a tool or an output validator to send the model back with `message`.
+
+    From a tool it is a `ToolError`: the model gets an `is_error` tool_result carrying
+    `message`. From an output validator (`Agent.output_validator`) the model is asked for
+    its output again, told `message`; that counts against `output_retries`.
+    """
 
 
 class AgentloopError(Exception):
@@ -286,6 +299,21 @@ class SessionConflict(SessionError):
         """The version the run loaded."""
         self.actual = actual
         """The version the session had when the run tried to append."""
+
+
+class OutputValidationError(RunError):
+    """The model gave no valid output: every try failed validation, or the run ended first.
+
+    `result` holds the partial run: its history is valid to send again (the last invalid
+    answer is in it, its failure answered) and `result.output` is None.
+    """
+
+    def __init__(
+        self, message: str, *, problems: str = "", result: RunResult | None = None
+    ) -> None:
+        super().__init__(message, result=result)
+        self.problems = problems
+        """What was wrong with the last try, as the model was (or would have been) told."""
 
 
 def api_error(

@@ -18,6 +18,8 @@ __all__ = (
     "Event",
     "ModelResponded",
     "ModelStreamEvent",
+    "OutputReady",
+    "PartialOutput",
     "RequestStarted",
     "RoundFinished",
     "RunFinished",
@@ -161,6 +163,27 @@ class RoundFinished:
 
 
 @dataclass(frozen=True)
+class PartialOutput:
+    """The typed output so far, partially validated, while the model writes it.
+
+    Sent when the output's JSON has grown by half since the last check and what is there
+    validates (pydantic's partial validation: an unfinished last item of a list or dict
+    is left out; a required field not yet written means no event yet).
+    """
+
+    round: int
+    output: Any
+
+
+@dataclass(frozen=True)
+class OutputReady:
+    """The model's output passed validation (and the output validators): the run ends."""
+
+    round: int
+    output: Any
+
+
+@dataclass(frozen=True)
 class RunFinished:
     """The run ended; `result` is what `Agent.run()` would have returned."""
 
@@ -180,6 +203,8 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ModelStreamEvent,
     ModelResponded,
     RoundFinished,
+    PartialOutput,
+    OutputReady,
     RunFinished,
 ]
 """Any event of a streamed run."""

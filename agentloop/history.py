@@ -181,6 +181,18 @@ class History:
         if results:
             self._messages.append(Message.of_blocks("user", [r.to_block() for r in results]))
 
+    def add_user(self, text: str) -> None:
+        """Add a user message of `text` after the model's answer (e.g. why it is sent back).
+
+        Merged into the last message when that is a user message already.
+        """
+        block = TextBlock(text=text)
+        last = self._messages[-1] if self._messages else None
+        if last is not None and last.role == "user":
+            self._messages[-1] = Message.of_blocks("user", [*last.blocks, block])
+        else:
+            self._messages.append(Message.of_blocks("user", [block]))
+
     def close(
         self,
         why: str,

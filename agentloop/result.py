@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Generic, Literal, Union
 
 __all__ = ("ApprovalRequest", "RunResult", "StopReason", "ToolCallRecord", "Usage")
+from typing_extensions import TypeVar
+
+__all__ = ("OutputT", "RunResult", "StopReason", "ToolCallRecord", "Usage")
+
+OutputT = TypeVar("OutputT", default=str)
+"""The type of a run's output (`Agent(output_type=...)`); `str` unless one is given."""
 
 StopReason = Union[  # noqa: UP007 (readable as a list)
     Literal[
@@ -116,7 +122,7 @@ class ApprovalRequest:
 
 
 @dataclass
-class RunResult:
+class RunResult(Generic[OutputT]):
     """What a run produced. `messages` can be passed back as `history=` to continue."""
 
     text: str
@@ -145,3 +151,7 @@ class RunResult:
     """When calls wait (approval or external tools): everything needed to continue the run
     with `Agent.resume`, as plain JSON values (`json.dumps` takes it as it is). None
     otherwise."""
+    output: OutputT = field(default=None)  # type: ignore[assignment]  # set by every run
+    """The run's validated output, of the agent's (or the run's) `output_type`; the final
+    text for `str`, the default. None in a partial result and when calls are handed back
+    (`stop_reason="tool_use"`)."""

@@ -17,6 +17,7 @@ from .approval import Gate, Waiting
 from .history import History
 from .limits import Meter
 from .messages import ContentBlock
+from .output import OutputRun
 from .providers.base import ModelResponse
 from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
 from .state import PausedRun, PendingCall, dump_state
@@ -43,6 +44,7 @@ class RunState:
         external_names: frozenset[str] = frozenset(),
         gate: Gate | None = None,
         meter: Meter | None = None,
+        output: OutputRun | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
@@ -50,6 +52,7 @@ class RunState:
         of external tools announced with each request, `external_names` their names;
         `gate` says which calls wait (by default those of the external tools).
         `meter` holds the run's usage limits and counts its cost and tool calls.
+        `output` reads a typed output (None: the output is the final text).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -66,9 +69,9 @@ class RunState:
         self.log = log.bind(run_id=self.id)
         self.stopping = False
         """Whether the run stops after the turn under way (see `stop_after_turn`)."""
-        self.final: RunResult | None = None
+        self.final: RunResult[Any] | None = None
         """The result of a run that finished."""
-        self.partial: RunResult | None = None
+        self.partial: RunResult[Any] | None = None
         """The result of a run that ended early (failed or cancelled)."""
         self.pending: list[dict[str, Any]] = []
         """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
@@ -79,9 +82,10 @@ class RunState:
         """Every call of the turn that paused the run: approval and external, in order."""
         self.paused: PausedRun | None = None
         """The paused run this one resumes, until its turn is answered."""
+        self.output = output
 
     @property
-    def outcome(self) -> RunResult | None:
+    def outcome(self) -> RunResult[Any] | None:
         """The final result, the partial one if the run ended early, or None while it runs."""
         return self.final or self.partial
 
@@ -188,17 +192,17 @@ class RunState:
                 )
             )
 
-    def finish(self, stop_reason: StopReason) -> RunResult:
+    def finish(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run is over: its final result."""
         self.final = self.result(stop_reason)
         return self.final
 
-    def end_early(self, stop_reason: StopReason) -> RunResult:
+    def end_early(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run failed or was cancelled: its partial result (the turn closed already)."""
         self.partial = self.result(stop_reason)
         return self.partial
 
-    def result(self, stop_reason: StopReason) -> RunResult:
+    def result(self, stop_reason: StopReason) -> RunResult[Any]:
         """The run's result as it stands."""
         return RunResult(
             text=self.history.last_text,
@@ -216,6 +220,7 @@ class RunState:
                 if w.kind == "approval"
             ],
             state=self._state() if self.waiting else None,
+            output=self.history.last_text if self.output is None else self.output.value,
         )
 
     def _state(self) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from typing import Any
 
 import docstring_parser
 from docstring_parser import DocstringStyle
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from .errors import ConfigurationError
 
-__all__ = ("InputModel", "input_model", "input_schema", "parse_docstring")
+__all__ = ("InputModel", "input_model", "input_schema", "parse_docstring", "type_schema")
 
 # Google style with the sections that also list parameters, which docstring_parser's
 # default Google sections leave out.
@@ -146,6 +146,14 @@ def input_schema(model: type[BaseModel], tool_name: str) -> dict[str, Any]:
         raise ConfigurationError(f"tool {tool_name!r}: cannot build its schema: {exc}") from exc
     schema.setdefault("properties", {})
     return schema
+
+
+def type_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
+    """The JSON schema of any type pydantic validates (an output type), without titles.
+
+    A model's or dataclass's own description (its docstring) is kept.
+    """
+    return adapter.json_schema(schema_generator=_Untitled)
 
 
 class _Untitled(GenerateJsonSchema):

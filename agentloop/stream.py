@@ -8,18 +8,19 @@ cancelled, by `cancel()` or by any cancel scope around it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any, Generic
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentloop.events import Event, RunFinished
-from agentloop.result import RunResult
+from agentloop.result import OutputT, RunResult
 from agentloop.run import RunState
 
 __all__ = ("RunStream",)
 
 
-class RunStream:
+class RunStream(Generic[OutputT]):
     """Events of a run as they happen, and a way to stop it.
 
     Iterate it for events; after the last one (`RunFinished`), `result` holds the run's
@@ -32,7 +33,7 @@ class RunStream:
         self._receive = receive
         self._scope = anyio.CancelScope()
         self._error: BaseException | None = None
-        self._result: RunResult | None = None
+        self._result: RunResult[Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -40,7 +41,7 @@ class RunStream:
         return self._run.id
 
     @property
-    def result(self) -> RunResult | None:
+    def result(self) -> RunResult[OutputT] | None:
         """The final result, the partial one after a cancellation, or None while running."""
         return self._result
 
@@ -56,7 +57,7 @@ class RunStream:
         else:
             self._scope.cancel()
 
-    def __aiter__(self) -> RunStream:
+    def __aiter__(self) -> RunStream[OutputT]:
         return self
 
     async def __anext__(self) -> Event:
@@ -69,7 +70,7 @@ class RunStream:
 
     async def _drive(
         self,
-        drive: Callable[[Callable[[Event], Awaitable[None]]], Awaitable[RunResult]],
+        drive: Callable[[Callable[[Event], Awaitable[None]]], Awaitable[RunResult[Any]]],
         send: MemoryObjectSendStream[Event],
     ) -> None:
         """Run the loop, feeding `send`; never lets the run's failure escape the task group."""

@@ -532,6 +532,12 @@ def to_content(value: Any) -> str | list[ContentBlock] | None:
 def describe_validation_error(tool_name: str, error: ValidationError) -> str:
     """An is_error message naming each bad field and what is wrong, for the model to fix."""
     lines = [f"Invalid input for tool '{tool_name}'. Fix these and call it again:"]
+    return "\n".join([*lines, *validation_problems(error)])
+
+
+def validation_problems(error: ValidationError) -> list[str]:
+    """One line per bad field of `error`: where, what is wrong, and what was sent."""
+    lines = []
     for problem in error.errors(include_url=False):
         where = ".".join(str(p) for p in problem["loc"]) or "(input)"
         got = ""
@@ -543,7 +549,7 @@ def describe_validation_error(tool_name: str, error: ValidationError) -> str:
         elif problem["type"] == "missing":
             message = "required argument is missing"
         lines.append(f"- {where}: {message}{got}")
-    return "\n".join(lines)
+    return lines
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")

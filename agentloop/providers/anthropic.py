@@ -47,7 +47,7 @@ from .base import (
     retry_after,
 )
 
-__all__ = ("AnthropicProvider",)
+__all__ = ("AnthropicProvider", "api_output_schema")
 
 _PATH = "/v1/messages"
 
@@ -62,6 +62,9 @@ class AnthropicProvider:
 
     name = "anthropic"
     """The provider's name in traces (`gen_ai.provider.name`)."""
+    native_output = True
+    """The Messages API has structured output (`output_config.format`): an agent's
+    `output_mode="auto"` uses it."""
 
     def __init__(
         self,
@@ -415,7 +418,7 @@ def _arguments(
     given `extra_body` then updates). The W3C trace context goes into `extra_headers`
     (which the given ones then update), so the upstream continues the run's trace.
     """
-    fields = request.to_wire()
+    fields = api_output_schema(request.to_wire())
     betas = fields.pop("betas", None)
     messages: Any = client.beta.messages if betas else client.messages
     accepted = _parameters(messages.__class__)
@@ -442,6 +445,30 @@ def _arguments(
         # refuse a large `max_tokens` without streaming: that choice is the caller's.
         arguments["timeout"] = client.timeout
     return messages, arguments
+
+
+def api_output_schema(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with its `output_config.format` schema rewritten as the API accepts it.
+
+    The SDK's public `transform_schema` does it (the rewrite `messages.parse` applies):
+    each object closed with `additionalProperties: false`, constraints the API does not
+    take (`minimum`, `maxLength`, ...) moved into the description.
+
+    Raises:
+        ConfigurationError: the schema has a part the API cannot take (one without a
+            type, as a field typed `Any` has).
+    """
+    form = (body.get("output_config") or {}).get("format")
+    if not isinstance(form, Mapping) or not isinstance(form.get("schema"), Mapping):
+        return body
+    try:
+        schema = anthropic.transform_schema(dict(form["schema"]))
+    except ValueError as exc:
+        raise errors.ConfigurationError(
+            f"the output schema cannot be sent as structured output ({exc}); use output_mode='tool'"
+        ) from exc
+    config = {**body["output_config"], "format": {**form, "schema": schema}}
+    return {**body, "output_config": config}
 
 
 def _header(value: Any) -> str:

@@ -58,6 +58,10 @@ class ModelRequest:
     """Further request parameters (`temperature`, `service_tier`, `extra_headers`, ...),
     applied last: a key here replaces the field of the same name, except `tools`, whose
     definitions are added after the agent's."""
+    output_format: Mapping[str, Any] | None = None
+    """Structured output asked for: `{"name": ..., "schema": <JSON schema of an object>}`.
+    The Messages API gets it as `output_config.format` (`AnthropicProvider` has the
+    schema rewritten as the API accepts it), Chat Completions as `response_format`."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).
@@ -96,9 +100,14 @@ class ModelRequest:
             "container": self.container,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        if self.output_format is not None:
+            schema = self.output_format["schema"]
+            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         for name, value in self.params.items():
             if name == "tools" and value and "tools" in body:
                 body["tools"] = [*body["tools"], *value]
+            elif name == "output_config" and "output_config" in body:
+                body[name] = {**value, **body[name]}  # e.g. `effort` beside the format
             else:
                 body[name] = value
         return body

@@ -26,6 +26,7 @@ from .scripted import tool_call as tool_call
 from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
 from .stepped import SteppedProvider as SteppedProvider
+from .structured import schema_reply as schema_reply
 
 __all__ = (
     "ChatCompletionsServer",
@@ -39,6 +40,7 @@ __all__ = (
     "ScriptedProvider",
     "SteppedProvider",
     "reply",
+    "schema_reply",
     "sse_events",
     "text",
     "tool_call",

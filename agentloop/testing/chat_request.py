@@ -245,6 +245,8 @@ def read_chat_request(body: Mapping[str, Any]) -> dict[str, Any]:
         read["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
     if body.get("stream"):
         read["stream"] = True
+    if body.get("response_format") is not None:
+        read["response_format"] = body["response_format"]  # as sent: the script may read it
     return read
 
 

@@ -20,11 +20,14 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any, Literal, cast
 
+from agentloop.errors import AgentloopError
+
 from .chat_request import check_chat_request as check_chat_request
 from .chat_request import read_chat_request as read_chat_request
 from .chat_response import ChatQuirks, Chunk, chat_chunks, completion_of
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
 from .scripted import Fault, Script, ScriptedModel
+from .structured import check_response_format
 
 __all__ = ("ChatCompletionsServer", "check_chat_request", "read_chat_request")
 
@@ -89,6 +92,11 @@ class _ChatHandler(ScriptedHandler):
         )
         if problem is not None:
             self._json(400, _error_body("invalid_request_error", problem))
+            return
+        try:
+            check_response_format(body)
+        except AgentloopError as exc:
+            self._json(400, _error_body("invalid_request_error", str(exc)))
             return
         options = body.get("stream_options") or {}
         self.usage = bool(isinstance(options, Mapping) and options.get("include_usage"))

@@ -27,7 +27,10 @@ from agentloop import errors
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.lint import lint_history
 from agentloop.messages import Message, _Block, parse_history
+from agentloop.providers.anthropic import api_output_schema
 from agentloop.providers.base import ModelRequest, ModelResponse
+
+from .structured import check_output_config
 
 __all__ = (
     "MAX_CACHE_MARKERS",
@@ -124,16 +127,21 @@ def reply(
     stop_reason: str | None = None,
     usage: Mapping[str, int] | None = None,
     model: str = "scripted",
+    output: Any = None,
 ) -> dict[str, Any]:
     """A whole response message; the stop reason is inferred when not given.
 
     Strings become text blocks. `stop_reason` defaults to `tool_use` when a block is a
-    tool_use and to `end_turn` otherwise.
+    tool_use and to `end_turn` otherwise. `output` (any JSON value) is a structured
+    reply: a last text block holding it as JSON, as the API answers a request with
+    `output_config.format` (and a Chat Completions server one with `response_format`).
     """
     content = [
         text(b) if isinstance(b, str) else b.to_wire() if isinstance(b, _Block) else dict(b)
         for b in blocks
     ]
+    if output is not None:
+        content.append(text(json.dumps(output)))
     if stop_reason is None:
         stop_reason = (
             "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
@@ -531,7 +539,9 @@ class ScriptedModel:
         """Lint a request body's history as the API would; return the parsed messages.
 
         Besides the history rules, a body may hold at most `MAX_CACHE_MARKERS`
-        `cache_control` markers in all (tools, system and messages), as the API allows.
+        `cache_control` markers in all (tools, system and messages), as the API allows,
+        and an `output_config.format` only with a schema the API accepts
+        (`check_output_config`).
         """
         messages = parse_history(body.get("messages") or [])
         if self.lint:
@@ -540,6 +550,7 @@ class ScriptedModel:
                 thinking=body.get("thinking"),
                 tool_choice=body.get("tool_choice"),
             )
+            check_output_config(body)
             markers = cache_markers(body)
             if markers > MAX_CACHE_MARKERS:
                 raise errors.HistoryError(
@@ -578,12 +589,17 @@ class ScriptedModel:
 class ScriptedProvider:
     """A `Provider` answering from a `ScriptedModel`, in process (no HTTP).
 
+    Requests are the bodies `AnthropicProvider` would send (an output schema rewritten
+    as the API takes it).
+
     A `Paced` answer arrives after its `total_delay`. A `Fault` raises the agentloop
     error it stands for (see `Fault.to_error`); a slow one first waits its delay.
     """
 
     name = "scripted"
     """The provider's name in traces (`gen_ai.provider.name`)."""
+    native_output = True
+    """Requests may ask for structured output (`output_config.format`), as the API's may."""
 
     def __init__(self, script: Script | ScriptedModel) -> None:
         """Create a provider from a script or an existing `ScriptedModel`."""
@@ -591,7 +607,7 @@ class ScriptedProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` from the script."""
-        answer = self.model.respond(request.to_wire())
+        answer = self.model.respond(api_output_schema(request.to_wire()))
         if isinstance(answer, Paced):
             await anyio.sleep(answer.total_delay)
             answer = answer.message

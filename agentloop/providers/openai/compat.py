@@ -49,12 +49,20 @@ class ChatCompat:
     """Send reasoning text the server returned (unsigned thinking blocks) back with its
     assistant message as `reasoning_content`, for servers that want it; by default it
     stays in agentloop's history only."""
+    json_schema: bool = False
+    """The server constrains its answer to a JSON schema given as `response_format:
+    {"type": "json_schema", ...}`: typed output (`output_type`) then uses it
+    (`output_mode="auto"` is native). OpenAI and vLLM do; so do Ollama from 0.5.0 and
+    llama.cpp's `llama-server` (its OpenAI-compatible chat endpoint), whose presets
+    leave it off because older builds do not: `preset("ollama", json_schema=True)`."""
 
 
 PRESETS: Mapping[str, ChatCompat] = {
-    "openai": ChatCompat(server="the OpenAI API", max_tokens_field="max_completion_tokens"),
+    "openai": ChatCompat(
+        server="the OpenAI API", max_tokens_field="max_completion_tokens", json_schema=True
+    ),
     "ollama": ChatCompat(server="Ollama", whole_tool_calls=True, single_system=True),
-    "vllm": ChatCompat(server="the vLLM server", single_system=True),
+    "vllm": ChatCompat(server="the vLLM server", single_system=True, json_schema=True),
     "llamacpp": ChatCompat(
         server="llama.cpp's server",
         single_system=True,

@@ -120,6 +120,11 @@ class OpenAIChatProvider:
         """Whether `complete()` receives responses as a stream too."""
         self._accepted = frozenset(inspect.signature(client.chat.completions.create).parameters)
 
+    @property
+    def native_output(self) -> bool:
+        """Whether typed output may use `response_format` (the compat's `json_schema`)."""
+        return self.compat.json_schema
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the response; API failures raise `ProviderError`s.
 

@@ -28,7 +28,7 @@ from agentloop.tools import ToolDefinition
 
 from .compat import ChatCompat, resolve, wire_id
 
-__all__ = ("ERROR_PREFIX", "chat_arguments", "taken_ids", "to_chat_messages")
+__all__ = ("ERROR_PREFIX", "chat_arguments", "response_format", "taken_ids", "to_chat_messages")
 
 ERROR_PREFIX = "Error: "
 """What an `is_error` tool result's text starts with on the wire: the format has no flag."""
@@ -54,6 +54,8 @@ def chat_arguments(
             fields["parallel_tool_calls"] = False
     if request.stop_sequences:
         fields["stop"] = list(request.stop_sequences)
+    if request.output_format is not None:
+        fields["response_format"] = response_format(request.output_format)
     if stream:
         fields["stream"] = True
         if compat.stream_usage:
@@ -75,6 +77,46 @@ def chat_arguments(
         *_chat_messages(request.messages, compat),
     ]
     return arguments
+
+
+def response_format(output_format: Mapping[str, Any]) -> dict[str, Any]:
+    """The `response_format` asking for JSON of an output schema (`json_schema`).
+
+    Every object is closed (`additionalProperties: false`); the format is `strict` when
+    every object also requires all its properties, as OpenAI's strict mode demands (a
+    field with a default is optional, so such a schema is sent without `strict`).
+    """
+    schema = _closed(output_format["schema"])
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": str(output_format.get("name") or "output"),
+            "schema": schema,
+            "strict": _all_required(schema),
+        },
+    }
+
+
+def _closed(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_closed(item) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    closed = {k: v if k in ("enum", "const", "default") else _closed(v) for k, v in node.items()}
+    if closed.get("type") == "object":
+        closed["additionalProperties"] = False
+    return closed
+
+
+def _all_required(node: Any) -> bool:
+    if isinstance(node, list):
+        return all(_all_required(item) for item in node)
+    if not isinstance(node, Mapping):
+        return True
+    if node.get("type") == "object":
+        if set(node.get("properties") or {}) - set(node.get("required") or []):
+            return False
+    return all(_all_required(v) for k, v in node.items() if k not in ("enum", "const", "default"))
 
 
 def to_chat_messages(
