@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,14 @@ def test_require_approval_names_an_exposed_tool(site: Path) -> None:
         done.stderr == "agentloop: error: approval_required names nope, not tools of this agent\n"
     )
     assert server.requests == []
+
+
+def test_ctrl_c_at_the_prompt_interrupts_the_command(site: Path) -> None:
+    call = tool_call("pay", {"to": "Ada", "amount": 5})
+    with MessagesServer([reply(call)]) as server:
+        terminal = Terminal(command(server), environment(site))
+        terminal.read_until("Allow?")
+        terminal.process.send_signal(signal.SIGINT)  # Ctrl-C, as a terminal would send it
+        code, printed = terminal.finish()
+    assert code == 130 and "agentloop: error: interrupted" in printed, printed
+    assert len(server.requests) == 1

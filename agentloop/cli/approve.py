@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
+import anyio
 from pydantic import ValidationError
 
 from agentloop.approval import Approve, Decision, Deny
@@ -31,7 +32,7 @@ NOT_ASKED = (
 """What the model is told of a call refused because stdin is not a terminal."""
 
 
-def decide(
+async def decide(
     approvals: Sequence[ApprovalRequest],
     registry: ToolRegistry,
     *,
@@ -54,34 +55,36 @@ def decide(
             )
             decisions[request.tool_use_id] = Deny(NOT_ASKED)
         else:
-            decisions[request.tool_use_id] = _ask(request, registry, stdin, out)
+            decisions[request.tool_use_id] = await _ask(request, registry, stdin, out)
     return decisions
 
 
-def _ask(request: ApprovalRequest, registry: ToolRegistry, stdin: TextIO, out: TextIO) -> Decision:
+async def _ask(
+    request: ApprovalRequest, registry: ToolRegistry, stdin: TextIO, out: TextIO
+) -> Decision:
     shown = json.dumps(request.input, ensure_ascii=False)
     print(f"\n{request.name} wants to run with {shown}\n  ({request.reason})", file=out)
     while True:
-        answer = _read("Allow? [y]es / [n]o / [e]dit: ", stdin, out)
+        answer = await _read("Allow? [y]es / [n]o / [e]dit: ", stdin, out)
         answer = answer.lower() if answer is not None else None
         if answer is None or answer in ("n", "no"):
             return Deny(REFUSED)
         if answer in ("y", "yes"):
             return Approve()
         if answer in ("e", "edit"):
-            edited = _edit(request, registry, stdin, out)
+            edited = await _edit(request, registry, stdin, out)
             if edited is not None:
                 return Approve(input=edited)
         else:
             print("Answer y, n or e.", file=out)
 
 
-def _edit(
+async def _edit(
     request: ApprovalRequest, registry: ToolRegistry, stdin: TextIO, out: TextIO
 ) -> dict[str, object] | None:
     """An edited input the tool accepts, or None to ask again (empty line or end of input)."""
     while True:
-        line = _read("New input (a JSON object; empty to go back): ", stdin, out)
+        line = await _read("New input (a JSON object; empty to go back): ", stdin, out)
         if not line:
             return None
         try:
@@ -102,8 +105,13 @@ def _edit(
         return edited
 
 
-def _read(prompt: str, stdin: TextIO, out: TextIO) -> str | None:
-    """One line of answer, stripped; None at the end of input."""
+async def _read(prompt: str, stdin: TextIO, out: TextIO) -> str | None:
+    """One line of answer, stripped; None at the end of input.
+
+    The event loop waits for the terminal to have a line (a terminal hands over whole
+    lines), so Ctrl-C while it waits interrupts the command at once.
+    """
     print(prompt, end="", file=out, flush=True)
+    await anyio.wait_readable(stdin)
     line = stdin.readline()
     return line.strip() if line else None

@@ -13,11 +13,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from agentloop.agent import Agent
 from agentloop.errors import AgentloopError, ConfigurationError
@@ -128,15 +126,12 @@ async def _run(
     try:
         result = await agent.run(prompt, deps=deps, session=session)
         while result.stop_reason == "approval_required" and result.state is not None:
-            decisions = await anyio.to_thread.run_sync(
-                partial(
-                    decide,
-                    result.approvals,
-                    agent.registry,
-                    interactive=sys.stdin.isatty(),
-                    stdin=sys.stdin,
-                    out=sys.stderr,
-                )
+            decisions = await decide(
+                result.approvals,
+                agent.registry,
+                interactive=sys.stdin.isatty(),
+                stdin=sys.stdin,
+                out=sys.stderr,
             )
             result = await agent.resume(
                 result.state, decisions=decisions, deps=deps, session=session
