@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 from agentloop import ConfigurationError
 
+from .content import DEFAULT_MAX_RESULT_CHARS
+
 __all__ = ("MCPConfigError", "MCPServer", "load_config", "parse_config")
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -56,6 +58,9 @@ class MCPServer:
     """Tool names become `<prefix>_<name>`, to keep two servers' tools apart."""
     timeout: float | None = None
     """Seconds a call of this server's tools may take; the agent's `tool_timeout` when None."""
+    max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS
+    """A tool result longer than this (characters of text plus base64 data) is cut, with a
+    note saying so; None sends results whole."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -80,6 +85,8 @@ class MCPServer:
             )
         if self.timeout is not None and not self.timeout > 0:
             raise MCPConfigError(f"{where}: timeout must be > 0 seconds, got {self.timeout!r}")
+        if self.max_result_chars is not None and not self.max_result_chars > 0:
+            raise MCPConfigError(f"{where}: max_result_chars must be > 0")
 
     @classmethod
     def stdio(
@@ -92,6 +99,7 @@ class MCPServer:
         name: str | None = None,
         prefix: str | None = None,
         timeout: float | None = None,
+        **options: Any,
     ) -> MCPServer:
         """A server started as a subprocess and spoken to over its stdin and stdout.
 
@@ -103,6 +111,7 @@ class MCPServer:
             name: The server's name in messages; defaults to the command's file name.
             prefix: Tool names become `<prefix>_<name>`.
             timeout: Seconds a call may take (default: the agent's `tool_timeout`).
+            **options: Any other field of `MCPServer` (`max_result_chars`, ...).
         """
         if isinstance(args, str):
             raise MCPConfigError(f"args must be a list of strings, not the string {args!r}")
@@ -116,6 +125,7 @@ class MCPServer:
             cwd=None if cwd is None else os.fspath(cwd),
             prefix=prefix,
             timeout=timeout,
+            **options,
         )
 
     @classmethod
@@ -127,6 +137,7 @@ class MCPServer:
         name: str | None = None,
         prefix: str | None = None,
         timeout: float | None = None,
+        **options: Any,
     ) -> MCPServer:
         """A server reached over streamable HTTP.
 
@@ -136,6 +147,7 @@ class MCPServer:
             name: The server's name in messages; defaults to the URL's host.
             prefix: Tool names become `<prefix>_<name>`.
             timeout: Seconds a call may take (default: the agent's `tool_timeout`).
+            **options: Any other field of `MCPServer` (`max_result_chars`, ...).
         """
         host = urlsplit(url).hostname or "http"
         return cls(
@@ -145,6 +157,7 @@ class MCPServer:
             headers=dict(headers or {}),
             prefix=prefix,
             timeout=timeout,
+            **options,
         )
 
     def describe(self) -> str:

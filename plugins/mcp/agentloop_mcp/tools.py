@@ -91,7 +91,7 @@ class MCPTool(Tool):
             ToolError: the server reported an error, or the call could not be completed.
         """
         result = await self._connection.call(self.mcp_name, arguments, retryable=self.retryable)
-        return to_content(result, self.name)
+        return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
 
 def _validator(schema: dict[str, Any], server: str, tool: str) -> Any:

@@ -39,6 +39,8 @@ from mcp.server.mcpserver import Context  # noqa: E402
 from mcp.server.mcpserver import MCPServer as SDKServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
 from mcp.types import (  # noqa: E402
+    Annotations,
+    AudioContent,
     BlobResourceContents,
     CallToolResult,
     EmbeddedResource,
@@ -162,6 +164,39 @@ def build(name: str) -> SDKServer:
     def structured_only() -> CallToolResult:
         """Only structured content, no text."""
         return CallToolResult(content=[], structured_content={"temperature": 21, "unit": "c"})
+
+    @server.tool()
+    def media(size: int) -> CallToolResult:
+        """A PNG of about `size` bytes and the same base64 in structuredContent (as
+        server-filesystem's read_media_file returns it)."""
+        data = base64.b64encode(base64.b64decode(PNG) + b"\0" * size).decode()
+        return CallToolResult(
+            content=[ImageContent(type="image", data=data, mimeType="image/png")],
+            structured_content={"content": [{"type": "image", "data": data}]},
+        )
+
+    @server.tool()
+    def mixed() -> CallToolResult:
+        """Audio, a block for the user only, one for the assistant, and structured content."""
+        return CallToolResult(
+            content=[
+                AudioContent(type="audio", data="AAAA", mimeType="audio/wav"),
+                TextContent(
+                    type="text", text="for your eyes", annotations=Annotations(audience=["user"])
+                ),
+                TextContent(
+                    type="text",
+                    text="for the model",
+                    annotations=Annotations(audience=["assistant", "user"], priority=1.0),
+                ),
+            ],
+            structured_content={"ok": True},
+        )
+
+    @server.tool()
+    def big_text(size: int) -> str:
+        """`size` characters of text."""
+        return "x" * size
 
     @server.tool()
     def nothing() -> CallToolResult:

@@ -21,11 +21,14 @@ from agentloop_mcp import MCPConfigError, MCPConnectError, MCPServer, MCPTool, M
 EXPECTED = [
     "add",
     "add_tool",
+    "big_text",
     "block",
     "dotted_name",
     "echo",
     "fail",
     "gather",
+    "media",
+    "mixed",
     "nothing",
     "odd_picture",
     "picture",
@@ -163,6 +166,43 @@ async def test_results_become_content_blocks(
         assert await tools["nothing"]() is None
         with pytest.raises(ToolError, match="boom"):
             await tools["fail"](message="boom")
+
+
+async def test_each_item_is_sent_once(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    async with MCPToolSource([stdio_server()]) as source:
+        tools = {t.name: t for t in source.tools()}
+        # An image with its own bytes in structuredContent: the image, once.
+        [image] = await tools["media"](size=300_000)
+        assert isinstance(image, ImageBlock)
+        assert len(image.source["data"]) > 400_000
+        # Structured content beside a text block that serialises it: the text, once.
+        assert await tools["stats"]() == "{}"
+        assert await tools["add"](a=1, b=2) == "3"
+        # Audio as a note; a block for the user only is left out; no structured JSON.
+        audio, text = await tools["mixed"]()
+        assert audio == TextBlock(text="[audio (audio/wav) omitted: the model cannot hear it]")
+        assert text == TextBlock(text="for the model")
+
+
+async def test_a_result_over_the_size_cut_is_cut_with_a_note(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    async with MCPToolSource([stdio_server(max_result_chars=1000)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert await tools["big_text"](size=1000) == "x" * 1000
+        kept, note = await tools["big_text"](size=5000)
+        assert kept == TextBlock(text="x" * 1000)
+        assert note.text == (
+            "[result cut: the tool returned 5,000 characters of content, over the limit of "
+            "1,000; the first 1,000 are above, the rest was not sent]"
+        )
+        note = await tools["media"](size=3000)  # an image that does not fit: only the note
+        assert isinstance(note, str) and "over the limit of 1,000; the first 0 are" in note
+    async with MCPToolSource([stdio_server(max_result_chars=None)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert len(await tools["big_text"](size=2_000_000)) == 2_000_000
 
 
 async def test_listing_is_refreshed_only_when_the_server_says_so(
