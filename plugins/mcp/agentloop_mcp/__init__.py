@@ -14,6 +14,7 @@ from .config import load_config as load_config
 from .config import parse_config as parse_config
 from .connection import MCPConnectError as MCPConnectError
 from .content import to_content as to_content
+from .source import MCPProblem as MCPProblem
 from .source import MCPToolSource as MCPToolSource
 from .tools import MCPTool as MCPTool
 
@@ -23,6 +24,7 @@ __all__ = (
     "BackgroundToolSource",
     "MCPConfigError",
     "MCPConnectError",
+    "MCPProblem",
     "MCPServer",
     "MCPTool",
     "MCPToolInfo",

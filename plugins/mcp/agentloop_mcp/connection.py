@@ -15,6 +15,7 @@ once; any other gets an error saying it may or may not have run.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,7 @@ from agentloop import AgentloopError, ToolError
 from agentloop.logs import get_logger
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
@@ -47,14 +49,27 @@ NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""
 
 _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
-_MODE = "auto"
-"""Protocol negotiation: probe for the 2026 protocol, fall back to the initialize handshake."""
+
+# The SDK logs through `logging` without a handler of its own, so with none configured
+# Python's last-resort handler prints its warnings (a traceback per line a server writes
+# that is not JSON-RPC, "Session termination failed" at exit) on stderr. A NullHandler
+# keeps it silent until the application configures logging; configured handlers still
+# get every record.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 _MAX_BACKOFF = 10.0
 _MAX_PAGES = 100
 
 
 class MCPConnectError(AgentloopError):
     """An MCP server could not be started or reached when the tool source opened."""
+
+    def __init__(self, message: str, *, server: str | None = None, reason: str = "") -> None:
+        """`message` names the server; `server` and `reason` are kept for reports."""
+        super().__init__(message)
+        self.server = server
+        """The server's name (None when several are meant)."""
+        self.reason = reason or message
+        """Why, without the server's name."""
 
 
 @dataclass(frozen=True)
@@ -120,8 +135,10 @@ class ServerConnection:
         self.tools: list[mcp_types.Tool] = []
         self.connections = 0
         """How many connections were opened (for logs and tests)."""
+        self.instructions: str | None = None
+        """What the server said about using it (`instructions`), from the first connection."""
         self._on_tools_changed = on_tools_changed
-        self._connect_timeout = connect_timeout
+        self._connect_timeout = server.connect_timeout or connect_timeout
         self._attempts = reconnect_attempts
         self._backoff = reconnect_backoff
         self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
@@ -190,7 +207,9 @@ class ServerConnection:
         if not connected:
             raise MCPConnectError(
                 f"cannot connect to MCP server '{self.server.name}' "
-                f"({self.server.describe()}): {reason}"
+                f"({self.server.describe()}): {reason}",
+                server=self.server.name,
+                reason=f"cannot start or reach it ({self.server.describe()}): {reason}",
             )
         failures = 0
         while True:
@@ -216,12 +235,13 @@ class ServerConnection:
     ) -> tuple[bool, str]:
         """Open a connection, serve calls until it is lost; return (connected, why it ended)."""
         connected = False
-        lost = anyio.Event()
+        lost = _Lost()
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as scope:
                 async with self._client(lost) as client:
                     if first:
                         self.tools = await self._list_tools(client)
+                        self.instructions = client.instructions
                     scope.deadline = math.inf
                     connected = True
                     self.connections += 1
@@ -235,15 +255,15 @@ class ServerConnection:
                         ready()
                     await self._serve(client, lost)
             if scope.cancelled_caught and not connected:
-                return False, f"no answer within {self._connect_timeout:g} s"
+                return False, _garbled(lost) or f"no answer within {self._connect_timeout:g} s"
         except Exception as exc:
-            return connected, _describe(exc)
+            return connected, _garbled(lost) or _describe(exc)
         return connected, "the connection was lost"
 
     def _client(self, lost: anyio.Event) -> Client:
         return Client(
             _transport(self.server, lost),
-            mode=_MODE,
+            mode=self.server.mode,
             cache=None,
             message_handler=self._on_message,
             client_info=_CLIENT_INFO,
@@ -429,6 +449,9 @@ async def _transport(
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
             yield _WatchedStream(read, lost), write  # type: ignore[misc]
+    elif server.transport == "sse":
+        async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
+            yield _WatchedStream(read, lost), write  # type: ignore[misc]
     else:
         async with (
             _HTTPClient(
@@ -437,6 +460,25 @@ async def _transport(
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
             yield _WatchedStream(read, lost), write  # type: ignore[misc]
+
+
+class _Lost(anyio.Event):
+    """The event set when a connection ends, with what it read that was not a message.
+
+    The first unreadable line (a server printing logs on stdout) explains a failed connect.
+    """
+
+    garbage: str | None = None
+
+
+def _garbled(lost: anyio.Event) -> str | None:
+    garbage = getattr(lost, "garbage", None)
+    if garbage is None:
+        return None
+    return (
+        f"the server wrote something that is not an MCP message on its output ({garbage}); "
+        "a stdio server must write only JSON-RPC to stdout (logs go to stderr)"
+    )
 
 
 class _WatchedStream:
@@ -454,10 +496,15 @@ class _WatchedStream:
     async def receive(self) -> Any:
         """The next message; the end of the stream marks the connection lost."""
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._lost.set()
             raise
+        if isinstance(item, Exception) and isinstance(self._lost, _Lost):
+            if self._lost.garbage is None:
+                self._lost.garbage = _first_line(item)
+                _log.warning("mcp.not_a_message", error=self._lost.garbage)
+        return item
 
     async def aclose(self) -> None:
         """Close the inner stream."""
@@ -528,6 +575,13 @@ def _errlog() -> TextIO:
         except (AttributeError, OSError, ValueError):
             continue
     raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _first_line(exc: Exception) -> str:
+    """A parse error in a few words: pydantic's first lines name the input it got."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " / ".join(lines[:3]) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,10 +1,12 @@
 """The tool source: MCP servers' tools as agentloop tools, for as long as it is open.
 
 `async with MCPToolSource(servers) as source:` starts one supervisor task per server (in a
-task group the source owns), waits until every server answered with its tool list, and
-names the tools (prefix, then characters the API does not allow replaced by `_`). Leaving
-the block stops the supervisors, which close their connections and stop the server
-processes. `source.tools()` is the current listing, sorted by name.
+task group the source owns), waits until every server answered with its tool list or
+failed, and names the tools (prefix, then characters the API does not allow replaced by
+`_`). A server that fails to start, times out, or offers names that collide is left out
+and listed in `source.errors`; the others work (`strict=True` makes any failure fatal).
+Leaving the block stops the supervisors, which close their connections and stop the
+server processes. `source.tools()` is the current listing, sorted by name.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
 
 import anyio
 import anyio.abc
+import mcp.types as mcp_types
 from agentloop import ConfigurationError, Tool
 from agentloop.errors import DuplicateToolError
 from agentloop.logs import get_logger
@@ -24,10 +28,27 @@ from .config import MCPConfigError, MCPServer
 from .connection import MCPConnectError, ServerConnection
 from .tools import MCPTool
 
-__all__ = ("MCPToolSource",)
+__all__ = ("MCPProblem", "MCPToolSource")
 
 _log = get_logger()
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class MCPProblem:
+    """A server left out of a tool source, or one of its tools left out, and why."""
+
+    server: str
+    """The server's name."""
+    reason: str
+    """Why, in words for a person (without the server's name)."""
+    tool: str | None = None
+    """The tool left out (its name on the server); None when the whole server is."""
+
+    def __str__(self) -> str:
+        if self.tool is None:
+            return f"MCP server '{self.server}' left out: {self.reason}"
+        return f"MCP server '{self.server}': tool {self.tool!r} left out: {self.reason}"
 
 
 class MCPToolSource:
@@ -47,6 +68,7 @@ class MCPToolSource:
         connect_timeout: float = 30.0,
         reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.25,
+        strict: bool = False,
     ) -> None:
         """Describe the source; nothing connects before `async with`.
 
@@ -58,6 +80,8 @@ class MCPToolSource:
                 call tries again).
             reconnect_backoff: Seconds before the first reconnection; doubled after each
                 failed attempt (at most 10 s).
+            strict: Fail to open when any server fails (rather than leaving it out and
+                listing it in `errors`).
 
         Raises:
             MCPConfigError: two servers share a name, or an option is out of range.
@@ -84,17 +108,25 @@ class MCPToolSource:
             )
             for server in self.servers
         ]
+        self.strict = strict
+        """Whether any server's failure is fatal when the source opens."""
+        self.errors: list[MCPProblem] = []
+        """The servers left out when the source opened, and why (empty when all work)."""
+        self.skipped: list[MCPProblem] = []
+        """Tools left out of the listing (a name the API cannot take, ...), and why."""
         self._tools: dict[str, list[MCPTool]] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
         self._stack: AsyncExitStack | None = None
         self._version = 0
         self._changed = anyio.Event()
 
     async def __aenter__(self) -> MCPToolSource:
-        """Start every server and fetch its tools.
+        """Start every server and fetch its tools; a server that fails is left out.
 
         Raises:
-            MCPConnectError: a server could not be started or reached (each one is named).
-            DuplicateToolError: two servers offer a tool of the same name (after prefixing).
+            MCPConnectError: with `strict`, a server could not be started or reached (each
+                one is named).
+            DuplicateToolError: with `strict`, two tools share a name (after prefixing).
         """
         if self._stack is not None:
             raise ConfigurationError("this MCPToolSource is open already")
@@ -103,10 +135,9 @@ class MCPToolSource:
         try:
             group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(group.cancel_scope.cancel)
-            await self._start(group)
-            named = {c.server.name: self._name_tools(c) for c in self._connections}
-            _check_collisions(named)
-            self._tools = named
+            self.errors, self.skipped = [], []
+            connected = await self._start(group)
+            self._tools = self._accept(connected)
         except BaseException:
             await stack.aclose()  # exits the group cleanly; the error is raised as it is
             raise
@@ -126,20 +157,61 @@ class MCPToolSource:
             # Not handed the body's exception: the group would wrap it in an ExceptionGroup.
             await stack.aclose()
 
-    async def _start(self, group: anyio.abc.TaskGroup) -> None:
-        failures: list[str] = []
+    async def _start(self, group: anyio.abc.TaskGroup) -> list[ServerConnection]:
+        """Start every supervisor at once; the connected ones, in the servers' order."""
+        failures: dict[str, MCPConnectError] = {}
 
         async def start(connection: ServerConnection) -> None:
             try:
-                await group.start(connection.run)
+                await group.start(self._supervise, connection)
             except MCPConnectError as exc:
-                failures.append(str(exc))
+                failures[connection.server.name] = exc
 
         async with anyio.create_task_group() as starting:
             for connection in self._connections:
                 starting.start_soon(start, connection)
-        if failures:
-            raise MCPConnectError("; ".join(sorted(failures)))
+        if failures and self.strict:
+            raise MCPConnectError("; ".join(sorted(str(e) for e in failures.values())))
+        for name, exc in failures.items():
+            self._leave_out(name, exc.reason)
+        return [c for c in self._connections if c.server.name not in failures]
+
+    async def _supervise(
+        self,
+        connection: ServerConnection,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run one supervisor in a scope of its own, so one server can be left out alone."""
+        with anyio.CancelScope() as scope:
+            self._scopes[connection.server.name] = scope
+            await connection.run(task_status=task_status)
+
+    def _accept(self, connected: list[ServerConnection]) -> dict[str, list[MCPTool]]:
+        """Each server's named tools; a server whose names collide is left out (or raises)."""
+        named: dict[str, list[MCPTool]] = {}
+        for connection in connected:
+            name = connection.server.name
+            try:
+                tools, skipped = self._name_tools(connection)
+                _check_collisions({**named, name: tools})
+            except DuplicateToolError as exc:
+                if self.strict:
+                    raise
+                self._leave_out(name, str(exc))
+                continue
+            named[name] = tools
+            self.skipped += skipped
+        return named
+
+    def _leave_out(self, server: str, reason: str) -> None:
+        problem = MCPProblem(server, reason)
+        # Info, not warning: `errors` is how the source reports it (the command prints it).
+        _log.info("mcp.server_left_out", mcp_server=server, reason=reason)
+        self.errors.append(problem)
+        scope = self._scopes.get(server)
+        if scope is not None:
+            scope.cancel()  # its connection closes, its process stops
 
     def tools(self) -> list[Tool]:
         """Every server's tools, sorted by name: the listing as it is now.
@@ -158,6 +230,19 @@ class MCPToolSource:
             )
         every = [t for tools in self._tools.values() for t in tools]
         return sorted(every, key=lambda t: t.name)
+
+    def instructions(self) -> str | None:
+        """The instructions of the servers declared with `instructions=True`.
+
+        For a system prompt: each under a heading naming its server; None when there are
+        none. Join it to your own system prompt, separated by a blank line.
+        """
+        parts = [
+            f"## MCP server {c.server.name}\n\n{c.instructions.strip()}"
+            for c in self._connections
+            if c.server.instructions and c.instructions and c.server.name in self._tools
+        ]
+        return "\n\n".join(parts) or None
 
     @property
     def version(self) -> int:
@@ -179,18 +264,21 @@ class MCPToolSource:
             await self._changed.wait()
         return self._version
 
-    def _name_tools(self, connection: ServerConnection) -> list[MCPTool]:
+    def _name_tools(self, connection: ServerConnection) -> tuple[list[MCPTool], list[MCPProblem]]:
+        """The server's tools under the names the model sees, and the tools left out."""
         server = connection.server
         tools: dict[str, MCPTool] = {}
+        skipped: list[MCPProblem] = []
         for spec in connection.tools:
+            if not server.offers(spec.name):
+                continue
             name = _UNSAFE.sub("_", f"{server.prefix}_{spec.name}" if server.prefix else spec.name)
-            if not 0 < len(name) <= 128:
-                _log.warning(
-                    "mcp.tool_skipped",
-                    mcp_server=server.name,
-                    tool=spec.name,
-                    reason="the name is longer than the 128 characters the API allows",
+            reason = _unusable(spec, name)
+            if reason is not None:
+                _log.info(  # reported through `skipped`, like `errors`
+                    "mcp.tool_skipped", mcp_server=server.name, tool=spec.name, reason=reason
                 )
+                skipped.append(MCPProblem(server.name, reason, tool=spec.name))
                 continue
             if name in tools:
                 raise DuplicateToolError(
@@ -198,22 +286,33 @@ class MCPToolSource:
                     f"({tools[name].mcp_name!r} and {spec.name!r}) once made valid for the API"
                 )
             tools[name] = MCPTool(connection, spec, name)
-        return sorted(tools.values(), key=lambda t: t.name)
+        return sorted(tools.values(), key=lambda t: t.name), skipped
 
     def _on_tools_changed(self, connection: ServerConnection) -> None:
         if self._stack is None:
             return
         name = connection.server.name
         try:
-            named = {**self._tools, name: self._name_tools(connection)}
+            tools, skipped = self._name_tools(connection)
+            named = {**self._tools, name: tools}
             _check_collisions(named)
         except ConfigurationError as exc:
             _log.warning("mcp.tools_change_rejected", mcp_server=name, error=str(exc))
             return
         self._tools = named
+        self.skipped = [p for p in self.skipped if p.server != name] + skipped
         self._version += 1
         self._changed.set()
         self._changed = anyio.Event()
+
+
+def _unusable(spec: mcp_types.Tool, name: str) -> str | None:
+    """Why a listed tool cannot be offered to the model, or None."""
+    if not 0 < len(name) <= 128:
+        return f"its name is {len(name)} characters long, over the 128 the API allows"
+    if spec.execution is not None and spec.execution.task_support == "required":
+        return "it must run as a task (task augmentation), which this client does not do"
+    return None
 
 
 def _check_collisions(named: dict[str, list[MCPTool]]) -> None:

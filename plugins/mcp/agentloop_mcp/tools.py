@@ -49,6 +49,8 @@ class MCPTool(Tool):
         """The tool's name on its server (without prefix)."""
         self.server: str = connection.server.name
         """The name of the server it belongs to."""
+        self.origin: str = self.server
+        """Where the tool comes from, for listings such as `agentloop tools` (its server)."""
         self.annotations: mcp_types.ToolAnnotations | None = spec.annotations
         """The server's hints about the tool (read-only, idempotent, destructive, ...)."""
         self.retryable: bool = bool(

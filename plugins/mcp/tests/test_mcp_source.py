@@ -15,7 +15,6 @@ from agentloop.registry import ExecutionContext, ToolRegistry
 from agentloop.tools import ToolCall
 from pydantic import ValidationError
 
-import agentloop_mcp.connection
 from agentloop_mcp import MCPConfigError, MCPConnectError, MCPServer, MCPTool, MCPToolSource
 
 EXPECTED = [
@@ -92,7 +91,7 @@ async def test_prefix_and_collisions_name_both_servers(
     stdio_server: Callable[..., MCPServer], http_server: HTTPServerProcess, no_leaks: ConnectionLog
 ) -> None:
     with pytest.raises(DuplicateToolError) as caught:
-        async with MCPToolSource([stdio_server(), http_server.declare()]):
+        async with MCPToolSource([stdio_server(), http_server.declare()], strict=True):
             pass  # pragma: no cover
     message = str(caught.value)
     assert "MCP server 'local'" in message and "MCP server 'remote'" in message
@@ -222,10 +221,9 @@ async def test_listing_is_refreshed_only_when_the_server_says_so(
 
 
 async def test_refresh_over_earlier_protocol_versions(
-    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, monkeypatch: pytest.MonkeyPatch
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
-    monkeypatch.setattr(agentloop_mcp.connection, "_MODE", "legacy")
-    async with MCPToolSource([stdio_server()]) as source:
+    async with MCPToolSource([stdio_server(protocol="legacy")]) as source:
         tools = {t.name: t for t in source.tools()}
         version = source.version
         assert await tools["add_tool"]() == "added"
@@ -239,12 +237,12 @@ async def test_a_server_that_does_not_start_is_named(
 ) -> None:
     missing = MCPServer.stdio("/nonexistent/mcp-server", name="ghost")
     with pytest.raises(MCPConnectError, match="cannot connect to MCP server 'ghost'"):
-        async with MCPToolSource([stdio_server(), missing]):
+        async with MCPToolSource([stdio_server(), missing], strict=True):
             pass  # pragma: no cover
 
     refused = MCPServer.http("http://127.0.0.1:9/mcp", name="nowhere")
     with pytest.raises(MCPConnectError, match="MCP server 'nowhere'"):
-        async with MCPToolSource([refused]):
+        async with MCPToolSource([refused], strict=True):
             pass  # pragma: no cover
 
 
@@ -252,7 +250,7 @@ async def test_a_server_that_never_answers_times_out(no_leaks: ConnectionLog) ->
     code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
     silent = MCPServer.stdio(sys.executable, ["-c", code, str(no_leaks.path)], name="silent")
     with pytest.raises(MCPConnectError, match=r"'silent'.*no answer within 1 s"):
-        async with MCPToolSource([silent], connect_timeout=1):
+        async with MCPToolSource([silent], connect_timeout=1, strict=True):
             pass  # pragma: no cover
     assert len(no_leaks.pids()) == 1  # and the fixture checks it was stopped
 
