@@ -28,6 +28,7 @@ import anyio.abc
 import anyio.lowlevel
 import httpx2
 import mcp.types as mcp_types
+import pydantic
 from agentloop import AgentloopError, ToolError
 from agentloop.logs import get_logger
 from anyio.streams.memory import MemoryObjectSendStream
@@ -235,10 +236,11 @@ class ServerConnection:
     ) -> tuple[bool, str]:
         """Open a connection, serve calls until it is lost; return (connected, why it ended)."""
         connected = False
-        lost = _Lost()
+        lost = anyio.Event()
+        garbage: list[str] = []  # what the server wrote that was not a message
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as scope:
-                async with self._client(lost) as client:
+                async with self._client(lost, garbage) as client:
                     if first:
                         self.tools = await self._list_tools(client)
                         self.instructions = client.instructions
@@ -255,14 +257,14 @@ class ServerConnection:
                         ready()
                     await self._serve(client, lost)
             if scope.cancelled_caught and not connected:
-                return False, _garbled(lost) or f"no answer within {self._connect_timeout:g} s"
+                return False, _garbled(garbage) or f"no answer within {self._connect_timeout:g} s"
         except Exception as exc:
-            return connected, _garbled(lost) or _describe(exc)
+            return connected, _garbled(garbage) or _describe(exc)
         return connected, "the connection was lost"
 
-    def _client(self, lost: anyio.Event) -> Client:
+    def _client(self, lost: anyio.Event, garbage: list[str]) -> Client:
         return Client(
-            _transport(self.server, lost),
+            _transport(self.server, lost, garbage),
             mode=self.server.mode,
             cache=None,
             message_handler=self._on_message,
@@ -437,7 +439,7 @@ class ServerConnection:
 
 @asynccontextmanager
 async def _transport(
-    server: MCPServer, lost: anyio.Event
+    server: MCPServer, lost: anyio.Event, garbage: list[str]
 ) -> AsyncIterator[tuple[_WatchedStream, MemoryObjectSendStream[SessionMessage]]]:
     """The server's transport, with a read stream that reports when it ends."""
     if server.transport == "stdio":
@@ -448,10 +450,10 @@ async def _transport(
             cwd=server.cwd,
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
-            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
     elif server.transport == "sse":
         async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
-            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
     else:
         async with (
             _HTTPClient(
@@ -459,34 +461,30 @@ async def _transport(
             ) as http,
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
-            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
 
 
-class _Lost(anyio.Event):
-    """The event set when a connection ends, with what it read that was not a message.
-
-    The first unreadable line (a server printing logs on stdout) explains a failed connect.
-    """
-
-    garbage: str | None = None
-
-
-def _garbled(lost: anyio.Event) -> str | None:
-    garbage = getattr(lost, "garbage", None)
-    if garbage is None:
+def _garbled(garbage: list[str]) -> str | None:
+    """Why a connect failed, when the server wrote lines that are not MCP messages."""
+    if not garbage:
         return None
     return (
-        f"the server wrote something that is not an MCP message on its output ({garbage}); "
+        f"the server wrote something that is not an MCP message on its output ({garbage[0]}); "
         "a stdio server must write only JSON-RPC to stdout (logs go to stderr)"
     )
 
 
 class _WatchedStream:
-    """A transport's read stream that sets `lost` when it ends: how a dead process shows."""
+    """A transport's read stream that sets `lost` when it ends: how a dead process shows.
 
-    def __init__(self, inner: Any, lost: anyio.Event) -> None:
+    It also keeps the first thing read that was not a message (a server printing logs on
+    stdout) in `garbage`, to explain a failed connect.
+    """
+
+    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
         self._inner = inner
         self._lost = lost
+        self._garbage = garbage
 
     @property
     def last_context(self) -> Any:
@@ -500,10 +498,9 @@ class _WatchedStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._lost.set()
             raise
-        if isinstance(item, Exception) and isinstance(self._lost, _Lost):
-            if self._lost.garbage is None:
-                self._lost.garbage = _first_line(item)
-                _log.warning("mcp.not_a_message", error=self._lost.garbage)
+        if isinstance(item, Exception) and not self._garbage:
+            self._garbage.append(_first_line(item))
+            _log.warning("mcp.not_a_message", error=self._garbage[0])
         return item
 
     async def aclose(self) -> None:
@@ -578,7 +575,11 @@ def _errlog() -> TextIO:
 
 
 def _first_line(exc: Exception) -> str:
-    """A parse error in a few words: pydantic's first lines name the input it got."""
+    """A parse error in a few words: the line the server wrote, when pydantic kept it."""
+    if isinstance(exc, pydantic.ValidationError):
+        found = [e.get("input") for e in exc.errors()]
+        if found and isinstance(found[0], str):
+            return f"a line reading {found[0][:100]!r}"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = " / ".join(lines[:3]) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."

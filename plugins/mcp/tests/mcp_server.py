@@ -1,7 +1,7 @@
 """A real MCP server for the tests, built with the MCP SDK's server side.
 
-Run over stdio (`python mcp_server.py`) or streamable HTTP (`python mcp_server.py --http
-PORT`). With `MCP_TEST_CONN_LOG` set, each process appends its pid to that file when it
+Run over stdio (`python mcp_server.py`), streamable HTTP (`python mcp_server.py --http
+PORT`) or the legacy SSE transport (`--sse PORT`). With `MCP_TEST_CONN_LOG` set, each process appends its pid to that file when it
 starts: over stdio one process is one connection, so the file counts connections, and the
 line count is the process's generation. Calls of `slow_read`/`slow_write` hang in the
 first generation (or up to MCP_TEST_HANG_GENERATIONS) until the test kills the process,
@@ -67,7 +67,7 @@ def hangs() -> bool:
 
 
 def build(name: str) -> SDKServer:
-    server = SDKServer(name, log_level="WARNING")
+    server = SDKServer(name, log_level="WARNING", instructions=f"Call {name}'s echo to echo.")
     started: list[str] = []
     calls: dict[str, int] = {}
     changed = anyio.Event()
@@ -270,13 +270,16 @@ def build(name: str) -> SDKServer:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--sse", type=int, default=None)
     parser.add_argument("--name", default="test-server")
     args = parser.parse_args()
     server = build(args.name)
-    if args.http is None:
-        server.run()
-    else:
+    if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run()
 
 
 if __name__ == "__main__":
