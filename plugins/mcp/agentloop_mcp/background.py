@@ -54,6 +54,7 @@ class BackgroundToolSource:
         """The servers left out when the source opened, and why (see `MCPToolSource`)."""
         self.skipped: list[MCPProblem] = []
         """Tools left out of the listing, and why."""
+        self._instructions: str | None = None
 
     def start(self) -> BackgroundToolSource:
         """Open the source on a new daemon thread; return once every server answered.
@@ -89,11 +90,16 @@ class BackgroundToolSource:
         ):
             self._portal = portal
             self.errors, self.skipped = list(source.errors), list(source.skipped)
+            self._instructions = source.instructions()
             self._tools = [
                 _BridgedTool(t, portal) for t in source.tools() if isinstance(t, MCPTool)
             ]
             ready.set()
             await portal.sleep_until_stopped()
+
+    def instructions(self) -> str | None:
+        """The instructions of servers declared with `instructions` (see `MCPToolSource`)."""
+        return self._instructions
 
     def tools(self) -> list[Tool]:
         """The tools (sorted by name), callable from any event loop while the source is open."""

@@ -21,6 +21,7 @@ from agentloop import hookimpl
 from agentloop.hookspecs import RunSetup
 
 from .background import shared_source
+from .config import load_config
 
 __all__ = (
     "CONFIG_ENV_VAR",
@@ -60,7 +61,9 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
     """Remember the command line's choices; a config file given exposes the plugin's tools.
 
     `--mcp-config` with `--plugin` naming other plugins only adds `mcp` to them: a config
-    file is given to be used.
+    file is given to be used. When a server in it is declared with `"instructions": true`,
+    its servers start here, so that their instructions become the run's system prompt
+    (unless `--system`).
     """
     path = getattr(args, "mcp_config", None)
     _cli.clear()
@@ -70,7 +73,10 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
         plugins = getattr(args, "plugins", None)
         if plugins is not None and "mcp" not in plugins:
             plugins.append("mcp")
-        return RunSetup(exposed_by_default=True)
+        system = None
+        if any(server.instructions for server in load_config(path)):
+            system = shared_source(path, strict=_cli["strict"]).instructions()
+        return RunSetup(exposed_by_default=True, system=system)
     return None
 
 
