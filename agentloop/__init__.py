@@ -34,6 +34,7 @@ if typing.TYPE_CHECKING:
     from .events import ToolCallReady as ToolCallReady
     from .events import ToolCallStarted as ToolCallStarted
     from .events import ToolInputDelta as ToolInputDelta
+    from .events import ToolProgress as ToolProgress
     from .events import ToolResultEvent as ToolResultEvent
     from .hookspecs import hookimpl as hookimpl
     from .lint import lint_history as lint_history
@@ -114,6 +115,7 @@ _MODULES = {
     "ToolError": "errors",
     "ToolInputDelta": "events",
     "ToolResultBlock": "messages",
+    "ToolProgress": "events",
     "ToolResultEvent": "events",
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
@@ -168,6 +170,7 @@ __all__ = (
     "ToolDefinition",
     "ToolError",
     "ToolInputDelta",
+    "ToolProgress",
     "ToolResultBlock",
     "ToolResultEvent",
     "ToolUseBlock",

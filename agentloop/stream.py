@@ -13,6 +13,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentloop.events import Event, RunFinished
+from agentloop.progress import events_to
 from agentloop.result import RunResult
 from agentloop.run import RunState
 
@@ -81,7 +82,7 @@ class RunStream:
 
         with send:
             try:
-                with self._scope:
+                with self._scope, events_to(send.send_nowait):
                     try:
                         self._result = await drive(emit)
                     except Exception as exc:

@@ -63,6 +63,7 @@ PUBLIC = (
     "ToolDefinition",
     "ToolError",
     "ToolInputDelta",
+    "ToolProgress",
     "ToolResultBlock",
     "ToolResultEvent",
     "ToolUseBlock",
