@@ -8,6 +8,9 @@ its tools to an agent: they run in agentloop's registry like any other tool.
 from .background import BackgroundToolSource as BackgroundToolSource
 from .background import MCPToolInfo as MCPToolInfo
 from .background import list_config_tools as list_config_tools
+from .capabilities import ElicitationHandler as ElicitationHandler
+from .capabilities import MCPSampling as MCPSampling
+from .capabilities import terminal_elicitation as terminal_elicitation
 from .config import MCPConfigError as MCPConfigError
 from .config import MCPServer as MCPServer
 from .config import load_config as load_config
@@ -22,9 +25,11 @@ __version__ = "0.1.0"
 
 __all__ = (
     "BackgroundToolSource",
+    "ElicitationHandler",
     "MCPConfigError",
     "MCPConnectError",
     "MCPProblem",
+    "MCPSampling",
     "MCPServer",
     "MCPTool",
     "MCPToolInfo",
@@ -32,5 +37,6 @@ __all__ = (
     "list_config_tools",
     "load_config",
     "parse_config",
+    "terminal_elicitation",
     "to_content",
 )

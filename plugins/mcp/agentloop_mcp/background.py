@@ -170,12 +170,15 @@ _shared: dict[str, BackgroundToolSource] = {}
 _lock = threading.Lock()
 
 
-def shared_source(path: str | os.PathLike[str], *, strict: bool = False) -> BackgroundToolSource:
+def shared_source(
+    path: str | os.PathLike[str], *, strict: bool = False, **options: Any
+) -> BackgroundToolSource:
     """The process-wide background source for config file `path`, started on first use.
 
     Every plugin manager that asks for the same file gets the same servers; they stop when
     the process exits (or at `close_all()`). A server that fails is left out and listed in
-    the source's `errors`, unless `strict`.
+    the source's `errors`, unless `strict`. `options` are further `MCPToolSource` options
+    (`elicitation=`, `sampling=`), used when the source starts.
 
     Raises:
         MCPConfigError: the file is missing or invalid.
@@ -185,7 +188,7 @@ def shared_source(path: str | os.PathLike[str], *, strict: bool = False) -> Back
     with _lock:
         source = _shared.get(key)
         if source is None:
-            source = BackgroundToolSource(load_config(path), strict=strict).start()
+            source = BackgroundToolSource(load_config(path), strict=strict, **options).start()
             _shared[key] = source
         return source
 

@@ -80,6 +80,18 @@ class MCPServer:
     instructions: bool = False
     """Add the server's `instructions` to the agent's system prompt (see
     `MCPToolSource.instructions()`)."""
+    roots: tuple[str, ...] = ()
+    """Directories the server may work in, offered as its roots (none by default)."""
+    progress: bool = True
+    """Send a `progressToken` with each call; the server's progress notifications become
+    `ToolProgress` events of a streamed run and restart `idle_timeout`."""
+    idle_timeout: float | None = None
+    """Seconds a call may go without an answer or a progress notification (None: no such
+    limit; `timeout` still bounds the whole call)."""
+    elicitation: bool = True
+    """Let the server ask the user questions, when the tool source has a handler."""
+    sampling: bool = True
+    """Let the server ask for a model response, when the tool source has an `MCPSampling`."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -98,6 +110,8 @@ class MCPServer:
             raise MCPConfigError(f"{where}: transport must be 'stdio', 'http' or 'sse'")
         if self.prefix is not None and not _safe_name(self.prefix, ""):
             raise MCPConfigError(f"{where}: prefix {self.prefix!r} has no usable character")
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise MCPConfigError(f"{where}: idle_timeout must be > 0 seconds")
         if self.connect_timeout is not None and not self.connect_timeout > 0:
             raise MCPConfigError(f"{where}: connect_timeout must be > 0 seconds")
         if self.protocol not in ("auto", "legacy", *SUPPORTED_PROTOCOL_VERSIONS):
@@ -232,7 +246,8 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     `"http"` (also `"streamable-http"`, `"streamableHttp"`) or `"sse"` (legacy HTTP+SSE);
     without it a URL whose path ends in `/sse` is SSE, any other streamable HTTP. The
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
-    `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`; `disabled: true`
+    `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
+    `progress`, `idle_timeout`, `elicitation`, `sampling`; `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -293,6 +308,11 @@ _OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "exclude": (list, "a list of tool names or patterns"),
     "instructions": (bool, "true or false"),
     "max_result_chars": (int, "a number of characters"),
+    "roots": (list, "a list of directories"),
+    "progress": (bool, "true or false"),
+    "idle_timeout": ((int, float), "a number of seconds"),
+    "elicitation": (bool, "true or false"),
+    "sampling": (bool, "true or false"),
 }
 
 

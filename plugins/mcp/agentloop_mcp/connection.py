@@ -31,6 +31,7 @@ import mcp.types as mcp_types
 import pydantic
 from agentloop import AgentloopError, ToolError
 from agentloop.logs import get_logger
+from agentloop.progress import ProgressReporter
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
@@ -40,6 +41,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
+from .capabilities import (
+    ElicitationHandler,
+    MCPSampling,
+    elicitation_callback,
+    roots_callback,
+    sampling_callback,
+)
 from .config import MCPServer
 
 __all__ = ("MCPConnectError", "ServerConnection")
@@ -91,6 +99,8 @@ class _Request:
     arguments: dict[str, Any]
     retryable: bool
     reply: MemoryObjectSendStream[_Outcome]
+    on_progress: ProgressReporter | None = None
+    """Where the server's progress notifications for this call go (a streamed run)."""
     state: Literal["queued", "sent"] = "queued"
     """`sent` once it may have reached the server; `queued` requests are safe to send again."""
     drops: int = 0
@@ -130,6 +140,8 @@ class ServerConnection:
         connect_timeout: float,
         reconnect_attempts: int,
         reconnect_backoff: float,
+        sampling: MCPSampling | None = None,
+        elicitation: ElicitationHandler | None = None,
     ) -> None:
         """Supervise `server`; `on_tools_changed(self)` is called after each refreshed listing."""
         self.server = server
@@ -142,6 +154,9 @@ class ServerConnection:
         self._connect_timeout = server.connect_timeout or connect_timeout
         self._attempts = reconnect_attempts
         self._backoff = reconnect_backoff
+        self._sampling = sampling_callback(server, sampling)
+        self._elicitation = elicitation_callback(server, elicitation)
+        self._roots = roots_callback(server)
         self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
         self._in_flight: dict[_Request, None] = {}
         """Requests handed to a worker, in the order they came (a dict keeps it)."""
@@ -153,18 +168,24 @@ class ServerConnection:
     # ------------------------------------------------------------------ the caller's side
 
     async def call(
-        self, name: str, arguments: dict[str, Any], *, retryable: bool
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        retryable: bool,
+        on_progress: ProgressReporter | None = None,
     ) -> mcp_types.CallToolResult:
         """Call tool `name` on the server and wait for its result.
 
-        Cancelling the caller cancels the call on the server too.
+        Cancelling the caller cancels the call on the server too. `on_progress` gets the
+        server's progress notifications for the call.
 
         Raises:
             ToolError: the call could not be made or did not finish; the message says why
                 in words the model can act on.
         """
         send, receive = anyio.create_memory_object_stream[_Outcome](1)
-        request = _Request(name, arguments, retryable, send)
+        request = _Request(name, arguments, retryable, send, on_progress)
         with receive:
             try:
                 self._send.send_nowait(request)
@@ -269,6 +290,9 @@ class ServerConnection:
             cache=None,
             message_handler=self._on_message,
             client_info=_CLIENT_INFO,
+            sampling_callback=self._sampling,
+            elicitation_callback=self._elicitation,
+            list_roots_callback=self._roots,
         )
 
     async def _serve(self, client: Client, lost: anyio.Event) -> None:
@@ -302,11 +326,25 @@ class ServerConnection:
         if lost.is_set():
             return  # still queued: served again after the reconnect
         outcome: _Outcome | None = None
+        idle = self.server.idle_timeout
         with anyio.CancelScope() as scope:
             request.scope = scope
             request.state = "sent"
+            if idle is not None:
+                scope.deadline = anyio.current_time() + idle
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                if idle is not None:
+                    scope.deadline = anyio.current_time() + idle
+                if request.on_progress is not None:
+                    request.on_progress(done, total, message)
+
             try:
-                outcome = await client.call_tool(request.name, request.arguments)
+                outcome = await client.call_tool(
+                    request.name,
+                    request.arguments,
+                    progress_callback=progress if self.server.progress else None,
+                )
             except MCPError as exc:
                 if _not_delivered(exc):
                     request.state = "queued"
@@ -327,9 +365,14 @@ class ServerConnection:
                 )
         request.scope = None
         self._in_flight.pop(request, None)
-        if scope.cancelled_caught:
+        if scope.cancelled_caught and request.abandoned:
             request.answer(None)  # abandoned by its caller
             return
+        if scope.cancelled_caught:
+            outcome = _Failure(
+                f"MCP server '{self.server.name}': '{request.name}' sent no answer and no "
+                f"progress for {idle:g} s, so the call was cancelled."
+            )
         self._answered += 1
         request.answer(outcome)
 

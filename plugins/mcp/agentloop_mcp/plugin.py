@@ -21,6 +21,7 @@ from agentloop import hookimpl
 from agentloop.hookspecs import RunSetup
 
 from .background import shared_source
+from .capabilities import terminal_elicitation
 from .config import load_config
 
 __all__ = (
@@ -75,9 +76,15 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
             plugins.append("mcp")
         system = None
         if any(server.instructions for server in load_config(path)):
-            system = shared_source(path, strict=_cli["strict"]).instructions()
+            system = _source(path).instructions()
         return RunSetup(exposed_by_default=True, system=system)
     return None
+
+
+def _source(path: str) -> Any:
+    """The shared source of `path`, with the terminal for servers' questions if there is one."""
+    ask = terminal_elicitation if _cli and sys.stdin.isatty() else None
+    return shared_source(path, strict=bool(_cli.get("strict")), elicitation=ask)
 
 
 @hookimpl
@@ -86,7 +93,7 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
     path = _cli.get("config") or os.environ.get(CONFIG_ENV_VAR, "").strip()
     if not path:
         return
-    source = shared_source(path, strict=bool(_cli.get("strict")))
+    source = _source(path)
     if _cli:
         for problem in [*source.errors, *source.skipped]:
             line = str(problem)

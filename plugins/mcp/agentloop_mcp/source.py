@@ -24,6 +24,7 @@ from agentloop import ConfigurationError, Tool
 from agentloop.errors import DuplicateToolError
 from agentloop.logs import get_logger
 
+from .capabilities import ElicitationHandler, MCPSampling
 from .config import MCPConfigError, MCPServer
 from .connection import MCPConnectError, ServerConnection
 from .tools import MCPTool
@@ -69,6 +70,8 @@ class MCPToolSource:
         reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.25,
         strict: bool = False,
+        sampling: MCPSampling | None = None,
+        elicitation: ElicitationHandler | None = None,
     ) -> None:
         """Describe the source; nothing connects before `async with`.
 
@@ -82,6 +85,10 @@ class MCPToolSource:
                 failed attempt (at most 10 s).
             strict: Fail to open when any server fails (rather than leaving it out and
                 listing it in `errors`).
+            sampling: Answer servers' sampling requests with this provider and model
+                (servers whose `sampling` switch is off are not offered it).
+            elicitation: Ask the user what servers want to know with this handler
+                (servers whose `elicitation` switch is off are not offered it).
 
         Raises:
             MCPConfigError: two servers share a name, or an option is out of range.
@@ -105,6 +112,8 @@ class MCPToolSource:
                 connect_timeout=connect_timeout,
                 reconnect_attempts=reconnect_attempts,
                 reconnect_backoff=reconnect_backoff,
+                sampling=sampling,
+                elicitation=elicitation,
             )
             for server in self.servers
         ]

@@ -16,6 +16,7 @@ import mcp.types as mcp_types
 from agentloop import Tool
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
+from agentloop.progress import progress_reporter
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from .connection import ServerConnection
@@ -92,7 +93,9 @@ class MCPTool(Tool):
         Raises:
             ToolError: the server reported an error, or the call could not be completed.
         """
-        result = await self._connection.call(self.mcp_name, arguments, retryable=self.retryable)
+        result = await self._connection.call(
+            self.mcp_name, arguments, retryable=self.retryable, on_progress=progress_reporter()
+        )
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
 

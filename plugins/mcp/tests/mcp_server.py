@@ -46,10 +46,12 @@ from mcp.types import (  # noqa: E402
     EmbeddedResource,
     ImageContent,
     ResourceLink,
+    SamplingMessage,
     TextContent,
     TextResourceContents,
     ToolAnnotations,
 )
+from pydantic import BaseModel  # noqa: E402
 
 PNG = base64.b64encode(
     bytes.fromhex(
@@ -59,6 +61,10 @@ PNG = base64.b64encode(
 ).decode()
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
+
+
+class Person(BaseModel):
+    name: str
 
 
 def hangs() -> bool:
@@ -197,6 +203,36 @@ def build(name: str) -> SDKServer:
     def big_text(size: int) -> str:
         """`size` characters of text."""
         return "x" * size
+
+    @server.tool()
+    async def steps(count: int, pause: float, ctx: Context) -> str:
+        """Report progress `count` times, `pause` seconds apart."""
+        for done in range(1, count + 1):
+            await anyio.sleep(pause)
+            await ctx.report_progress(done, count, f"step {done}")
+        return f"{count} steps"
+
+    @server.tool()
+    async def ask(ctx: Context) -> str:
+        """Ask the user for a name (elicitation)."""
+        answer = await ctx.elicit("Who are you?", Person)
+        return f"{answer.action}: {answer.data.name if answer.action == 'accept' else '-'}"
+
+    @server.tool()
+    async def sample(prompt: str, ctx: Context) -> str:
+        """Ask the client's model (sampling)."""
+        result = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+            max_tokens=50,
+            system_prompt="Be brief.",
+        )
+        return f"{result.model}: {result.content.text}"  # type: ignore[union-attr]
+
+    @server.tool()
+    async def roots(ctx: Context) -> str:
+        """The client's roots."""
+        listed = await ctx.session.list_roots()
+        return ",".join(f"{r.name}={r.uri}" for r in listed.roots)
 
     @server.tool()
     def nothing() -> CallToolResult:

@@ -20,6 +20,7 @@ from agentloop_mcp import MCPConfigError, MCPConnectError, MCPServer, MCPTool, M
 EXPECTED = [
     "add",
     "add_tool",
+    "ask",
     "big_text",
     "block",
     "dotted_name",
@@ -33,9 +34,12 @@ EXPECTED = [
     "picture",
     "pid",
     "resources",
+    "roots",
+    "sample",
     "slow_read",
     "slow_write",
     "stats",
+    "steps",
     "structured_only",
     "wait_started",
 ]
