@@ -16,6 +16,7 @@ from .config import MCPServer as MCPServer
 from .config import load_config as load_config
 from .config import parse_config as parse_config
 from .connection import MCPConnectError as MCPConnectError
+from .connection import MCPRequestError as MCPRequestError
 from .content import to_content as to_content
 from .source import MCPProblem as MCPProblem
 from .source import MCPToolSource as MCPToolSource
@@ -29,6 +30,7 @@ __all__ = (
     "MCPConfigError",
     "MCPConnectError",
     "MCPProblem",
+    "MCPRequestError",
     "MCPSampling",
     "MCPServer",
     "MCPTool",

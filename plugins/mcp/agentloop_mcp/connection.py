@@ -50,7 +50,7 @@ from .capabilities import (
 )
 from .config import MCPServer
 
-__all__ = ("MCPConnectError", "ServerConnection")
+__all__ = ("MCPConnectError", "MCPRequestError", "ServerConnection")
 
 _log = get_logger()
 
@@ -67,6 +67,10 @@ _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
 logging.getLogger("mcp").addHandler(logging.NullHandler())
 _MAX_BACKOFF = 10.0
 _MAX_PAGES = 100
+
+
+class MCPRequestError(AgentloopError):
+    """A request to a server other than a tool call (resources, prompts) failed."""
 
 
 class MCPConnectError(AgentloopError):
@@ -101,6 +105,8 @@ class _Request:
     reply: MemoryObjectSendStream[_Outcome]
     on_progress: ProgressReporter | None = None
     """Where the server's progress notifications for this call go (a streamed run)."""
+    method: str | None = None
+    """A `Client` method to call instead of `call_tool` (`read_resource`, ...)."""
     state: Literal["queued", "sent"] = "queued"
     """`sent` once it may have reached the server; `queued` requests are safe to send again."""
     drops: int = 0
@@ -201,6 +207,30 @@ class ServerConnection:
                 raise
         if isinstance(outcome, _Failure):
             raise ToolError(outcome.message)
+        return outcome
+
+    async def fetch(self, method: str, **params: Any) -> Any:
+        """The result of `Client.<method>(**params)` on the live connection.
+
+        For requests other than tool calls: `list_resources`, `read_resource`,
+        `list_prompts`, `get_prompt`.
+
+        Raises:
+            MCPRequestError: the server refused, or the connection is gone.
+        """
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        request = _Request(method, params, True, send, method=method)
+        with receive:
+            try:
+                self._send.send_nowait(request)
+                outcome = await receive.receive()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                raise MCPRequestError(self._closed_message(method)) from None
+            except anyio.get_cancelled_exc_class():
+                request.abandon()
+                raise
+        if isinstance(outcome, _Failure):
+            raise MCPRequestError(outcome.message)
         return outcome
 
     def _closed_message(self, tool: str) -> str:
@@ -340,11 +370,14 @@ class ServerConnection:
                     request.on_progress(done, total, message)
 
             try:
-                outcome = await client.call_tool(
-                    request.name,
-                    request.arguments,
-                    progress_callback=progress if self.server.progress else None,
-                )
+                if request.method is not None:
+                    outcome = await getattr(client, request.method)(**request.arguments)
+                else:
+                    outcome = await client.call_tool(
+                        request.name,
+                        request.arguments,
+                        progress_callback=progress if self.server.progress else None,
+                    )
             except MCPError as exc:
                 if _not_delivered(exc):
                     request.state = "queued"

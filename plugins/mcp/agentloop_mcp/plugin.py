@@ -22,10 +22,12 @@ from agentloop.hookspecs import RunSetup
 
 from .background import shared_source
 from .capabilities import terminal_elicitation
+from .cli import add_command, mcp_command
 from .config import load_config
 
 __all__ = (
     "CONFIG_ENV_VAR",
+    "agentloop_register_commands",
     "agentloop_register_tools",
     "agentloop_run_options",
     "agentloop_run_setup",
@@ -38,6 +40,16 @@ _cli: dict[str, Any] = {}
 """What the command line chose: `config` (the `--mcp-config` file, which wins over the
 environment) and `strict`. Empty outside the `agentloop` command."""
 _warned: set[str] = set()
+
+
+@hookimpl
+def agentloop_register_commands(register: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `agentloop mcp`: a configured server's resources and prompts."""
+    add_command(
+        register(
+            "mcp", help="list and read an MCP server's resources and prompts", handler=mcp_command
+        )
+    )
 
 
 @hookimpl

@@ -253,6 +253,72 @@ class MCPToolSource:
         ]
         return "\n\n".join(parts) or None
 
+    # ------------------------------------------------------------ resources and prompts
+
+    async def list_resources(self, server: str) -> list[mcp_types.Resource]:
+        """The resources a server lists (every page).
+
+        Raises:
+            MCPRequestError: the server refused or is gone; ConfigurationError: no such
+                server is open.
+        """
+        connection = self._connection(server)
+        found: list[mcp_types.Resource] = []
+        cursor: str | None = None
+        for _ in range(100):
+            page = await connection.fetch("list_resources", cursor=cursor)
+            found.extend(page.resources)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return found
+
+    async def read_resource(
+        self, server: str, uri: str
+    ) -> list[mcp_types.TextResourceContents | mcp_types.BlobResourceContents]:
+        """The contents of one of a server's resources.
+
+        Raises:
+            MCPRequestError: the server refused (an unknown URI, say) or is gone.
+        """
+        result = await self._connection(server).fetch("read_resource", uri=uri)
+        return list(result.contents)
+
+    async def list_prompts(self, server: str) -> list[mcp_types.Prompt]:
+        """The prompts a server lists (every page).
+
+        Raises:
+            MCPRequestError: the server refused or is gone.
+        """
+        connection = self._connection(server)
+        found: list[mcp_types.Prompt] = []
+        cursor: str | None = None
+        for _ in range(100):
+            page = await connection.fetch("list_prompts", cursor=cursor)
+            found.extend(page.prompts)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return found
+
+    async def get_prompt(
+        self, server: str, name: str, arguments: dict[str, str] | None = None
+    ) -> mcp_types.GetPromptResult:
+        """One of a server's prompts, filled in with `arguments`.
+
+        Raises:
+            MCPRequestError: the server refused (an unknown prompt, a missing argument).
+        """
+        return await self._connection(server).fetch(  # type: ignore[no-any-return]
+            "get_prompt", name=name, arguments=arguments
+        )
+
+    def _connection(self, server: str) -> ServerConnection:
+        if self._stack is None or server not in self._tools:
+            open_ = ", ".join(sorted(self._tools)) or "none"
+            raise ConfigurationError(f"no open MCP server named {server!r} (open: {open_})")
+        return next(c for c in self._connections if c.server.name == server)
+
     @property
     def version(self) -> int:
         """Goes up by one each time a server's change of tools changes the listing."""

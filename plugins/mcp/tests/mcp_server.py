@@ -300,6 +300,16 @@ def build(name: str) -> SDKServer:
             pass
         return "added"
 
+    @server.resource("notes://today", name="today", mime_type="text/plain")
+    def today() -> str:
+        """Today's notes."""
+        return "buy milk"
+
+    @server.prompt(name="review")
+    def review(code: str) -> str:
+        """Review a piece of code."""
+        return f"Please review:\n{code}"
+
     return server
 
 

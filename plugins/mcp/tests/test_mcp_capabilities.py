@@ -8,7 +8,7 @@ from pathlib import Path
 import mcp.types as mcp_types
 import pytest
 from _mcp_support import ConnectionLog
-from agentloop import Agent, ToolError, ToolProgress
+from agentloop import Agent, ConfigurationError, ToolError, ToolProgress
 from agentloop.testing import ScriptedProvider, reply, tool_call
 
 from agentloop_mcp import MCPSampling, MCPServer, MCPToolSource
@@ -125,3 +125,29 @@ async def test_the_terminal_prompt_asks_each_field(monkeypatch: pytest.MonkeyPat
     assert (await terminal_elicitation("files", form)).action == "decline"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert (await terminal_elicitation("files", form)).action == "cancel"
+
+
+async def test_resources_and_prompts_from_python(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    from agentloop_mcp import MCPRequestError
+
+    async with MCPToolSource([stdio_server()]) as source:
+        [resource] = await source.list_resources("local")
+        assert (str(resource.uri), resource.name, resource.mime_type) == (
+            "notes://today",
+            "today",
+            "text/plain",
+        )
+        [content] = await source.read_resource("local", "notes://today")
+        assert isinstance(content, mcp_types.TextResourceContents)
+        assert content.text == "buy milk"
+        with pytest.raises(MCPRequestError, match="refused"):
+            await source.read_resource("local", "notes://nope")
+        [prompt] = await source.list_prompts("local")
+        assert prompt.name == "review" and [a.name for a in prompt.arguments or []] == ["code"]
+        filled = await source.get_prompt("local", "review", {"code": "x = 1"})
+        [message] = filled.messages
+        assert message.role == "user" and message.content.text == "Please review:\nx = 1"  # type: ignore[union-attr]
+        with pytest.raises(ConfigurationError, match="no open MCP server named 'other'"):
+            await source.list_prompts("other")

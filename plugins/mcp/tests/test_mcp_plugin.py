@@ -182,3 +182,27 @@ def test_a_config_on_the_command_line_exposes_the_tools_and_instructions(
     )
     assert setup is not None
     assert setup.system == "## MCP server test\n\nCall test-server's echo to echo."
+
+
+def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
+
+    def mcp(*words: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "agentloop", "mcp", *words, "--mcp-config", str(config)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    listed = mcp("resources", "test")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "notes://today  today (text/plain): Today's notes.\n"
+    assert mcp("read", "test", "notes://today").stdout == "buy milk\n"
+    assert mcp("prompts", "test").stdout == "review(code): Review a piece of code.\n"
+    filled = mcp("prompt", "test", "review", "code=x = 1")
+    assert filled.stdout == "user: Please review:\nx = 1\n"
+    unknown = mcp("prompts", "ghost")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().endswith(
+        "no MCP server 'ghost' in " + str(config) + " (servers: test)"
+    )
