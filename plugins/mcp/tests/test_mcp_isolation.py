@@ -140,3 +140,20 @@ def test_the_command_names_the_failed_server_and_lists_the_others(
     assert strict.returncode == 2
     [line] = strict.stderr.splitlines()
     assert line.startswith("agentloop: error: plugin 'mcp' failed") and "'ghost'" in line
+
+
+async def test_a_server_that_crashes_mid_call_fails_that_call_only(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    from agentloop import ToolError
+
+    listing = [tool("crash"), tool("echo")]
+    crashing = raw("crashy", "--tools", json.dumps(listing), protocol="legacy", prefix="c")
+    async with MCPToolSource([crashing, stdio_server()], reconnect_attempts=1) as source:
+        tools = {t.name: t for t in source.tools()}
+        with pytest.raises(
+            ToolError, match="MCP server 'crashy' dropped while 'crash' was running"
+        ):
+            await tools["c_crash"]()
+        assert await tools["echo"](text="fine") == "fine"  # the other server is untouched
+        assert await tools["c_echo"](x=1) == '{"x": 1}'  # and this one reconnected
