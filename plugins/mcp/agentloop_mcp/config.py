@@ -92,6 +92,9 @@ class MCPServer:
     """Let the server ask the user questions, when the tool source has a handler."""
     sampling: bool = True
     """Let the server ask for a model response, when the tool source has an `MCPSampling`."""
+    resources_tool: bool = False
+    """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
+    resources by URI (its description lists them)."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -247,7 +250,7 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     without it a URL whose path ends in `/sse` is SSE, any other streamable HTTP. The
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
     `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
-    `progress`, `idle_timeout`, `elicitation`, `sampling`; `disabled: true`
+    `progress`, `idle_timeout`, `elicitation`, `sampling`, `resources_tool`; `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -313,6 +316,7 @@ _OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "idle_timeout": ((int, float), "a number of seconds"),
     "elicitation": (bool, "true or false"),
     "sampling": (bool, "true or false"),
+    "resources_tool": (bool, "true or false"),
 }
 
 

@@ -26,8 +26,8 @@ from agentloop.logs import get_logger
 
 from .capabilities import ElicitationHandler, MCPSampling
 from .config import MCPConfigError, MCPServer
-from .connection import MCPConnectError, ServerConnection
-from .tools import MCPTool
+from .connection import MCPConnectError, MCPRequestError, ServerConnection
+from .tools import MCPResourceTool, MCPTool
 
 __all__ = ("MCPProblem", "MCPToolSource")
 
@@ -147,6 +147,7 @@ class MCPToolSource:
             self.errors, self.skipped = [], []
             connected = await self._start(group)
             self._tools = self._accept(connected)
+            await self._add_resource_tools(connected)
         except BaseException:
             await stack.aclose()  # exits the group cleanly; the error is raised as it is
             raise
@@ -213,6 +214,30 @@ class MCPToolSource:
             self.skipped += skipped
         return named
 
+    async def _add_resource_tools(self, connected: list[ServerConnection]) -> None:
+        """The `read_resource` tool of each server declared with `resources_tool`."""
+        for connection in connected:
+            server = connection.server
+            if not server.resources_tool or server.name not in self._tools:
+                continue
+            name = _UNSAFE.sub("_", f"{server.prefix or server.name}_read_resource")
+            try:
+                resources = await _list_resources(connection)
+            except MCPRequestError as exc:
+                self.skipped.append(
+                    MCPProblem(server.name, f"cannot list its resources: {exc}", "read_resource")
+                )
+                continue
+            tool = MCPResourceTool(connection, name, resources)
+            try:
+                _check_collisions({**self._tools, server.name: [*self._tools[server.name], tool]})
+            except DuplicateToolError as exc:
+                self.skipped.append(MCPProblem(server.name, str(exc), "read_resource"))
+                continue
+            self._tools[server.name] = sorted(
+                [*self._tools[server.name], tool], key=lambda t: t.name
+            )
+
     def _leave_out(self, server: str, reason: str) -> None:
         problem = MCPProblem(server, reason)
         # Info, not warning: `errors` is how the source reports it (the command prints it).
@@ -262,16 +287,7 @@ class MCPToolSource:
             MCPRequestError: the server refused or is gone; ConfigurationError: no such
                 server is open.
         """
-        connection = self._connection(server)
-        found: list[mcp_types.Resource] = []
-        cursor: str | None = None
-        for _ in range(100):
-            page = await connection.fetch("list_resources", cursor=cursor)
-            found.extend(page.resources)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return found
+        return await _list_resources(self._connection(server))
 
     async def read_resource(
         self, server: str, uri: str
@@ -369,6 +385,8 @@ class MCPToolSource:
         name = connection.server.name
         try:
             tools, skipped = self._name_tools(connection)
+            kept = [t for t in self._tools.get(name, []) if isinstance(t, MCPResourceTool)]
+            tools = sorted([*tools, *kept], key=lambda t: t.name)
             named = {**self._tools, name: tools}
             _check_collisions(named)
         except ConfigurationError as exc:
@@ -379,6 +397,18 @@ class MCPToolSource:
         self._version += 1
         self._changed.set()
         self._changed = anyio.Event()
+
+
+async def _list_resources(connection: ServerConnection) -> list[mcp_types.Resource]:
+    found: list[mcp_types.Resource] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = await connection.fetch("list_resources", cursor=cursor)
+        found.extend(page.resources)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return found
 
 
 def _unusable(spec: mcp_types.Tool, name: str) -> str | None:

@@ -151,3 +151,19 @@ async def test_resources_and_prompts_from_python(
         assert message.role == "user" and message.content.text == "Please review:\nx = 1"  # type: ignore[union-attr]
         with pytest.raises(ConfigurationError, match="no open MCP server named 'other'"):
             await source.list_prompts("other")
+
+
+async def test_resources_as_a_read_tool(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    async with MCPToolSource([stdio_server(name="my.notes", resources_tool=True)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        reader = tools["my_notes_read_resource"]
+        assert reader.description == (
+            "Read a resource of MCP server 'my.notes' by its URI.\n- notes://today (today)"
+        )
+        assert await reader(uri="notes://today") == "Resource notes://today:\nbuy milk"
+        with pytest.raises(ToolError, match="Unknown resource"):
+            await reader(uri="notes://nope")
+    async with MCPToolSource([stdio_server()]) as source:  # off by default
+        assert not [t for t in source.tools() if t.name.endswith("read_resource")]
