@@ -42,6 +42,7 @@ if typing.TYPE_CHECKING:
     from .events import ToolCallReady as ToolCallReady
     from .events import ToolCallStarted as ToolCallStarted
     from .events import ToolInputDelta as ToolInputDelta
+    from .events import ToolProgress as ToolProgress
     from .events import ToolResultEvent as ToolResultEvent
     from .hookspecs import hookimpl as hookimpl
     from .limits import UsageLimits as UsageLimits
@@ -138,6 +139,7 @@ _MODULES = {
     "ToolError": "errors",
     "ToolInputDelta": "events",
     "ToolResultBlock": "messages",
+    "ToolProgress": "events",
     "ToolResultEvent": "events",
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
@@ -205,6 +207,7 @@ __all__ = (
     "ToolDefinition",
     "ToolError",
     "ToolInputDelta",
+    "ToolProgress",
     "ToolResultBlock",
     "ToolResultEvent",
     "ToolUseBlock",

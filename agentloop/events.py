@@ -29,6 +29,7 @@ __all__ = (
     "ToolCallReady",
     "ToolCallStarted",
     "ToolInputDelta",
+    "ToolProgress",
     "ToolResultEvent",
 )
 
@@ -128,6 +129,21 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True)
+class ToolProgress:
+    """A running tool call reported how far it got (`agentloop.progress.report_progress`)."""
+
+    round: int
+    tool_use_id: str
+    name: str
+    progress: float
+    """How far it got; grows with each report of the call."""
+    total: float | None = None
+    """The value `progress` reaches at the end, when known."""
+    message: str | None = None
+    """What it is doing, in words."""
+
+
+@dataclass(frozen=True)
 class ModelStreamEvent:
     """A streamed model event exactly as the provider reported it.
 
@@ -199,6 +215,7 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ToolInputDelta,
     ToolCallReady,
     ApprovalRequested,
+    ToolProgress,
     ToolResultEvent,
     ModelStreamEvent,
     ModelResponded,

@@ -28,6 +28,7 @@ from structlog.contextvars import bind_contextvars
 
 from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
+from .progress import running_call
 from .tools import (
     RunContext,
     Tool,
@@ -257,7 +258,8 @@ class ToolRegistry:
             try:
                 with anyio.move_on_after(timeout) as scope:
                     if tool.is_async:
-                        value = await function()
+                        with running_call(context.round, call.id, call.name):
+                            value = await function()
                     else:
                         value = await anyio.to_thread.run_sync(
                             slots.run, function, abandon_on_cancel=tool.abandon, limiter=_uncapped()

@@ -14,6 +14,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentloop.events import Event, RunFinished
+from agentloop.progress import events_to
 from agentloop.result import OutputT, RunResult
 from agentloop.run import RunState
 
@@ -82,7 +83,7 @@ class RunStream(Generic[OutputT]):
 
         with send:
             try:
-                with self._scope:
+                with self._scope, events_to(send.send_nowait):
                     try:
                         self._result = await drive(emit)
                     except Exception as exc:

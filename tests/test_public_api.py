@@ -74,6 +74,7 @@ PUBLIC = (
     "ToolDefinition",
     "ToolError",
     "ToolInputDelta",
+    "ToolProgress",
     "ToolResultBlock",
     "ToolResultEvent",
     "ToolUseBlock",

@@ -75,17 +75,28 @@ def tools_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     width = max((len(t.name) for t in catalogue), default=0)
     for item in catalogue:
         summary = item.description.strip().splitlines()[0] if item.description.strip() else ""
-        print(f"{item.name:<{width}}  [{item.source}]  {summary}")
+        print(f"{item.name:<{width}}  [{_label(item)}]  {summary}")
         if args.schema:
             schema = json.dumps(item.input_schema, indent=2)
             print("\n".join("    " + line for line in schema.splitlines()))
     return EXIT_OK
 
 
+def _label(item: Tool) -> str:
+    """The tool's plugin, then where inside it the tool comes from, when the tool says.
+
+    A tool a plugin forwards from elsewhere (an MCP server's) may name it in `origin`.
+    """
+    origin = getattr(item, "origin", None)
+    return f"{item.source}:{origin}" if isinstance(origin, str) and origin else str(item.source)
+
+
 def _tool_json(item: Tool) -> dict[str, Any]:
+    origin = getattr(item, "origin", None)
     return {
         "name": item.name,
         "plugin": item.source,
+        "origin": origin if isinstance(origin, str) else None,
         "description": item.description,
         "input_schema": item.input_schema,
     }

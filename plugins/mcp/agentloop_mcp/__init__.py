@@ -8,12 +8,17 @@ its tools to an agent: they run in agentloop's registry like any other tool.
 from .background import BackgroundToolSource as BackgroundToolSource
 from .background import MCPToolInfo as MCPToolInfo
 from .background import list_config_tools as list_config_tools
+from .capabilities import ElicitationHandler as ElicitationHandler
+from .capabilities import MCPSampling as MCPSampling
+from .capabilities import terminal_elicitation as terminal_elicitation
 from .config import MCPConfigError as MCPConfigError
 from .config import MCPServer as MCPServer
 from .config import load_config as load_config
 from .config import parse_config as parse_config
 from .connection import MCPConnectError as MCPConnectError
+from .connection import MCPRequestError as MCPRequestError
 from .content import to_content as to_content
+from .source import MCPProblem as MCPProblem
 from .source import MCPToolSource as MCPToolSource
 from .tools import MCPTool as MCPTool
 
@@ -21,8 +26,12 @@ __version__ = "0.1.0"
 
 __all__ = (
     "BackgroundToolSource",
+    "ElicitationHandler",
     "MCPConfigError",
     "MCPConnectError",
+    "MCPProblem",
+    "MCPRequestError",
+    "MCPSampling",
     "MCPServer",
     "MCPTool",
     "MCPToolInfo",
@@ -30,5 +39,6 @@ __all__ = (
     "list_config_tools",
     "load_config",
     "parse_config",
+    "terminal_elicitation",
     "to_content",
 )

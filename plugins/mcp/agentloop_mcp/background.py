@@ -25,7 +25,7 @@ from agentloop import Tool
 from agentloop.messages import ContentBlock
 
 from .config import MCPServer, load_config
-from .source import MCPToolSource
+from .source import MCPProblem, MCPToolSource
 from .tools import MCPTool
 
 __all__ = ("BackgroundToolSource", "MCPToolInfo", "close_all", "list_config_tools", "shared_source")
@@ -50,13 +50,18 @@ class BackgroundToolSource:
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._tools: list[Tool] = []
         self._error: BaseException | None = None
+        self.errors: list[MCPProblem] = []
+        """The servers left out when the source opened, and why (see `MCPToolSource`)."""
+        self.skipped: list[MCPProblem] = []
+        """Tools left out of the listing, and why."""
+        self._instructions: str | None = None
 
     def start(self) -> BackgroundToolSource:
         """Open the source on a new daemon thread; return once every server answered.
 
         Raises:
-            MCPConnectError: a server could not be reached (as `MCPToolSource` raises).
-            DuplicateToolError: two servers offer the same tool name.
+            MCPConnectError: with `strict=True`, a server could not be reached.
+            DuplicateToolError: with `strict=True`, two servers offer the same tool name.
         """
         if self._thread is not None:
             return self
@@ -84,11 +89,17 @@ class BackgroundToolSource:
             anyio.from_thread.BlockingPortal() as portal,
         ):
             self._portal = portal
+            self.errors, self.skipped = list(source.errors), list(source.skipped)
+            self._instructions = source.instructions()
             self._tools = [
                 _BridgedTool(t, portal) for t in source.tools() if isinstance(t, MCPTool)
             ]
             ready.set()
             await portal.sleep_until_stopped()
+
+    def instructions(self) -> str | None:
+        """The instructions of servers declared with `instructions` (see `MCPToolSource`)."""
+        return self._instructions
 
     def tools(self) -> list[Tool]:
         """The tools (sorted by name), callable from any event loop while the source is open."""
@@ -122,6 +133,10 @@ class _BridgedTool(Tool):
         )
         self.inner = inner
         self.source = inner.source
+        self.server: str = inner.server
+        """The name of the server it belongs to."""
+        self.origin: str = inner.origin
+        """Where the tool comes from, for listings (its server)."""
         self.__doc__ = inner.__doc__
         self._portal = portal
 
@@ -155,21 +170,25 @@ _shared: dict[str, BackgroundToolSource] = {}
 _lock = threading.Lock()
 
 
-def shared_source(path: str | os.PathLike[str]) -> BackgroundToolSource:
+def shared_source(
+    path: str | os.PathLike[str], *, strict: bool = False, **options: Any
+) -> BackgroundToolSource:
     """The process-wide background source for config file `path`, started on first use.
 
     Every plugin manager that asks for the same file gets the same servers; they stop when
-    the process exits (or at `close_all()`).
+    the process exits (or at `close_all()`). A server that fails is left out and listed in
+    the source's `errors`, unless `strict`. `options` are further `MCPToolSource` options
+    (`elicitation=`, `sampling=`), used when the source starts.
 
     Raises:
         MCPConfigError: the file is missing or invalid.
-        MCPConnectError: a server could not be reached.
+        MCPConnectError: with `strict`, a server could not be reached.
     """
-    key = str(Path(path).resolve())
+    key = f"{Path(path).resolve()}{' (strict)' if strict else ''}"
     with _lock:
         source = _shared.get(key)
         if source is None:
-            source = BackgroundToolSource(load_config(path)).start()
+            source = BackgroundToolSource(load_config(path), strict=strict, **options).start()
             _shared[key] = source
         return source
 
@@ -208,10 +227,10 @@ def list_config_tools(path: str | os.PathLike[str]) -> list[MCPToolInfo]:
     For commands such as `agentloop tools --plugin mcp --mcp-config FILE`. Blocking; call
     it from synchronous code.
 
+    A server that fails is left out of the list (and logged as `mcp.server_left_out`).
+
     Raises:
         MCPConfigError: the file is missing or invalid.
-        MCPConnectError: a server could not be reached.
-        DuplicateToolError: two servers offer the same tool name.
     """
     source = BackgroundToolSource(load_config(path)).start()
     try:

@@ -12,15 +12,18 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from agentloop import ConfigurationError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
+
+from .content import DEFAULT_MAX_RESULT_CHARS
 
 __all__ = ("MCPConfigError", "MCPServer", "load_config", "parse_config")
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -37,9 +40,10 @@ class MCPServer:
     """
 
     name: str
-    """The server's name in logs and error messages (a config file's key)."""
-    transport: Literal["stdio", "http"]
-    """`"stdio"`: start `command` and talk over its stdin/stdout; `"http"`: streamable HTTP."""
+    """The server's name in logs and error messages (a config file's key); any text."""
+    transport: Literal["stdio", "http", "sse"]
+    """`"stdio"`: start `command` and talk over its stdin/stdout; `"http"`: streamable HTTP;
+    `"sse"`: the legacy HTTP+SSE transport (a GET event stream and a POST endpoint)."""
     command: str | None = None
     """The executable to start (stdio)."""
     args: tuple[str, ...] = ()
@@ -49,37 +53,79 @@ class MCPServer:
     cwd: str | None = None
     """Working directory of the process (stdio); the current one when None."""
     url: str | None = None
-    """The endpoint, e.g. `http://127.0.0.1:8000/mcp` (http)."""
+    """The endpoint, e.g. `http://127.0.0.1:8000/mcp` (http) or `.../sse` (sse)."""
     headers: Mapping[str, str] = field(default_factory=dict)
-    """Headers sent with every HTTP request, e.g. `Authorization` (http)."""
+    """Headers sent with every HTTP request, e.g. `Authorization` (http, sse)."""
     prefix: str | None = None
-    """Tool names become `<prefix>_<name>`, to keep two servers' tools apart."""
+    """Tool names become `<prefix>_<name>`, to keep two servers' tools apart (characters
+    the API does not allow in a name become `_`)."""
     timeout: float | None = None
     """Seconds a call of this server's tools may take; the agent's `tool_timeout` when None."""
+    max_result_chars: int | None = DEFAULT_MAX_RESULT_CHARS
+    """A tool result longer than this (characters of text plus base64 data) is cut, with a
+    note saying so; None sends results whole."""
+    connect_timeout: float | None = None
+    """Seconds the server may take to start and answer; the tool source's when None."""
+    protocol: str = "auto"
+    """How to agree on the protocol version: `"auto"` asks the server (`server/discover`)
+    and falls back to the initialize handshake when it gets no answer; `"legacy"` or a
+    handshake-era version (`"2025-11-25"`, ...) goes straight to the handshake; a newer
+    version (`"2026-07-28"`) is adopted without asking. A fixed choice saves the probe's
+    wait on servers that ignore requests they do not know."""
+    include: tuple[str, ...] | None = None
+    """Offer only the tools whose names (on the server) match one of these patterns
+    (`fnmatch` style: `read_*`); every tool when None."""
+    exclude: tuple[str, ...] = ()
+    """Never offer the tools whose names match one of these patterns."""
+    instructions: bool = False
+    """Add the server's `instructions` to the agent's system prompt (see
+    `MCPToolSource.instructions()`)."""
+    roots: tuple[str, ...] = ()
+    """Directories the server may work in, offered as its roots (none by default)."""
+    progress: bool = True
+    """Send a `progressToken` with each call; the server's progress notifications become
+    `ToolProgress` events of a streamed run and restart `idle_timeout`."""
+    idle_timeout: float | None = None
+    """Seconds a call may go without an answer or a progress notification (None: no such
+    limit; `timeout` still bounds the whole call)."""
+    elicitation: bool = True
+    """Let the server ask the user questions, when the tool source has a handler."""
+    sampling: bool = True
+    """Let the server ask for a model response, when the tool source has an `MCPSampling`."""
+    resources_tool: bool = False
+    """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
+    resources by URI (its description lists them)."""
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise MCPConfigError(
-                f"MCP server name {self.name!r}: use 1-64 letters, digits, '_' or '-'"
-            )
+        if not self.name or not self.name.strip():
+            raise MCPConfigError("an MCP server needs a non-empty name")
         where = f"MCP server {self.name!r}"
         if self.transport == "stdio":
             if not self.command:
                 raise MCPConfigError(f"{where}: a stdio server needs a command")
-        elif self.transport == "http":
+        elif self.transport in ("http", "sse"):
             parts = urlsplit(self.url or "")
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise MCPConfigError(
                     f"{where}: url must be an http:// or https:// URL, got {self.url!r}"
                 )
         else:
-            raise MCPConfigError(f"{where}: transport must be 'stdio' or 'http'")
-        if self.prefix is not None and not _NAME.match(self.prefix):
+            raise MCPConfigError(f"{where}: transport must be 'stdio', 'http' or 'sse'")
+        if self.prefix is not None and not _safe_name(self.prefix, ""):
+            raise MCPConfigError(f"{where}: prefix {self.prefix!r} has no usable character")
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise MCPConfigError(f"{where}: idle_timeout must be > 0 seconds")
+        if self.connect_timeout is not None and not self.connect_timeout > 0:
+            raise MCPConfigError(f"{where}: connect_timeout must be > 0 seconds")
+        if self.protocol not in ("auto", "legacy", *SUPPORTED_PROTOCOL_VERSIONS):
             raise MCPConfigError(
-                f"{where}: prefix {self.prefix!r}: use 1-64 letters, digits, '_' or '-'"
+                f"{where}: protocol must be 'auto', 'legacy' or one of "
+                f"{', '.join(SUPPORTED_PROTOCOL_VERSIONS)}; got {self.protocol!r}"
             )
         if self.timeout is not None and not self.timeout > 0:
             raise MCPConfigError(f"{where}: timeout must be > 0 seconds, got {self.timeout!r}")
+        if self.max_result_chars is not None and not self.max_result_chars > 0:
+            raise MCPConfigError(f"{where}: max_result_chars must be > 0")
 
     @classmethod
     def stdio(
@@ -92,6 +138,7 @@ class MCPServer:
         name: str | None = None,
         prefix: str | None = None,
         timeout: float | None = None,
+        **options: Any,
     ) -> MCPServer:
         """A server started as a subprocess and spoken to over its stdin and stdout.
 
@@ -103,6 +150,7 @@ class MCPServer:
             name: The server's name in messages; defaults to the command's file name.
             prefix: Tool names become `<prefix>_<name>`.
             timeout: Seconds a call may take (default: the agent's `tool_timeout`).
+            **options: Any other field of `MCPServer` (`max_result_chars`, ...).
         """
         if isinstance(args, str):
             raise MCPConfigError(f"args must be a list of strings, not the string {args!r}")
@@ -116,6 +164,7 @@ class MCPServer:
             cwd=None if cwd is None else os.fspath(cwd),
             prefix=prefix,
             timeout=timeout,
+            **options,
         )
 
     @classmethod
@@ -127,8 +176,10 @@ class MCPServer:
         name: str | None = None,
         prefix: str | None = None,
         timeout: float | None = None,
+        transport: Literal["http", "sse"] | None = None,
+        **options: Any,
     ) -> MCPServer:
-        """A server reached over streamable HTTP.
+        """A server reached over HTTP: streamable HTTP, or the legacy HTTP+SSE transport.
 
         Args:
             url: The MCP endpoint, e.g. `"https://example.com/mcp"`.
@@ -136,15 +187,21 @@ class MCPServer:
             name: The server's name in messages; defaults to the URL's host.
             prefix: Tool names become `<prefix>_<name>`.
             timeout: Seconds a call may take (default: the agent's `tool_timeout`).
+            transport: `"http"` (streamable HTTP) or `"sse"`; when None, a URL whose path
+                ends in `/sse` is SSE and any other streamable HTTP.
+            **options: Any other field of `MCPServer` (`max_result_chars`, ...).
         """
-        host = urlsplit(url).hostname or "http"
+        parts = urlsplit(url)
+        if transport is None:
+            transport = "sse" if parts.path.rstrip("/").endswith("/sse") else "http"
         return cls(
-            name=name or _safe_name(host),
-            transport="http",
+            name=name or _safe_name(parts.hostname or "http"),
+            transport=transport,
             url=url,
             headers=dict(headers or {}),
             prefix=prefix,
             timeout=timeout,
+            **options,
         )
 
     def describe(self) -> str:
@@ -153,17 +210,30 @@ class MCPServer:
             return " ".join([str(self.command), *self.args])
         return str(self.url)
 
+    @property
+    def mode(self) -> str:
+        """The SDK's connect mode for `protocol`: `auto`, `legacy`, or a version adopted."""
+        if self.protocol == "auto" or self.protocol in MODERN_PROTOCOL_VERSIONS:
+            return self.protocol
+        return "legacy"
 
-def _safe_name(text: str) -> str:
+    def offers(self, tool: str) -> bool:
+        """Whether `include` and `exclude` let the tool (its name on the server) through."""
+        if self.include is not None and not any(fnmatchcase(tool, p) for p in self.include):
+            return False
+        return not any(fnmatchcase(tool, p) for p in self.exclude)
+
+
+def _safe_name(text: str, fallback: str = "server") -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_")[:64]
-    return cleaned or "server"
+    return cleaned or fallback
 
 
 # --------------------------------------------------------------------------- config files
 
 
 def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
-    """The servers of a config file in the shape MCP clients share.
+    """The servers of a config file in the shapes MCP clients use.
 
     ```json
     {"mcpServers": {
@@ -173,11 +243,17 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     }}
     ```
 
-    Each entry has either `command` (with optional `args`, `env`, `cwd`) or `url` (with
-    optional `headers`); optional `type` (`"stdio"`, `"http"` or `"streamable-http"`),
-    `prefix`, `timeout` and `disabled` are understood too, and other keys are ignored (they
-    belong to other clients). `${VAR}` and `${VAR:-default}` in strings are replaced with
-    environment variables, so secrets need not be written in the file.
+    The root is `mcpServers` (Claude Desktop, Claude Code, Cursor, Windsurf) or `servers`
+    (VS Code). Each entry has either `command` (with optional `args`, `env`, `cwd`) or
+    `url` (Windsurf: `serverUrl`; with optional `headers`). Optional `type` is `"stdio"`,
+    `"http"` (also `"streamable-http"`, `"streamableHttp"`) or `"sse"` (legacy HTTP+SSE);
+    without it a URL whose path ends in `/sse` is SSE, any other streamable HTTP. The
+    options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
+    `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
+    `progress`, `idle_timeout`, `elicitation`, `sampling`, `resources_tool`; `disabled: true`
+    leaves an entry out, and other keys are ignored (they belong to other clients).
+    `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
+    secrets need not be written in the file.
 
     Raises:
         MCPConfigError: the file cannot be read, is not JSON, or an entry is invalid; the
@@ -201,7 +277,7 @@ def parse_config(data: Any, *, origin: str = "MCP config") -> list[MCPServer]:
     """The servers of an already-parsed config (see `load_config`), in file order.
 
     Args:
-        data: The decoded JSON: an object with an `mcpServers` object.
+        data: The decoded JSON: an object with an `mcpServers` (or `servers`) object.
         origin: Named in error messages (a file name).
 
     Raises:
@@ -209,16 +285,39 @@ def parse_config(data: Any, *, origin: str = "MCP config") -> list[MCPServer]:
     """
     if not isinstance(data, Mapping):
         raise MCPConfigError(f"{origin}: expected a JSON object with an 'mcpServers' object")
-    entries = data.get("mcpServers")
+    root = "mcpServers" if "mcpServers" in data or "servers" not in data else "servers"
+    entries = data.get(root)
     if not isinstance(entries, Mapping):
         found = "missing" if entries is None else f"a {_json_type(entries)}"
-        raise MCPConfigError(f"{origin}: 'mcpServers' must be an object of servers ({found})")
+        raise MCPConfigError(
+            f"{origin}: '{root}' must be an object of servers ({found}); the root is "
+            "'mcpServers' (or 'servers', as VS Code writes it)"
+        )
     servers = []
     for name, entry in entries.items():
-        server = _parse_entry(str(name), entry, f"{origin}: mcpServers.{name}")
+        server = _parse_entry(str(name), entry, f"{origin}: {root}.{name}")
         if server is not None:
             servers.append(server)
     return servers
+
+
+_HTTP_TYPES = ("http", "streamable-http", "streamableHttp", "streamable_http")
+_OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "prefix": (str, "a string"),
+    "timeout": ((int, float), "a number of seconds"),
+    "connect_timeout": ((int, float), "a number of seconds"),
+    "protocol": (str, "a string"),
+    "include": (list, "a list of tool names or patterns"),
+    "exclude": (list, "a list of tool names or patterns"),
+    "instructions": (bool, "true or false"),
+    "max_result_chars": (int, "a number of characters"),
+    "roots": (list, "a list of directories"),
+    "progress": (bool, "true or false"),
+    "idle_timeout": ((int, float), "a number of seconds"),
+    "elicitation": (bool, "true or false"),
+    "sampling": (bool, "true or false"),
+    "resources_tool": (bool, "true or false"),
+}
 
 
 def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
@@ -227,52 +326,63 @@ def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
     if entry.get("disabled") is True:
         return None
     kind = entry.get("type")
-    if kind is not None and kind not in ("stdio", "http", "streamable-http", "streamableHttp"):
-        hint = " (use streamable HTTP)" if kind == "sse" else ""
-        raise MCPConfigError(f"{where}: unsupported type {kind!r}{hint}")
-    has_command, has_url = "command" in entry, "url" in entry
+    if kind is not None and kind not in ("stdio", "sse", *_HTTP_TYPES):
+        raise MCPConfigError(f"{where}: unsupported type {kind!r} (use 'stdio', 'http' or 'sse')")
+    url_key = "serverUrl" if "serverUrl" in entry and "url" not in entry else "url"
+    has_command, has_url = "command" in entry, url_key in entry
     if has_command == has_url:
         raise MCPConfigError(
             f"{where}: give either 'command' (a server started over stdio) or 'url' "
-            "(a streamable-HTTP server)"
+            "(a server over HTTP)"
         )
     if kind == "stdio" and not has_command:
         raise MCPConfigError(f"{where}: type 'stdio' needs a 'command'")
     if kind not in (None, "stdio") and not has_url:
         raise MCPConfigError(f"{where}: type {kind!r} needs a 'url'")
-    prefix = _optional_string(entry, "prefix", where)
-    timeout = entry.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-        raise MCPConfigError(f"{where}.timeout: expected a number of seconds")
+    options = _options(entry, where)
     try:
         if has_command:
-            command = _string(entry, "command", where)
             return MCPServer.stdio(
-                command,
+                _string(entry, "command", where),
                 _strings(entry, "args", where),
                 env=_string_map(entry, "env", where),
                 cwd=_optional_string(entry, "cwd", where),
-                name=_server_name(name, where),
-                prefix=prefix,
-                timeout=timeout,
+                name=name,
+                **options,
             )
+        transport = "sse" if kind == "sse" else "http" if kind in _HTTP_TYPES else None
         return MCPServer.http(
-            _string(entry, "url", where),
+            _string(entry, url_key, where),
             headers=_string_map(entry, "headers", where),
-            name=_server_name(name, where),
-            prefix=prefix,
-            timeout=timeout,
+            name=name,
+            transport=transport,
+            **options,
         )
-    except MCPConfigError as exc:
+    except (MCPConfigError, TypeError) as exc:
         if str(exc).startswith(where):
             raise
         raise MCPConfigError(f"{where}: {exc}") from exc
 
 
-def _server_name(name: str, where: str) -> str:
-    if not _NAME.match(name):
-        raise MCPConfigError(f"{where}: server names use 1-64 letters, digits, '_' or '-'")
-    return name
+def _options(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The entry's `MCPServer` options, each checked for its JSON type."""
+    options: dict[str, Any] = {}
+    for key, (kinds, expected) in _OPTIONS.items():
+        value = entry.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) and kinds is not bool:
+            raise MCPConfigError(f"{where}.{key}: expected {expected}")
+        if not isinstance(value, kinds):
+            raise MCPConfigError(f"{where}.{key}: expected {expected}")
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise MCPConfigError(f"{where}.{key}: expected {expected}")
+            value = tuple(value)
+        elif isinstance(value, str):
+            value = _expand(value, f"{where}.{key}")
+        options[key] = value
+    return options
 
 
 def _string(entry: Mapping[str, Any], key: str, where: str) -> str:

@@ -15,6 +15,7 @@ once; any other gets an error saying it may or may not have run.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -27,19 +28,29 @@ import anyio.abc
 import anyio.lowlevel
 import httpx2
 import mcp.types as mcp_types
+import pydantic
 from agentloop import AgentloopError, ToolError
 from agentloop.logs import get_logger
+from agentloop.progress import ProgressReporter
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
+from .capabilities import (
+    ElicitationHandler,
+    MCPSampling,
+    elicitation_callback,
+    roots_callback,
+    sampling_callback,
+)
 from .config import MCPServer
 
-__all__ = ("MCPConnectError", "ServerConnection")
+__all__ = ("MCPConnectError", "MCPRequestError", "ServerConnection")
 
 _log = get_logger()
 
@@ -47,14 +58,31 @@ NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""
 
 _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
-_MODE = "auto"
-"""Protocol negotiation: probe for the 2026 protocol, fall back to the initialize handshake."""
+
+# The SDK logs through `logging` without a handler of its own, so with none configured
+# Python's last-resort handler prints its warnings (a traceback per line a server writes
+# that is not JSON-RPC, "Session termination failed" at exit) on stderr. A NullHandler
+# keeps it silent until the application configures logging; configured handlers still
+# get every record.
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 _MAX_BACKOFF = 10.0
 _MAX_PAGES = 100
 
 
+class MCPRequestError(AgentloopError):
+    """A request to a server other than a tool call (resources, prompts) failed."""
+
+
 class MCPConnectError(AgentloopError):
     """An MCP server could not be started or reached when the tool source opened."""
+
+    def __init__(self, message: str, *, server: str | None = None, reason: str = "") -> None:
+        """`message` names the server; `server` and `reason` are kept for reports."""
+        super().__init__(message)
+        self.server = server
+        """The server's name (None when several are meant)."""
+        self.reason = reason or message
+        """Why, without the server's name."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +103,10 @@ class _Request:
     arguments: dict[str, Any]
     retryable: bool
     reply: MemoryObjectSendStream[_Outcome]
+    on_progress: ProgressReporter | None = None
+    """Where the server's progress notifications for this call go (a streamed run)."""
+    method: str | None = None
+    """A `Client` method to call instead of `call_tool` (`read_resource`, ...)."""
     state: Literal["queued", "sent"] = "queued"
     """`sent` once it may have reached the server; `queued` requests are safe to send again."""
     drops: int = 0
@@ -114,16 +146,23 @@ class ServerConnection:
         connect_timeout: float,
         reconnect_attempts: int,
         reconnect_backoff: float,
+        sampling: MCPSampling | None = None,
+        elicitation: ElicitationHandler | None = None,
     ) -> None:
         """Supervise `server`; `on_tools_changed(self)` is called after each refreshed listing."""
         self.server = server
         self.tools: list[mcp_types.Tool] = []
         self.connections = 0
         """How many connections were opened (for logs and tests)."""
+        self.instructions: str | None = None
+        """What the server said about using it (`instructions`), from the first connection."""
         self._on_tools_changed = on_tools_changed
-        self._connect_timeout = connect_timeout
+        self._connect_timeout = server.connect_timeout or connect_timeout
         self._attempts = reconnect_attempts
         self._backoff = reconnect_backoff
+        self._sampling = sampling_callback(server, sampling)
+        self._elicitation = elicitation_callback(server, elicitation)
+        self._roots = roots_callback(server)
         self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
         self._in_flight: dict[_Request, None] = {}
         """Requests handed to a worker, in the order they came (a dict keeps it)."""
@@ -135,18 +174,24 @@ class ServerConnection:
     # ------------------------------------------------------------------ the caller's side
 
     async def call(
-        self, name: str, arguments: dict[str, Any], *, retryable: bool
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        retryable: bool,
+        on_progress: ProgressReporter | None = None,
     ) -> mcp_types.CallToolResult:
         """Call tool `name` on the server and wait for its result.
 
-        Cancelling the caller cancels the call on the server too.
+        Cancelling the caller cancels the call on the server too. `on_progress` gets the
+        server's progress notifications for the call.
 
         Raises:
             ToolError: the call could not be made or did not finish; the message says why
                 in words the model can act on.
         """
         send, receive = anyio.create_memory_object_stream[_Outcome](1)
-        request = _Request(name, arguments, retryable, send)
+        request = _Request(name, arguments, retryable, send, on_progress)
         with receive:
             try:
                 self._send.send_nowait(request)
@@ -162,6 +207,30 @@ class ServerConnection:
                 raise
         if isinstance(outcome, _Failure):
             raise ToolError(outcome.message)
+        return outcome
+
+    async def fetch(self, method: str, **params: Any) -> Any:
+        """The result of `Client.<method>(**params)` on the live connection.
+
+        For requests other than tool calls: `list_resources`, `read_resource`,
+        `list_prompts`, `get_prompt`.
+
+        Raises:
+            MCPRequestError: the server refused, or the connection is gone.
+        """
+        send, receive = anyio.create_memory_object_stream[Any](1)
+        request = _Request(method, params, True, send, method=method)
+        with receive:
+            try:
+                self._send.send_nowait(request)
+                outcome = await receive.receive()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                raise MCPRequestError(self._closed_message(method)) from None
+            except anyio.get_cancelled_exc_class():
+                request.abandon()
+                raise
+        if isinstance(outcome, _Failure):
+            raise MCPRequestError(outcome.message)
         return outcome
 
     def _closed_message(self, tool: str) -> str:
@@ -190,7 +259,9 @@ class ServerConnection:
         if not connected:
             raise MCPConnectError(
                 f"cannot connect to MCP server '{self.server.name}' "
-                f"({self.server.describe()}): {reason}"
+                f"({self.server.describe()}): {reason}",
+                server=self.server.name,
+                reason=f"cannot start or reach it ({self.server.describe()}): {reason}",
             )
         failures = 0
         while True:
@@ -217,11 +288,13 @@ class ServerConnection:
         """Open a connection, serve calls until it is lost; return (connected, why it ended)."""
         connected = False
         lost = anyio.Event()
+        garbage: list[str] = []  # what the server wrote that was not a message
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as scope:
-                async with self._client(lost) as client:
+                async with self._client(lost, garbage) as client:
                     if first:
                         self.tools = await self._list_tools(client)
+                        self.instructions = client.instructions
                     scope.deadline = math.inf
                     connected = True
                     self.connections += 1
@@ -235,18 +308,21 @@ class ServerConnection:
                         ready()
                     await self._serve(client, lost)
             if scope.cancelled_caught and not connected:
-                return False, f"no answer within {self._connect_timeout:g} s"
+                return False, _garbled(garbage) or f"no answer within {self._connect_timeout:g} s"
         except Exception as exc:
-            return connected, _describe(exc)
+            return connected, _garbled(garbage) or _describe(exc)
         return connected, "the connection was lost"
 
-    def _client(self, lost: anyio.Event) -> Client:
+    def _client(self, lost: anyio.Event, garbage: list[str]) -> Client:
         return Client(
-            _transport(self.server, lost),
-            mode=_MODE,
+            _transport(self.server, lost, garbage),
+            mode=self.server.mode,
             cache=None,
             message_handler=self._on_message,
             client_info=_CLIENT_INFO,
+            sampling_callback=self._sampling,
+            elicitation_callback=self._elicitation,
+            list_roots_callback=self._roots,
         )
 
     async def _serve(self, client: Client, lost: anyio.Event) -> None:
@@ -280,11 +356,28 @@ class ServerConnection:
         if lost.is_set():
             return  # still queued: served again after the reconnect
         outcome: _Outcome | None = None
+        idle = self.server.idle_timeout
         with anyio.CancelScope() as scope:
             request.scope = scope
             request.state = "sent"
+            if idle is not None:
+                scope.deadline = anyio.current_time() + idle
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                if idle is not None:
+                    scope.deadline = anyio.current_time() + idle
+                if request.on_progress is not None:
+                    request.on_progress(done, total, message)
+
             try:
-                outcome = await client.call_tool(request.name, request.arguments)
+                if request.method is not None:
+                    outcome = await getattr(client, request.method)(**request.arguments)
+                else:
+                    outcome = await client.call_tool(
+                        request.name,
+                        request.arguments,
+                        progress_callback=progress if self.server.progress else None,
+                    )
             except MCPError as exc:
                 if _not_delivered(exc):
                     request.state = "queued"
@@ -305,9 +398,14 @@ class ServerConnection:
                 )
         request.scope = None
         self._in_flight.pop(request, None)
-        if scope.cancelled_caught:
+        if scope.cancelled_caught and request.abandoned:
             request.answer(None)  # abandoned by its caller
             return
+        if scope.cancelled_caught:
+            outcome = _Failure(
+                f"MCP server '{self.server.name}': '{request.name}' sent no answer and no "
+                f"progress for {idle:g} s, so the call was cancelled."
+            )
         self._answered += 1
         request.answer(outcome)
 
@@ -417,7 +515,7 @@ class ServerConnection:
 
 @asynccontextmanager
 async def _transport(
-    server: MCPServer, lost: anyio.Event
+    server: MCPServer, lost: anyio.Event, garbage: list[str]
 ) -> AsyncIterator[tuple[_WatchedStream, MemoryObjectSendStream[SessionMessage]]]:
     """The server's transport, with a read stream that reports when it ends."""
     if server.transport == "stdio":
@@ -428,7 +526,10 @@ async def _transport(
             cwd=server.cwd,
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
-            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+    elif server.transport == "sse":
+        async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
     else:
         async with (
             _HTTPClient(
@@ -436,15 +537,30 @@ async def _transport(
             ) as http,
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
-            yield _WatchedStream(read, lost), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+
+
+def _garbled(garbage: list[str]) -> str | None:
+    """Why a connect failed, when the server wrote lines that are not MCP messages."""
+    if not garbage:
+        return None
+    return (
+        f"the server wrote something that is not an MCP message on its output ({garbage[0]}); "
+        "a stdio server must write only JSON-RPC to stdout (logs go to stderr)"
+    )
 
 
 class _WatchedStream:
-    """A transport's read stream that sets `lost` when it ends: how a dead process shows."""
+    """A transport's read stream that sets `lost` when it ends: how a dead process shows.
 
-    def __init__(self, inner: Any, lost: anyio.Event) -> None:
+    It also keeps the first thing read that was not a message (a server printing logs on
+    stdout) in `garbage`, to explain a failed connect.
+    """
+
+    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
         self._inner = inner
         self._lost = lost
+        self._garbage = garbage
 
     @property
     def last_context(self) -> Any:
@@ -454,10 +570,14 @@ class _WatchedStream:
     async def receive(self) -> Any:
         """The next message; the end of the stream marks the connection lost."""
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._lost.set()
             raise
+        if isinstance(item, Exception) and not self._garbage:
+            self._garbage.append(_first_line(item))
+            _log.warning("mcp.not_a_message", error=self._garbage[0])
+        return item
 
     async def aclose(self) -> None:
         """Close the inner stream."""
@@ -528,6 +648,17 @@ def _errlog() -> TextIO:
         except (AttributeError, OSError, ValueError):
             continue
     raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _first_line(exc: Exception) -> str:
+    """A parse error in a few words: the line the server wrote, when pydantic kept it."""
+    if isinstance(exc, pydantic.ValidationError):
+        found = [e.get("input") for e in exc.errors()]
+        if found and isinstance(found[0], str):
+            return f"a line reading {found[0][:100]!r}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " / ".join(lines[:3]) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,8 +1,10 @@
 """From an MCP tool result to what the model sees in its `tool_result`.
 
 Text stays text, images become Anthropic image blocks, embedded resources become text,
-image or document blocks as their type allows, and anything the Messages API cannot carry
-becomes a short note, so a result never makes the next request invalid. An `isError`
+image or document blocks as their type allows, resource links a line of text, audio and
+anything else the Messages API cannot carry a short note, so a result never makes the next
+request invalid. Each item is sent once (structured content only when there are no content
+blocks), and a result over the size cut is cut with a note. An `isError`
 result raises `ToolError`, which the registry turns into an `is_error` tool_result.
 """
 
@@ -15,38 +17,56 @@ from typing import Any
 
 import mcp.types as mcp_types
 from agentloop import ToolError
+from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, DocumentBlock, ImageBlock, TextBlock
 
-__all__ = ("IMAGE_TYPES", "to_content")
+__all__ = ("DEFAULT_MAX_RESULT_CHARS", "IMAGE_TYPES", "to_content")
+
+_log = get_logger()
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Image media types the Messages API accepts in a base64 source."""
 
+DEFAULT_MAX_RESULT_CHARS = 1_000_000
+"""The default size cut of one tool result: characters of text plus base64 data."""
+
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/yaml")
 
 
-def to_content(result: mcp_types.CallToolResult, tool: str) -> str | list[ContentBlock] | None:
+def to_content(
+    result: mcp_types.CallToolResult,
+    tool: str,
+    *,
+    max_chars: int | None = DEFAULT_MAX_RESULT_CHARS,
+) -> str | list[ContentBlock] | None:
     """The tool_result content for an MCP result; raises `ToolError` for an `isError` one.
 
-    `structuredContent` is kept: when the content has no text block (for example a
-    result with only `structuredContent`, or only an image), its JSON is added as a text
-    block. When there is text, the text is sent as it is: the MCP specification asks
-    servers that return structured content to put its JSON in a text block as well, so
-    adding it again would only repeat it.
+    Each content block is sent once. `structuredContent` is sent (as JSON text) only when
+    there are no content blocks: the specification asks a server that returns structured
+    content to carry it in its content blocks too (serialised in a text block, or as the
+    image it describes), so adding it beside them would send the same data twice. A block
+    whose `annotations.audience` leaves out the assistant is meant for the user only and
+    is not sent to the model. A result larger than `max_chars` (characters of text plus
+    base64 data) is cut there, with a note saying so.
 
     Args:
         result: What `tools/call` returned.
         tool: The tool's name, for messages.
+        max_chars: The size cut; None sends results whole.
 
     Raises:
         ToolError: the server marked the result as an error; the message is its text.
     """
     blocks: list[ContentBlock] = []
     for item in result.content:
+        if _for_user_only(item):
+            _log.debug("mcp.content_for_user_only", tool=tool, type=getattr(item, "type", "?"))
+            continue
         blocks.extend(_convert(item))
-    has_text = any(isinstance(b, TextBlock) for b in blocks)
-    if result.structured_content is not None and not has_text:
+    if result.structured_content is not None and not result.content:
         blocks.append(TextBlock(text=_json(result.structured_content)))
+    if max_chars is not None:
+        blocks = _cut(blocks, max_chars, tool)
     if result.is_error:
         message = "\n".join(b.text for b in blocks if isinstance(b, TextBlock)).strip()
         raise ToolError(message or f"MCP tool '{tool}' failed and gave no message.")
@@ -55,6 +75,48 @@ def to_content(result: mcp_types.CallToolResult, tool: str) -> str | list[Conten
     if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
         return blocks[0].text
     return blocks
+
+
+def _for_user_only(item: Any) -> bool:
+    annotations = getattr(item, "annotations", None)
+    audience = getattr(annotations, "audience", None)
+    return audience is not None and "assistant" not in audience
+
+
+def _size(block: ContentBlock) -> int:
+    if isinstance(block, TextBlock):
+        return len(block.text)
+    if isinstance(block, (ImageBlock, DocumentBlock)):
+        return len(str(block.source.get("data", "")))
+    return 0
+
+
+def _cut(blocks: list[ContentBlock], limit: int, tool: str) -> list[ContentBlock]:
+    """The blocks that fit in `limit` characters, a text cut at the edge, then a note."""
+    total = sum(_size(b) for b in blocks)
+    if total <= limit:
+        return blocks
+    kept: list[ContentBlock] = []
+    room = limit
+    for block in blocks:
+        size = _size(block)
+        if size <= room:
+            kept.append(block)
+            room -= size
+        elif isinstance(block, TextBlock) and room > 0:
+            kept.append(TextBlock(text=block.text[:room]))
+            room = 0
+        else:
+            room = 0  # keep the order: nothing after a block that did not fit
+    sent = sum(_size(b) for b in kept)
+    _log.warning("mcp.result_cut", tool=tool, size=total, limit=limit)
+    kept.append(
+        TextBlock(
+            text=f"[result cut: the tool returned {total:,} characters of content, over the "
+            f"limit of {limit:,}; the first {sent:,} are above, the rest was not sent]"
+        )
+    )
+    return kept
 
 
 def _convert(item: Any) -> list[ContentBlock]:

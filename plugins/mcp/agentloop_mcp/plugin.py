@@ -2,25 +2,32 @@
 
 Found through the `agentloop` entry-point group as `mcp = "agentloop_mcp.plugin"`. Hooks
 are synchronous and only register; MCP tools need live connections. So when the
-environment variable `AGENTLOOP_MCP_CONFIG` names an `mcpServers` config file, the hook
-starts those servers once per process on a background event loop (see
-`agentloop_mcp.background`) and registers their tools; without it, the plugin registers
-nothing. The servers stop when the process exits.
+environment variable `AGENTLOOP_MCP_CONFIG` (or `--mcp-config`) names an `mcpServers`
+config file, the hook starts those servers once per process on a background event loop
+(see `agentloop_mcp.background`) and registers their tools; without it, the plugin
+registers nothing. A server that fails is left out (on the command line, with one warning
+line naming it and why) unless `--mcp-strict`. The servers stop when the process exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from agentloop import hookimpl
+from agentloop.hookspecs import RunSetup
 
 from .background import shared_source
+from .capabilities import terminal_elicitation
+from .cli import add_command, mcp_command
+from .config import load_config
 
 __all__ = (
     "CONFIG_ENV_VAR",
+    "agentloop_register_commands",
     "agentloop_register_tools",
     "agentloop_run_options",
     "agentloop_run_setup",
@@ -29,34 +36,81 @@ __all__ = (
 CONFIG_ENV_VAR = "AGENTLOOP_MCP_CONFIG"
 """Path of the `mcpServers` config file whose servers' tools the plugin registers."""
 
-_chosen: list[str] = []
-"""The config file named with `--mcp-config`, which wins over the environment."""
+_cli: dict[str, Any] = {}
+"""What the command line chose: `config` (the `--mcp-config` file, which wins over the
+environment) and `strict`. Empty outside the `agentloop` command."""
+_warned: set[str] = set()
 
 
 @hookimpl
-def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
-    """Add `--mcp-config FILE` to `agentloop run` and `agentloop tools`."""
-    group = parser.add_argument_group("mcp plugin")
-    group.add_argument(
-        "--mcp-config",
-        metavar="FILE",
-        help=f"an mcpServers config file whose servers' tools to offer (or {CONFIG_ENV_VAR})",
+def agentloop_register_commands(register: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add `agentloop mcp`: a configured server's resources and prompts."""
+    add_command(
+        register(
+            "mcp", help="list and read an MCP server's resources and prompts", handler=mcp_command
+        )
     )
 
 
 @hookimpl
-def agentloop_run_setup(args: argparse.Namespace) -> None:
-    """Remember the `--mcp-config` file, read when the tools are registered."""
+def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
+    """Add `--mcp-config FILE` and `--mcp-strict` to `agentloop run` and `agentloop tools`."""
+    group = parser.add_argument_group("mcp plugin")
+    group.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help=f"an MCP config file whose servers' tools to offer (or {CONFIG_ENV_VAR}); "
+        "exposes the mcp plugin's tools",
+    )
+    group.add_argument(
+        "--mcp-strict",
+        action="store_true",
+        help="fail when any MCP server fails (default: leave it out with a warning)",
+    )
+
+
+@hookimpl
+def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
+    """Remember the command line's choices; a config file given exposes the plugin's tools.
+
+    `--mcp-config` with `--plugin` naming other plugins only adds `mcp` to them: a config
+    file is given to be used. When a server in it is declared with `"instructions": true`,
+    its servers start here, so that their instructions become the run's system prompt
+    (unless `--system`).
+    """
     path = getattr(args, "mcp_config", None)
+    _cli.clear()
+    _cli["strict"] = bool(getattr(args, "mcp_strict", False))
     if path:
-        _chosen[:] = [str(path)]
+        _cli["config"] = str(path)
+        plugins = getattr(args, "plugins", None)
+        if plugins is not None and "mcp" not in plugins:
+            plugins.append("mcp")
+        system = None
+        if any(server.instructions for server in load_config(path)):
+            system = _source(path).instructions()
+        return RunSetup(exposed_by_default=True, system=system)
+    return None
+
+
+def _source(path: str) -> Any:
+    """The shared source of `path`, with the terminal for servers' questions if there is one."""
+    ask = terminal_elicitation if _cli and sys.stdin.isatty() else None
+    return shared_source(path, strict=bool(_cli.get("strict")), elicitation=ask)
 
 
 @hookimpl
 def agentloop_register_tools(register: Callable[..., Any]) -> None:
     """Register the tools of the servers in `--mcp-config` or `AGENTLOOP_MCP_CONFIG`."""
-    path = _chosen[0] if _chosen else os.environ.get(CONFIG_ENV_VAR, "").strip()
+    path = _cli.get("config") or os.environ.get(CONFIG_ENV_VAR, "").strip()
     if not path:
         return
-    for mcp_tool in shared_source(path).tools():
+    source = _source(path)
+    if _cli:
+        for problem in [*source.errors, *source.skipped]:
+            line = str(problem)
+            if line not in _warned:
+                _warned.add(line)
+                print(f"agentloop: warning: {line}", file=sys.stderr)
+    for mcp_tool in source.tools():
         register(mcp_tool)

@@ -13,15 +13,16 @@ from typing import Any
 
 import jsonschema
 import mcp.types as mcp_types
-from agentloop import Tool
+from agentloop import Tool, ToolError
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
+from agentloop.progress import progress_reporter
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-from .connection import ServerConnection
+from .connection import MCPRequestError, ServerConnection
 from .content import to_content
 
-__all__ = ("MCPTool",)
+__all__ = ("MCPResourceTool", "MCPTool")
 
 _log = get_logger()
 
@@ -49,6 +50,8 @@ class MCPTool(Tool):
         """The tool's name on its server (without prefix)."""
         self.server: str = connection.server.name
         """The name of the server it belongs to."""
+        self.origin: str = self.server
+        """Where the tool comes from, for listings such as `agentloop tools` (its server)."""
         self.annotations: mcp_types.ToolAnnotations | None = spec.annotations
         """The server's hints about the tool (read-only, idempotent, destructive, ...)."""
         self.retryable: bool = bool(
@@ -90,8 +93,56 @@ class MCPTool(Tool):
         Raises:
             ToolError: the server reported an error, or the call could not be completed.
         """
-        result = await self._connection.call(self.mcp_name, arguments, retryable=self.retryable)
-        return to_content(result, self.name)
+        result = await self._connection.call(
+            self.mcp_name, arguments, retryable=self.retryable, on_progress=progress_reporter()
+        )
+        return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
+
+
+class MCPResourceTool(MCPTool):
+    """A tool that reads one of a server's resources by URI (the `resources_tool` option).
+
+    Its description lists the resources the server listed when the source opened (the
+    first 50), so the model knows what it may read; the contents reach the model as an
+    embedded resource in a tool result would.
+    """
+
+    def __init__(
+        self, connection: ServerConnection, name: str, resources: list[mcp_types.Resource]
+    ) -> None:
+        """Describe the reading tool `name` of `connection`'s server."""
+        shown = [f"- {r.uri} ({r.name})" for r in resources[:50]]
+        more = [f"- ... and {len(resources) - 50} more"] if len(resources) > 50 else []
+        description = "\n".join(
+            [f"Read a resource of MCP server '{connection.server.name}' by its URI.", *shown, *more]
+        )
+        spec = mcp_types.Tool(
+            name="read_resource",
+            description=description,
+            input_schema={
+                "type": "object",
+                "properties": {"uri": {"type": "string", "description": "The resource's URI"}},
+                "required": ["uri"],
+            },
+            annotations=mcp_types.ToolAnnotations(read_only_hint=True),
+        )
+        super().__init__(connection, spec, name)
+
+    async def _call(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
+        """Read the resource; its contents as tool_result content.
+
+        Raises:
+            ToolError: the server refused (an unknown URI) or is gone.
+        """
+        try:
+            contents = await self._connection.fetch("read_resource", uri=arguments["uri"])
+        except MCPRequestError as exc:
+            raise ToolError(str(exc)) from None
+        embedded = [
+            mcp_types.EmbeddedResource(type="resource", resource=item) for item in contents.contents
+        ]
+        result = mcp_types.CallToolResult(content=embedded)  # type: ignore[arg-type]
+        return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
 
 def _validator(schema: dict[str, Any], server: str, tool: str) -> Any:

@@ -54,15 +54,16 @@ async def wait_until(condition: Callable[[], bool], what: str, limit: float = 30
 class HTTPServerProcess:
     """The test server over streamable HTTP in a subprocess on 127.0.0.1."""
 
-    def __init__(self, name: str = "remote") -> None:
+    def __init__(self, name: str = "remote", *, sse: bool = False) -> None:
         self.name = name
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.option = "--sse" if sse else "--http"
+        self.url = f"http://127.0.0.1:{self.port}/{'sse' if sse else 'mcp'}"
         self.process: anyio.abc.Process | None = None
 
     async def start(self) -> HTTPServerProcess:
         self.process = await anyio.open_process(
-            [sys.executable, str(SERVER_SCRIPT), "--http", str(self.port), "--name", self.name],
+            [sys.executable, str(SERVER_SCRIPT), self.option, str(self.port), "--name", self.name],
             stdin=subprocess.DEVNULL,
             stdout=None,
             stderr=None,

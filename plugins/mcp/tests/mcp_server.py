@@ -1,7 +1,7 @@
 """A real MCP server for the tests, built with the MCP SDK's server side.
 
-Run over stdio (`python mcp_server.py`) or streamable HTTP (`python mcp_server.py --http
-PORT`). With `MCP_TEST_CONN_LOG` set, each process appends its pid to that file when it
+Run over stdio (`python mcp_server.py`), streamable HTTP (`python mcp_server.py --http
+PORT`) or the legacy SSE transport (`--sse PORT`). With `MCP_TEST_CONN_LOG` set, each process appends its pid to that file when it
 starts: over stdio one process is one connection, so the file counts connections, and the
 line count is the process's generation. Calls of `slow_read`/`slow_write` hang in the
 first generation (or up to MCP_TEST_HANG_GENERATIONS) until the test kills the process,
@@ -39,15 +39,19 @@ from mcp.server.mcpserver import Context  # noqa: E402
 from mcp.server.mcpserver import MCPServer as SDKServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
 from mcp.types import (  # noqa: E402
+    Annotations,
+    AudioContent,
     BlobResourceContents,
     CallToolResult,
     EmbeddedResource,
     ImageContent,
     ResourceLink,
+    SamplingMessage,
     TextContent,
     TextResourceContents,
     ToolAnnotations,
 )
+from pydantic import BaseModel  # noqa: E402
 
 PNG = base64.b64encode(
     bytes.fromhex(
@@ -59,13 +63,17 @@ PNG = base64.b64encode(
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
 
 
+class Person(BaseModel):
+    name: str
+
+
 def hangs() -> bool:
     """Whether slow_read/slow_write hang in this process (MCP_TEST_HANG_GENERATIONS, default 1)."""
     return generation() <= int(os.environ.get("MCP_TEST_HANG_GENERATIONS", "1"))
 
 
 def build(name: str) -> SDKServer:
-    server = SDKServer(name, log_level="WARNING")
+    server = SDKServer(name, log_level="WARNING", instructions=f"Call {name}'s echo to echo.")
     started: list[str] = []
     calls: dict[str, int] = {}
     changed = anyio.Event()
@@ -164,6 +172,69 @@ def build(name: str) -> SDKServer:
         return CallToolResult(content=[], structured_content={"temperature": 21, "unit": "c"})
 
     @server.tool()
+    def media(size: int) -> CallToolResult:
+        """A PNG of about `size` bytes and the same base64 in structuredContent (as
+        server-filesystem's read_media_file returns it)."""
+        data = base64.b64encode(base64.b64decode(PNG) + b"\0" * size).decode()
+        return CallToolResult(
+            content=[ImageContent(type="image", data=data, mimeType="image/png")],
+            structured_content={"content": [{"type": "image", "data": data}]},
+        )
+
+    @server.tool()
+    def mixed() -> CallToolResult:
+        """Audio, a block for the user only, one for the assistant, and structured content."""
+        return CallToolResult(
+            content=[
+                AudioContent(type="audio", data="AAAA", mimeType="audio/wav"),
+                TextContent(
+                    type="text", text="for your eyes", annotations=Annotations(audience=["user"])
+                ),
+                TextContent(
+                    type="text",
+                    text="for the model",
+                    annotations=Annotations(audience=["assistant", "user"], priority=1.0),
+                ),
+            ],
+            structured_content={"ok": True},
+        )
+
+    @server.tool()
+    def big_text(size: int) -> str:
+        """`size` characters of text."""
+        return "x" * size
+
+    @server.tool()
+    async def steps(count: int, pause: float, ctx: Context) -> str:
+        """Report progress `count` times, `pause` seconds apart."""
+        for done in range(1, count + 1):
+            await anyio.sleep(pause)
+            await ctx.report_progress(done, count, f"step {done}")
+        return f"{count} steps"
+
+    @server.tool()
+    async def ask(ctx: Context) -> str:
+        """Ask the user for a name (elicitation)."""
+        answer = await ctx.elicit("Who are you?", Person)
+        return f"{answer.action}: {answer.data.name if answer.action == 'accept' else '-'}"
+
+    @server.tool()
+    async def sample(prompt: str, ctx: Context) -> str:
+        """Ask the client's model (sampling)."""
+        result = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+            max_tokens=50,
+            system_prompt="Be brief.",
+        )
+        return f"{result.model}: {result.content.text}"  # type: ignore[union-attr]
+
+    @server.tool()
+    async def roots(ctx: Context) -> str:
+        """The client's roots."""
+        listed = await ctx.session.list_roots()
+        return ",".join(f"{r.name}={r.uri}" for r in listed.roots)
+
+    @server.tool()
     def nothing() -> CallToolResult:
         """An empty result."""
         return CallToolResult(content=[])
@@ -229,19 +300,32 @@ def build(name: str) -> SDKServer:
             pass
         return "added"
 
+    @server.resource("notes://today", name="today", mime_type="text/plain")
+    def today() -> str:
+        """Today's notes."""
+        return "buy milk"
+
+    @server.prompt(name="review")
+    def review(code: str) -> str:
+        """Review a piece of code."""
+        return f"Please review:\n{code}"
+
     return server
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--sse", type=int, default=None)
     parser.add_argument("--name", default="test-server")
     args = parser.parse_args()
     server = build(args.name)
-    if args.http is None:
-        server.run()
-    else:
+    if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse is not None:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run()
 
 
 if __name__ == "__main__":

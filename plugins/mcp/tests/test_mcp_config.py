@@ -47,8 +47,12 @@ def test_servers_in_code() -> None:
         pytest.param(lambda: MCPServer.http("http:///mcp"), "http:// or https://", id="no-host"),
         pytest.param(lambda: MCPServer.stdio(""), "needs a command", id="no-command"),
         pytest.param(lambda: MCPServer.stdio("x", "a b"), "list of strings", id="args-string"),
-        pytest.param(lambda: MCPServer.stdio("x", prefix="a.b"), "prefix 'a.b'", id="prefix"),
-        pytest.param(lambda: MCPServer.stdio("x", name="a b"), "name 'a b'", id="name"),
+        pytest.param(lambda: MCPServer.stdio("x", prefix="..."), "prefix '...'", id="prefix"),
+        pytest.param(lambda: MCPServer.stdio("x", name=" "), "non-empty name", id="name"),
+        pytest.param(lambda: MCPServer.stdio("x", protocol="1999"), "protocol", id="protocol"),
+        pytest.param(
+            lambda: MCPServer.stdio("x", connect_timeout=-1), "connect_timeout", id="connect"
+        ),
         pytest.param(lambda: MCPServer.stdio("x", timeout=0), "timeout", id="timeout"),
     ],
 )
@@ -92,6 +96,68 @@ def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         name="search",
         timeout=5,
     )
+
+
+def test_configs_of_other_clients(tmp_path: Path) -> None:
+    # VS Code: a `servers` root, with `type` on each entry.
+    vscode = parse_config(
+        {
+            "servers": {
+                "my.files": {"type": "stdio", "command": "files-server"},
+                "remote": {"type": "http", "url": "https://h.example/api"},
+                "legacy": {"type": "sse", "url": "https://h.example/events"},
+            },
+            "inputs": [],
+        }
+    )
+    assert [(s.name, s.transport) for s in vscode] == [
+        ("my.files", "stdio"),
+        ("remote", "http"),
+        ("legacy", "sse"),
+    ]
+    # Windsurf: `serverUrl`; Cursor: a bare `url` ending in /sse is the SSE transport.
+    windsurf, cursor, modern = parse_config(
+        {
+            "mcpServers": {
+                "w": {"serverUrl": "https://w.example/mcp"},
+                "c": {"url": "https://c.example/sse"},
+                "m": {"url": "https://m.example/mcp/"},
+            }
+        }
+    )
+    assert (windsurf.transport, windsurf.url) == ("http", "https://w.example/mcp")
+    assert cursor.transport == "sse" and modern.transport == "http"
+
+
+def test_per_server_options() -> None:
+    [server] = parse_config(
+        {
+            "mcpServers": {
+                "git.local": {
+                    "command": "git-server",
+                    "timeout": 5,
+                    "connect_timeout": 2.5,
+                    "protocol": "2025-06-18",
+                    "include": ["git_*", "status"],
+                    "exclude": ["git_push"],
+                    "prefix": "git.local",
+                    "instructions": True,
+                    "max_result_chars": 5000,
+                }
+            }
+        }
+    )
+    assert server.name == "git.local" and server.timeout == 5
+    assert (server.connect_timeout, server.protocol, server.mode) == (2.5, "2025-06-18", "legacy")
+    assert [server.offers(n) for n in ("git_log", "status", "git_push", "rm")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert server.instructions is True and server.max_result_chars == 5000
+    assert MCPServer.stdio("x", protocol="2026-07-28").mode == "2026-07-28"
+    assert MCPServer.stdio("x").mode == "auto"
 
 
 def test_the_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,9 +212,9 @@ def test_the_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
             id="url",
         ),
         pytest.param(
-            {"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}},
-            "unsupported type 'sse' (use streamable HTTP)",
-            id="sse",
+            {"mcpServers": {"a": {"type": "websocket", "url": "ws://h/ws"}}},
+            "unsupported type 'websocket' (use 'stdio', 'http' or 'sse')",
+            id="type",
         ),
         pytest.param(
             {"mcpServers": {"a": {"type": "stdio", "url": "http://h/mcp"}}},
@@ -156,7 +222,14 @@ def test_the_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
             id="type-stdio",
         ),
         pytest.param(
-            {"mcpServers": {"a b": {"command": "x"}}}, "mcpServers.a b: server names use", id="name"
+            {"servers": {"a": {"command": "x", "include": "read"}}},
+            "servers.a.include: expected a list of tool names",
+            id="include",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "instructions": "yes"}}},
+            "mcpServers.a.instructions: expected true or false",
+            id="instructions",
         ),
         pytest.param(
             {"mcpServers": {"a": {"command": "x", "timeout": "5"}}},

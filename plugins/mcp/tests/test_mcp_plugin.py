@@ -36,6 +36,7 @@ def config(tmp_path: Path, conn_log: ConnectionLog) -> Path:
 def _close_shared() -> Iterator[None]:
     yield
     close_all()
+    agentloop_mcp.plugin._cli.clear()  # what a command line chose ends with its test
 
 
 def manager() -> PluginManager:
@@ -154,3 +155,54 @@ def test_the_tools_command_lists_a_config_servers_tools(config: Path) -> None:
     )
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "nope.json" in missing.stderr
+
+
+def test_a_config_on_the_command_line_exposes_the_tools_and_instructions(
+    config: Path, tmp_path: Path
+) -> None:
+    """`--mcp-config` needs no `--plugin mcp`; `instructions: true` gives the system prompt."""
+    import argparse
+
+    setup = agentloop_mcp.plugin.agentloop_run_setup(
+        argparse.Namespace(mcp_config=str(config), mcp_strict=False, plugins=None)
+    )
+    assert setup is not None and setup.exposed_by_default and setup.system is None
+    chosen = ["cortex"]
+    agentloop_mcp.plugin.agentloop_run_setup(
+        argparse.Namespace(mcp_config=str(config), mcp_strict=False, plugins=chosen)
+    )
+    assert chosen == ["cortex", "mcp"]  # the config file is given to be used
+
+    data = json.loads(config.read_text())
+    data["mcpServers"]["test"]["instructions"] = True
+    told = tmp_path / "told.json"
+    told.write_text(json.dumps(data))
+    setup = agentloop_mcp.plugin.agentloop_run_setup(
+        argparse.Namespace(mcp_config=str(told), mcp_strict=False, plugins=None)
+    )
+    assert setup is not None
+    assert setup.system == "## MCP server test\n\nCall test-server's echo to echo."
+
+
+def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
+
+    def mcp(*words: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "agentloop", "mcp", *words, "--mcp-config", str(config)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    listed = mcp("resources", "test")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "notes://today  today (text/plain): Today's notes.\n"
+    assert mcp("read", "test", "notes://today").stdout == "buy milk\n"
+    assert mcp("prompts", "test").stdout == "review(code): Review a piece of code.\n"
+    filled = mcp("prompt", "test", "review", "code=x = 1")
+    assert filled.stdout == "user: Please review:\nx = 1\n"
+    unknown = mcp("prompts", "ghost")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().endswith(
+        "no MCP server 'ghost' in " + str(config) + " (servers: test)"
+    )

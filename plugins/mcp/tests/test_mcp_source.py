@@ -15,25 +15,31 @@ from agentloop.registry import ExecutionContext, ToolRegistry
 from agentloop.tools import ToolCall
 from pydantic import ValidationError
 
-import agentloop_mcp.connection
 from agentloop_mcp import MCPConfigError, MCPConnectError, MCPServer, MCPTool, MCPToolSource
 
 EXPECTED = [
     "add",
     "add_tool",
+    "ask",
+    "big_text",
     "block",
     "dotted_name",
     "echo",
     "fail",
     "gather",
+    "media",
+    "mixed",
     "nothing",
     "odd_picture",
     "picture",
     "pid",
     "resources",
+    "roots",
+    "sample",
     "slow_read",
     "slow_write",
     "stats",
+    "steps",
     "structured_only",
     "wait_started",
 ]
@@ -89,7 +95,7 @@ async def test_prefix_and_collisions_name_both_servers(
     stdio_server: Callable[..., MCPServer], http_server: HTTPServerProcess, no_leaks: ConnectionLog
 ) -> None:
     with pytest.raises(DuplicateToolError) as caught:
-        async with MCPToolSource([stdio_server(), http_server.declare()]):
+        async with MCPToolSource([stdio_server(), http_server.declare()], strict=True):
             pass  # pragma: no cover
     message = str(caught.value)
     assert "MCP server 'local'" in message and "MCP server 'remote'" in message
@@ -165,6 +171,43 @@ async def test_results_become_content_blocks(
             await tools["fail"](message="boom")
 
 
+async def test_each_item_is_sent_once(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    async with MCPToolSource([stdio_server()]) as source:
+        tools = {t.name: t for t in source.tools()}
+        # An image with its own bytes in structuredContent: the image, once.
+        [image] = await tools["media"](size=300_000)
+        assert isinstance(image, ImageBlock)
+        assert len(image.source["data"]) > 400_000
+        # Structured content beside a text block that serialises it: the text, once.
+        assert await tools["stats"]() == "{}"
+        assert await tools["add"](a=1, b=2) == "3"
+        # Audio as a note; a block for the user only is left out; no structured JSON.
+        audio, text = await tools["mixed"]()
+        assert audio == TextBlock(text="[audio (audio/wav) omitted: the model cannot hear it]")
+        assert text == TextBlock(text="for the model")
+
+
+async def test_a_result_over_the_size_cut_is_cut_with_a_note(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    async with MCPToolSource([stdio_server(max_result_chars=1000)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert await tools["big_text"](size=1000) == "x" * 1000
+        kept, note = await tools["big_text"](size=5000)
+        assert kept == TextBlock(text="x" * 1000)
+        assert note.text == (
+            "[result cut: the tool returned 5,000 characters of content, over the limit of "
+            "1,000; the first 1,000 are above, the rest was not sent]"
+        )
+        note = await tools["media"](size=3000)  # an image that does not fit: only the note
+        assert isinstance(note, str) and "over the limit of 1,000; the first 0 are" in note
+    async with MCPToolSource([stdio_server(max_result_chars=None)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert len(await tools["big_text"](size=2_000_000)) == 2_000_000
+
+
 async def test_listing_is_refreshed_only_when_the_server_says_so(
     stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
@@ -182,10 +225,9 @@ async def test_listing_is_refreshed_only_when_the_server_says_so(
 
 
 async def test_refresh_over_earlier_protocol_versions(
-    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, monkeypatch: pytest.MonkeyPatch
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
-    monkeypatch.setattr(agentloop_mcp.connection, "_MODE", "legacy")
-    async with MCPToolSource([stdio_server()]) as source:
+    async with MCPToolSource([stdio_server(protocol="legacy")]) as source:
         tools = {t.name: t for t in source.tools()}
         version = source.version
         assert await tools["add_tool"]() == "added"
@@ -199,12 +241,12 @@ async def test_a_server_that_does_not_start_is_named(
 ) -> None:
     missing = MCPServer.stdio("/nonexistent/mcp-server", name="ghost")
     with pytest.raises(MCPConnectError, match="cannot connect to MCP server 'ghost'"):
-        async with MCPToolSource([stdio_server(), missing]):
+        async with MCPToolSource([stdio_server(), missing], strict=True):
             pass  # pragma: no cover
 
     refused = MCPServer.http("http://127.0.0.1:9/mcp", name="nowhere")
     with pytest.raises(MCPConnectError, match="MCP server 'nowhere'"):
-        async with MCPToolSource([refused]):
+        async with MCPToolSource([refused], strict=True):
             pass  # pragma: no cover
 
 
@@ -212,7 +254,7 @@ async def test_a_server_that_never_answers_times_out(no_leaks: ConnectionLog) ->
     code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); time.sleep(60)"
     silent = MCPServer.stdio(sys.executable, ["-c", code, str(no_leaks.path)], name="silent")
     with pytest.raises(MCPConnectError, match=r"'silent'.*no answer within 1 s"):
-        async with MCPToolSource([silent], connect_timeout=1):
+        async with MCPToolSource([silent], connect_timeout=1, strict=True):
             pass  # pragma: no cover
     assert len(no_leaks.pids()) == 1  # and the fixture checks it was stopped
 
