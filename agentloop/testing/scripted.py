@@ -29,6 +29,8 @@ from agentloop.lint import lint_history
 from agentloop.messages import Message, _Block, parse_history
 from agentloop.providers.base import ModelRequest, ModelResponse
 
+from .caching import breakpoints
+
 __all__ = (
     "MAX_CACHE_MARKERS",
     "Fault",
@@ -513,8 +515,9 @@ class ScriptedModel:
     def check(self, body: Mapping[str, Any]) -> list[Message]:
         """Lint a request body's history as the API would; return the parsed messages.
 
-        Besides the history rules, a body may hold at most `MAX_CACHE_MARKERS`
-        `cache_control` markers in all (tools, system and messages), as the API allows.
+        Besides the history rules, the body's cache breakpoints must follow the API's
+        rules (`caching.breakpoints`): at most `MAX_CACHE_MARKERS` in all (tools, system,
+        messages and a top-level `cache_control`), TTLs that never grow along the prompt.
         """
         messages = parse_history(body.get("messages") or [])
         if self.lint:
@@ -523,12 +526,7 @@ class ScriptedModel:
                 thinking=body.get("thinking"),
                 tool_choice=body.get("tool_choice"),
             )
-            markers = cache_markers(body)
-            if markers > MAX_CACHE_MARKERS:
-                raise errors.HistoryError(
-                    f"A maximum of {MAX_CACHE_MARKERS} blocks with cache_control may be "
-                    f"provided. Found {markers}."
-                )
+            breakpoints(body)
         return messages
 
     def respond(self, body: Mapping[str, Any]) -> Answer:
