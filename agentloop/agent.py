@@ -27,6 +27,7 @@ from agentloop.history import History
 from agentloop.lint import HistoryLinter
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
+from agentloop.pricing import cost_of
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -34,6 +35,7 @@ from agentloop.providers.base import (
     StreamEvent,
     StreamingProvider,
 )
+from agentloop.providers.caching import CacheSetting, cache_marker
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import RunResult, StopReason
 from agentloop.run import RunState
@@ -79,6 +81,7 @@ class Agent:
         name: str = "agentloop",
         tracer_provider: TracerProvider | None = None,
         history_check: Literal["strict", "off"] = "strict",
+        cache: CacheSetting = "auto",
     ) -> None:
         """Configure an agent.
 
@@ -114,6 +117,10 @@ class Agent:
             history_check: `"strict"` checks the history against the API's rules before
                 every request (`HistoryError` at the first broken one); `"off"` sends it
                 unchecked, for a model that accepts what the checks refuse.
+            cache: Prompt caching (Anthropic): `"auto"` puts cache breakpoints on each
+                request, where they move with the history (5-minute TTL); `"1h"` the
+                same with a 1-hour TTL; `"off"` adds none (the user's own markers are
+                sent either way). Chat Completions servers cache on their own.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -163,6 +170,8 @@ class Agent:
         self.name = name
         self.tracer_provider = tracer_provider
         self.history_check = history_check
+        self.cache = cache
+        self._cache_marker = cache_marker(cache)
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -316,6 +325,7 @@ class Agent:
             tracing=tracing_for(self.tracer_provider),
             external=external_tools,
             external_names=frozenset(names),
+            price=partial(cost_of, self.model, provider=_provider_name(self.provider)),
         )
 
     def _context(self, run: RunState, round_: int) -> ExecutionContext:
@@ -423,6 +433,7 @@ class Agent:
             stop_sequences=self.stop_sequences,
             container=run.container,
             params=self.params,
+            cache=self._cache_marker,
         )
 
     def _check_failures(self, run: RunState, results: Sequence[ToolResult]) -> None:

@@ -8,13 +8,14 @@ lets one agent serve any number of concurrent runs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from .history import History
 from .messages import ContentBlock
+from .pricing import add_costs
 from .providers.base import ModelResponse
 from .result import RunResult, StopReason, ToolCallRecord, Usage
 from .tools import ToolCall, ToolDefinition, ToolResult
@@ -38,11 +39,13 @@ class RunState:
         tracing: Tracing | None = None,
         external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         external_names: frozenset[str] = frozenset(),
+        price: Callable[[Usage], float | None] | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
         `tracing` opens the run's spans (None: no spans); `external` are the definitions
-        of external tools announced with each request, `external_names` their names.
+        of external tools announced with each request, `external_names` their names;
+        `price` gives one response's cost in US dollars (None: unknown).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -51,6 +54,10 @@ class RunState:
         self.external = tuple(external)
         self.external_names = external_names
         self.usage = Usage()
+        self.price = price
+        self.cost: float | None = price(Usage()) if price is not None else None
+        """The run's cost so far in US dollars (each response priced as it came), or None
+        when the price is unknown."""
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
@@ -86,6 +93,8 @@ class RunState:
     ) -> list[ToolCall]:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
+        if self.price is not None:
+            self.cost = add_costs(self.cost, self.price(response.usage))
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
@@ -145,4 +154,5 @@ class RunState:
             run_id=self.id,
             pending=list(self.pending),
             held=list(self.held),
+            cost=self.cost,
         )

@@ -58,6 +58,10 @@ class ModelRequest:
     """Further request parameters (`temperature`, `service_tier`, `extra_headers`, ...),
     applied last: a key here replaces the field of the same name, except `tools`, whose
     definitions are added after the agent's."""
+    cache: Mapping[str, Any] | None = None
+    """The `cache_control` marker a provider that supports prompt caching puts on the
+    request's breakpoints (see `agentloop.providers.caching`); None: no breakpoints added.
+    It is not a field of the body: `to_wire` leaves it out."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).
