@@ -99,18 +99,30 @@ def _user_markers(
         if isinstance(_marker_of(entry), Mapping):
             found.append(((1, i), _ttl(_marker_of(entry))))
     for m, message in enumerate(messages):
-        for b, block in enumerate(message.blocks):
-            inner = getattr(block, "content", None)
-            candidates = [block, *(inner if isinstance(inner, tuple) else ())]
-            marker = next(
-                (_marker_of(x) for x in candidates if isinstance(_marker_of(x), Mapping)), None
-            )
-            if marker is not None:
-                found.append(((2, m, b), _ttl(marker)))
+        # Kept with each message, so a long history is read once, not every round.
+        for b, ttl in message.converted(_MARKERS_KEY, _message_markers):
+            found.append(((2, m, b), ttl))
     auto = request.params.get("cache_control")
     if isinstance(auto, Mapping):
         found.append(((3,), _ttl(auto)))  # the automatic one: on the last block
     return found
+
+
+_MARKERS_KEY = ("agentloop.cache-markers",)
+
+
+def _message_markers(message: Message) -> tuple[tuple[int, str], ...]:
+    """The blocks of `message` that carry a marker (or hold one, inside a tool_result)."""
+    found: list[tuple[int, str]] = []
+    for b, block in enumerate(message.blocks):
+        inner = getattr(block, "content", None)
+        candidates = [block, *(inner if isinstance(inner, tuple) else ())]
+        marker = next(
+            (_marker_of(x) for x in candidates if isinstance(_marker_of(x), Mapping)), None
+        )
+        if marker is not None:
+            found.append((b, _ttl(marker)))
+    return tuple(found)
 
 
 def _last_markable(messages: Sequence[Message], before: int) -> tuple[int, int] | None:
