@@ -207,9 +207,11 @@ def test_a_history_with_nothing_markable_is_sent_as_it_is() -> None:
     assert with_breakpoints(request) is request
 
 
-async def test_a_cached_loop_reads_the_history_back_and_usage_sums_it() -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_cached_loop_reads_the_history_back_and_usage_sums_it(stream: bool) -> None:
     async with MessagesServer(loop_script(5), prompt_cache=True) as server:
-        agent = Agent(client=server.client(), system=SYSTEM, tools=[echo])
+        provider = AnthropicProvider(server.client(), stream=stream)
+        agent = Agent(provider=provider, system=SYSTEM, tools=[echo])
         async with agent.run_stream("go") as stream:
             rounds = [e.usage async for e in stream if isinstance(e, RoundFinished)]
     usage = stream.result.usage
