@@ -67,6 +67,7 @@ from agentloop.output import (
     resolve_mode,
 )
 from agentloop.partial import PartialOutputs
+from agentloop.pricing import cost_of
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -74,6 +75,7 @@ from agentloop.providers.base import (
     StreamEvent,
     StreamingProvider,
 )
+from agentloop.providers.caching import CacheSetting, cache_marker
 from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
 from agentloop.result import OutputT, RunResult, StopReason
 from agentloop.resume import finish_turn, plan
@@ -137,6 +139,7 @@ class Agent(Generic[OutputT]):
         output_type: type[OutputT] | types.UnionType | None = None,
         output_mode: OutputMode = "auto",
         output_retries: int = 2,
+        cache: CacheSetting = "auto",
     ) -> None:
         """Configure an agent.
 
@@ -200,6 +203,10 @@ class Agent(Generic[OutputT]):
                 has it, else tool.
             output_retries: How often an invalid output (schema or validator) is sent
                 back to the model before the run ends with `OutputValidationError`.
+            cache: Prompt caching (Anthropic): `"auto"` puts cache breakpoints on each
+                request, where they move with the history (5-minute TTL); `"1h"` the
+                same with a 1-hour TTL; `"off"` adds none (the user's own markers are
+                sent either way). Chat Completions servers cache on their own.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -286,6 +293,8 @@ class Agent(Generic[OutputT]):
         self.output_retries = output_retries
         self._output_schema = _schema_of(self.output_type)
         self._output_validators: list[OutputValidator] = []
+        self.cache = cache
+        self._cache_marker = cache_marker(cache)
         headers = self.params.get("extra_headers") or {}
         betas = self.params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
@@ -833,6 +842,7 @@ class Agent(Generic[OutputT]):
                 approval_required=self.approval_required,
             ),
             meter=Meter(limits, self.model),
+            price=partial(cost_of, self.model, provider=_provider_name(self.provider)),
             output=self._output_run(output_type),
         )
 
@@ -980,6 +990,7 @@ class Agent(Generic[OutputT]):
             stop_sequences=self.stop_sequences,
             container=run.container,
             params=self.params,
+            cache=self._cache_marker,
         )
         return request if run.output is None else run.output.shape(request)
 

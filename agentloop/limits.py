@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checks import check_count
 from .errors import ConfigurationError, UsageLimitExceeded
+from .pricing import cost_of
 from .result import Usage
 
 if TYPE_CHECKING:
@@ -182,23 +183,12 @@ def input_tokens(usage: Usage) -> int:
 
 
 def price(usage: Usage, model: str) -> float | None:
-    """What `usage` of `model` costs in US dollars, by `genai-prices`; None if unknown.
+    """What one response's `usage` of `model` costs in US dollars; None if unknown.
 
-    Cache writes and reads are priced at the model's own cache rates.
+    `agentloop.pricing.cost_of`, the one price function, with the provider found from the
+    model id (the run's `RunResult.cost` passes its provider).
     """
-    import genai_prices  # imported on first use: it loads its price table
-
-    counts = genai_prices.Usage(
-        input_tokens=input_tokens(usage),
-        cache_write_tokens=usage.cache_creation_input_tokens,
-        cache_read_tokens=usage.cache_read_input_tokens,
-        output_tokens=usage.output_tokens,
-    )
-    try:
-        calculation = genai_prices.calc_price(counts, model)
-    except LookupError:
-        return None
-    return float(calculation.total_price)
+    return cost_of(model, usage, provider=None)
 
 
 @dataclass

@@ -54,17 +54,23 @@ class Usage:
     cache_read_input_tokens: int = 0
     requests: int = 0
     """How many model requests these counts cover."""
+    cache_creation_1h_input_tokens: int = 0
+    """The part of `cache_creation_input_tokens` written with a 1-hour TTL (priced higher
+    than 5-minute writes); from the API's `cache_creation.ephemeral_1h_input_tokens`."""
 
     @classmethod
     def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
         """Counts from an Anthropic `usage` object (missing or null fields count as 0)."""
         usage = usage if isinstance(usage, Mapping) else {}
+        split = usage.get("cache_creation")
+        split = split if isinstance(split, Mapping) else {}
         return cls(
             input_tokens=_count(usage.get("input_tokens")),
             output_tokens=_count(usage.get("output_tokens")),
             cache_creation_input_tokens=_count(usage.get("cache_creation_input_tokens")),
             cache_read_input_tokens=_count(usage.get("cache_read_input_tokens")),
             requests=1,
+            cache_creation_1h_input_tokens=_count(split.get("ephemeral_1h_input_tokens")),
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -74,6 +80,7 @@ class Usage:
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
             self.requests + other.requests,
+            self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens,
         )
 
     @property
@@ -155,3 +162,7 @@ class RunResult(Generic[OutputT]):
     """The run's validated output, of the agent's (or the run's) `output_type`; the final
     text for `str`, the default. None in a partial result and when calls are handed back
     (`stop_reason="tool_use"`)."""
+    cost: float | None = None
+    """What the run's requests cost in US dollars (cache reads and writes priced as
+    such), from the `genai-prices` table; None when the table does not know the model or
+    the provider (see `agentloop.pricing`)."""

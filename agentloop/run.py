@@ -8,7 +8,7 @@ lets one agent serve any number of concurrent runs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -18,6 +18,7 @@ from .history import History
 from .limits import Meter
 from .messages import ContentBlock
 from .output import OutputRun
+from .pricing import add_costs
 from .providers.base import ModelResponse
 from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
 from .state import PausedRun, PendingCall, dump_state
@@ -45,6 +46,7 @@ class RunState:
         gate: Gate | None = None,
         meter: Meter | None = None,
         output: OutputRun | None = None,
+        price: Callable[[Usage], float | None] | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
@@ -53,6 +55,7 @@ class RunState:
         `gate` says which calls wait (by default those of the external tools).
         `meter` holds the run's usage limits and counts its cost and tool calls.
         `output` reads a typed output (None: the output is the final text).
+        `price` gives one response's cost in US dollars (None: unknown).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -62,6 +65,10 @@ class RunState:
         self.external_names = external_names
         self.usage = Usage()
         self.meter = meter if meter is not None else Meter(None, "")
+        self.price = price
+        self.cost: float | None = price(Usage()) if price is not None else None
+        """The run's cost so far in US dollars (each response priced as it came), or None
+        when the price is unknown."""
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
@@ -104,6 +111,8 @@ class RunState:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
         self.meter.add(response.usage)
+        if self.price is not None:
+            self.cost = add_costs(self.cost, self.price(response.usage))
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
@@ -113,6 +122,8 @@ class RunState:
         self.usage += usage
         self.meter.add_cost(cost)
         self.meter.count_calls(tool_calls)
+        if self.price is not None:
+            self.cost = add_costs(self.cost, cost)
 
     def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer a turn's calls in the history and log them."""
@@ -159,6 +170,8 @@ class RunState:
         self.calls = list(paused.tool_calls)
         self.container = paused.container
         self.paused = paused
+        if self.price is not None:
+            self.cost = paused.cost
         # The limits hold over the whole run: count what it spent before the pause. The
         # calls waiting for approval were counted when their response came (a call
         # answered without running is counted too: the count errs on the safe side).
@@ -221,6 +234,7 @@ class RunState:
             ],
             state=self._state() if self.waiting else None,
             output=self.history.last_text if self.output is None else self.output.value,
+            cost=self.cost,
         )
 
     def _state(self) -> dict[str, Any]:
@@ -235,4 +249,5 @@ class RunState:
             tool_calls=self.calls,
             container=self.container,
             external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
+            cost=self.cost,
         )

@@ -64,6 +64,8 @@ class PausedRun:
     container: str | None
     external: list[dict[str, Any]]
     """The run's external tool definitions (wire form), announced again after resuming."""
+    cost: float | None = None
+    """What the run's requests cost before the pause (None: unknown)."""
     answers: Mapping[str, ToolCall | ToolResult] = field(default_factory=dict)
     """How each waiting call is answered when the run resumes, by id: the call to run
     (approved, its input perhaps edited) or its result (denied, or an external result)."""
@@ -85,6 +87,7 @@ def dump_state(
     tool_calls: Sequence[ToolCallRecord],
     container: str | None,
     external: Sequence[Mapping[str, Any]],
+    cost: float | None = None,
 ) -> dict[str, Any]:
     """The state of a paused run, with its checksum: plain JSON values only."""
     body = {
@@ -99,6 +102,7 @@ def dump_state(
         "tool_calls": [asdict(r) for r in tool_calls],
         "container": container,
         "external": list(external),
+        "cost": cost,
     }
     text = _canonical(body)  # also proves every value is JSON
     state: dict[str, Any] = json.loads(text)
@@ -171,6 +175,7 @@ def _read(shape: _Shape) -> PausedRun:
         tool_calls=[ToolCallRecord(**r.model_dump()) for r in shape.tool_calls],
         container=shape.container,
         external=shape.external,
+        cost=shape.cost,
     )
 
 
@@ -197,6 +202,7 @@ class _Usage(_Strict):
     cache_creation_input_tokens: int = Field(ge=0)
     cache_read_input_tokens: int = Field(ge=0)
     requests: int = Field(ge=0)
+    cache_creation_1h_input_tokens: int = Field(default=0, ge=0)
 
 
 class _Pending(_Strict):
@@ -229,3 +235,4 @@ class _Shape(_Strict):
     tool_calls: list[_Record]
     container: str | None
     external: list[dict[str, Any]]
+    cost: float | None = Field(default=None, ge=0)

@@ -128,14 +128,10 @@ def fail(span: Span, error_type: str, description: str | None = None) -> None:
 
 def record_response(span: Span, response: Any, capture_content: bool) -> None:
     """A model response's attributes on its `chat` span."""
-    usage = response.usage
     span.set_attributes(
         {
             "gen_ai.response.finish_reasons": [response.stop_reason or ""],
-            "gen_ai.usage.input_tokens": usage.input_tokens,
-            "gen_ai.usage.output_tokens": usage.output_tokens,
-            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
-            "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
+            **_usage(response.usage),
         }
     )
     if response.id:
@@ -148,15 +144,28 @@ def record_response(span: Span, response: Any, capture_content: bool) -> None:
 
 def record_run(span: Span, result: Any) -> None:
     """A run's outcome on its `invoke_agent` span: usage over every request, why it ended."""
-    usage = result.usage
     span.set_attributes(
         {
             "gen_ai.response.finish_reasons": [result.stop_reason],
-            "gen_ai.usage.input_tokens": usage.input_tokens,
-            "gen_ai.usage.output_tokens": usage.output_tokens,
+            **_usage(result.usage),
             "agentloop.rounds": result.rounds,
         }
     )
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    """Token counts as the GenAI conventions name them.
+
+    The conventions count cache reads and writes in `gen_ai.usage.input_tokens` too;
+    Anthropic's `input_tokens` leaves them out, so they are added here.
+    """
+    cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    return {
+        "gen_ai.usage.input_tokens": usage.input_tokens + cached,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
+    }
 
 
 def _error_type(exc: BaseException) -> str:

@@ -257,13 +257,17 @@ def test_run_with_a_key_talks_to_the_api(site: Path) -> None:
     assert done.stdout.rstrip().endswith("Hello from the model.")
     assert "(no tool calls)" in done.stdout
     request = server.requests[0]
+    mark = {"type": "ephemeral"}  # prompt caching, on by default
     assert (request["model"], request["system"], request["max_tokens"]) == (
         "claude-test",
-        "You greet people.",  # the exposed plugin's prompt, as --system is not given
+        # the exposed plugin's prompt, as --system is not given
+        [{"type": "text", "text": "You greet people.", "cache_control": mark}],
         100,
     )
     assert [t["name"] for t in request["tools"]] == ["greet", "farewell"]
-    assert request["messages"] == [{"role": "user", "content": "Say hello"}]
+    assert request["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Say hello", "cache_control": mark}]}
+    ]
 
 
 def test_system_option_wins_and_plugins_are_chosen(
@@ -276,7 +280,9 @@ def test_system_option_wins_and_plugins_are_chosen(
         plugins.setenv("ANTHROPIC_BASE_URL", server.base_url)
         assert main(["run", "hi", "--system", "Be brief.", "--plugin", "plain"]) == 0
     request = server.requests[0]
-    assert request["system"] == "Be brief."
+    assert request["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert [t["name"] for t in request["tools"]] == ["shout"]
     assert "== Greetings ==" not in capsys.readouterr().out  # greeter is not exposed
 

@@ -100,9 +100,7 @@ async def test_shared_limiter_caps_across_runs(serve: Any) -> None:
         return "ok"
 
     def script(body: dict[str, Any]) -> dict[str, Any]:
-        if body["messages"][-1]["role"] == "user" and isinstance(
-            body["messages"][-1]["content"], str
-        ):
+        if body["messages"][-1]["content"][0]["type"] == "text":  # the prompt, not results
             return reply(*[tool_call("counted") for _ in range(6)])
         return reply("done")
 

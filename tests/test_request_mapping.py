@@ -59,13 +59,18 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("betas", {"params": {"betas": ["files-api-2025-04-14", "context-1m-2025-08-07"]}}),
     ("betas-and-headers", {"params": {"betas": ["b-1"], "extra_headers": {"x-trace": "t"}}}),
     ("workspace_id", {"params": {"workspace_id": "ws-1"}}),
+    ("cache-auto", {"cache": "auto", "system": "Be brief.", "tools": [lookup]}),
+    ("cache-1h", {"cache": "1h", "params": {"top_k": 5}}),
 ]
+"""Every case but the `cache-*` ones runs with `cache="off"`: prompt caching adds markers,
+which `sdk_call` writes out for those cases only."""
 
 
 def sdk_call(agent_options: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     """The `messages.create` arguments equivalent to an Agent's options (and if beta)."""
     options = dict(agent_options)
     params = dict(options.pop("params", {}))
+    cache = options.pop("cache", "off")
     beta = "betas" in params
     accepted = BETA_CREATE if beta else CREATE
     args: dict[str, Any] = {
@@ -77,6 +82,13 @@ def sdk_call(agent_options: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     if tools:
         args["tools"] = [t.definition.to_wire() for t in tools]
     args.update(options)
+    if cache != "off":
+        mark = {"type": "ephemeral", **({"ttl": "1h"} if cache == "1h" else {})}
+        args["messages"] = [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": mark}]}
+        ]
+        if "system" in args:
+            args["system"] = [{"type": "text", "text": args["system"], "cache_control": mark}]
     extra_body = dict(params.pop("extra_body", {}))
     for name, value in params.items():
         if name in accepted:
@@ -112,7 +124,7 @@ async def test_the_wire_request_is_what_the_sdk_sends(
     ours = serve([reply("ok")])
     pool = anthropic.DefaultAioHttpClient() if mode.endswith("aiohttp") else None
     provider = AnthropicProvider(ours.client(http_client=pool), stream=stream)
-    agent = Agent(provider=provider, **options)
+    agent = Agent(provider=provider, **{"cache": "off", **options})
     result = await agent.run("hi")
     assert result.text == "ok"
 

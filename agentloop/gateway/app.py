@@ -323,6 +323,8 @@ class Gateway:
                 params=params,
                 name="agentloop-gateway",
                 tracer_provider=self.config.tracer_provider,
+                # The client's own markers decide what is cached (sessions.py moves them).
+                cache="off",
             )
         except ConfigurationError as exc:
             raise Refusal(400, "invalid_request_error", str(exc)) from None

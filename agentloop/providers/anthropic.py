@@ -3,6 +3,8 @@
 The agent hands it each round's request; it calls `client.messages.create` (or
 `client.beta.messages.create` when `betas` are given) through `with_raw_response`, so the
 response is read as the JSON the API sent (every block verbatim) and its headers are kept.
+The request's prompt-caching choice (`ModelRequest.cache`) becomes cache breakpoints on
+what is sent (`caching.with_breakpoints`).
 
 Two jobs are done here rather than by an SDK call, each because the call cannot do it:
 
@@ -46,6 +48,7 @@ from .base import (
     StreamEvent,
     retry_after,
 )
+from .caching import with_breakpoints
 
 __all__ = ("AnthropicProvider", "api_output_schema")
 
@@ -124,6 +127,7 @@ class AnthropicProvider:
         if self.streaming:
             return await self.stream(request, _ignore)
         self._check_credentials()
+        request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=False)
         try:
             try:
@@ -174,6 +178,7 @@ class AnthropicProvider:
         delivered twice.
         """
         self._check_credentials()
+        request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=True)
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.client.max_retries + 1),

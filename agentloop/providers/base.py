@@ -62,6 +62,10 @@ class ModelRequest:
     """Structured output asked for: `{"name": ..., "schema": <JSON schema of an object>}`.
     The Messages API gets it as `output_config.format` (`AnthropicProvider` has the
     schema rewritten as the API accepts it), Chat Completions as `response_format`."""
+    cache: Mapping[str, Any] | None = None
+    """The `cache_control` marker a provider that supports prompt caching puts on the
+    request's breakpoints (see `agentloop.providers.caching`); None: no breakpoints added.
+    It is not a field of the body: `to_wire` leaves it out."""
 
     def to_json(self, fields: Mapping[str, Any] | None = None) -> bytes:
         """The Messages API body as compact JSON: `messages` plus `fields` (or the rest).

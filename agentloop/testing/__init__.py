@@ -10,8 +10,11 @@ check every request's history with the linter.
 Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failures
 (`Fault.rate_limited(retry_after=0.2)`, `Fault.dropped()`, `Fault.stream_error(...)`, ...)
 and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
+`MessagesServer(script, prompt_cache=True)` bills each request as Anthropic's prompt
+caching would (`PromptCache`).
 """
 
+from .caching import PromptCache as PromptCache
 from .chat_server import ChatCompletionsServer as ChatCompletionsServer
 from .http import RecordedRequest as RecordedRequest
 from .scripted import Fault as Fault
@@ -33,6 +36,7 @@ __all__ = (
     "Fault",
     "MessagesServer",
     "Paced",
+    "PromptCache",
     "RawResponse",
     "RecordedRequest",
     "ScriptExhausted",

@@ -86,6 +86,10 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         """Answer a `POST` to one of `routes` whose body is JSON."""
         raise NotImplementedError
 
+    def billed(self, request: Mapping[str, Any], answer: Answer) -> Answer:
+        """The script's answer with the usage the server bills for `request` (as it is)."""
+        return answer
+
     # -- reading a request
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -118,7 +122,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def answer_from_script(self, request: Mapping[str, Any], *, stream: bool) -> None:
         """Hand `request` (in the Messages API shape) to the script; act its answer out."""
         try:
-            answer = self.server.owner.model.respond(request)
+            answer = self.billed(request, self.server.owner.model.respond(request))
         except AgentloopError as exc:
             self._json(400, self.error_body("invalid_request_error", str(exc)))
             return

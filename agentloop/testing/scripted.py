@@ -30,6 +30,7 @@ from agentloop.messages import Message, _Block, parse_history
 from agentloop.providers.anthropic import api_output_schema
 from agentloop.providers.base import ModelRequest, ModelResponse
 
+from .caching import breakpoints
 from .structured import check_output_config
 
 __all__ = (
@@ -538,10 +539,10 @@ class ScriptedModel:
     def check(self, body: Mapping[str, Any]) -> list[Message]:
         """Lint a request body's history as the API would; return the parsed messages.
 
-        Besides the history rules, a body may hold at most `MAX_CACHE_MARKERS`
-        `cache_control` markers in all (tools, system and messages), as the API allows,
-        and an `output_config.format` only with a schema the API accepts
-        (`check_output_config`).
+        Besides the history rules, the body's cache breakpoints must follow the API's
+        rules (`caching.breakpoints`): at most `MAX_CACHE_MARKERS` in all (tools, system,
+        messages and a top-level `cache_control`), TTLs that never grow along the prompt;
+        and an `output_config.format` needs a schema the API accepts (`check_output_config`).
         """
         messages = parse_history(body.get("messages") or [])
         if self.lint:
@@ -551,12 +552,7 @@ class ScriptedModel:
                 tool_choice=body.get("tool_choice"),
             )
             check_output_config(body)
-            markers = cache_markers(body)
-            if markers > MAX_CACHE_MARKERS:
-                raise errors.HistoryError(
-                    f"A maximum of {MAX_CACHE_MARKERS} blocks with cache_control may be "
-                    f"provided. Found {markers}."
-                )
+            breakpoints(body)
         return messages
 
     def respond(self, body: Mapping[str, Any]) -> Answer:

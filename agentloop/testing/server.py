@@ -22,8 +22,9 @@ from urllib.parse import parse_qsl
 from agentloop._wire import compact_json
 from agentloop.errors import AgentloopError
 
+from .caching import PromptCache
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
-from .scripted import Fault, Script, ScriptedModel, message_events
+from .scripted import Answer, Fault, Script, ScriptedModel, message_events
 
 __all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
 
@@ -72,6 +73,13 @@ class _MessagesHandler(ScriptedHandler):
     def stream_error(self, fault: Fault) -> bytes:
         """An `error` event."""
         return _event("error", {"type": "error", "error": fault.error_body["error"]}).encode()
+
+    def billed(self, request: Mapping[str, Any], answer: Answer) -> Answer:
+        """A message's usage as the server's prompt cache bills `request`, if it has one."""
+        cache = cast("MessagesServer", self.server.owner).prompt_cache
+        if cache is None or not isinstance(answer, dict):
+            return answer
+        return {**answer, "usage": {**(answer.get("usage") or {}), **cache.bill(request)}}
 
     def respond(self, seen: RecordedRequest, arrived: float) -> None:
         """Count tokens, or answer from the script."""
@@ -174,14 +182,24 @@ class MessagesServer(ScriptedServer):
         host: str = "127.0.0.1",
         port: int = 0,
         models: Iterable[str] = DEFAULT_MODELS,
+        prompt_cache: PromptCache | bool = False,
     ) -> None:
         """Create (but do not start) a server answering from `script`.
 
-        `models` are the ids `GET /v1/models` lists.
+        `models` are the ids `GET /v1/models` lists. With `prompt_cache` (`True` or a
+        `PromptCache`), each message's usage is billed as the API's prompt caching would
+        bill the request (see `agentloop.testing.caching`); the script's `output_tokens`
+        are kept.
         """
         super().__init__(script, host=host, port=port)
         self.models = tuple(models)
         """The model ids `GET /v1/models` lists."""
+        self.prompt_cache: PromptCache | None = (
+            prompt_cache
+            if isinstance(prompt_cache, PromptCache)
+            else (PromptCache() if prompt_cache else None)
+        )
+        """The cache that bills each request, or None (usage then comes from the script)."""
 
     def client(self, **options: Any) -> Any:
         """An `anthropic.AsyncAnthropic` pointed at this server (no retries by default).

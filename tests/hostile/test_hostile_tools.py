@@ -73,7 +73,9 @@ async def test_a_prompt_with_a_lone_surrogate_is_sent_escaped(serve: Any) -> Non
     server = serve([reply("ok")])
     result = await Agent(client=server.client()).run("name: \udce9")
     assert result.text == "ok"
-    assert server.requests[0]["messages"][0]["content"] == "name: \udce9"
+    # a text block, to carry the cache breakpoint; the text as it was
+    (sent,) = server.requests[0]["messages"][0]["content"]
+    assert sent == {"type": "text", "text": "name: \udce9", "cache_control": {"type": "ephemeral"}}
 
 
 class Custom(BaseException):

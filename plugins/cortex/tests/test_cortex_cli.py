@@ -137,7 +137,7 @@ def test_with_a_key_the_cortex_tools_and_prompt_are_sent(
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
         assert main(["run", "hi", "--persona", "bo"]) == 0
     request = server.requests[0]
-    assert "persistent files" in request["system"]
+    assert "persistent files" in request["system"][0]["text"]  # a block, for cache_control
     assert [t["name"] for t in request["tools"]] == [
         "read_file",
         "write_file",
