@@ -53,6 +53,8 @@ def make_agent(client: Any, *, stream: bool = False, asks: bool = True, **option
     `asks=False`: the same tools with no call waiting for approval, for comparison.
     """
     options.setdefault("approval_required", {"delete_user"} if asks else None)
+    # The tests compare what is sent with the history: no cache breakpoints on the wire.
+    options.setdefault("cache", "off")
     return Agent(
         provider=AnthropicProvider(client, stream=stream),
         tools=[refund if asks else refund.replace(requires_approval=False), lookup, delete_user],

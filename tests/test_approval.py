@@ -199,7 +199,7 @@ async def test_external_and_approval_calls_wait_together(
 @pytest.mark.both_formats
 async def test_approval_works_on_every_provider_format(http_agent: Any) -> None:
     big = tool_call("refund", {"order": "B2", "amount": 500})
-    agent, server = http_agent([reply(big), reply("Refunded.")], tools=[refund])
+    agent, server = http_agent([reply(big), reply("Refunded.")], tools=[refund], cache="off")
     paused = await agent.run("Refund B2")
     assert paused.stop_reason == "approval_required" and ran == []
     final = await agent.resume(

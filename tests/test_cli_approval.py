@@ -127,8 +127,9 @@ class Terminal:
 
 
 def tool_result(server: MessagesServer) -> dict[str, Any]:
-    """The tool_result the model got for the first call."""
-    result: dict[str, Any] = server.requests[1]["messages"][-1]["content"][0]
+    """The tool_result the model got for the first call (its cache breakpoint left out)."""
+    result: dict[str, Any] = dict(server.requests[1]["messages"][-1]["content"][0])
+    result.pop("cache_control", None)
     return result
 
 

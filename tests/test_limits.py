@@ -228,7 +228,7 @@ async def test_exact_pre_check_counts_tokens_and_sends_nothing_over_the_limit(
 async def test_exact_pre_check_lets_a_request_within_the_limit_through(serve: Any) -> None:
     server = serve([reply("fine", usage={"input_tokens": 30, "output_tokens": 2})])
     limits = UsageLimits(input_tokens=1_000, count_tokens_before_request=True)
-    result = await Agent(client=server.client(), usage_limits=limits).run("hi")
+    result = await Agent(client=server.client(), usage_limits=limits, cache="off").run("hi")
     assert result.text == "fine"
     paths = [r.path for r in server.recorded]
     assert paths == ["/v1/messages/count_tokens", "/v1/messages"]

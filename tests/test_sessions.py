@@ -80,7 +80,22 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def agent_on(server: MessagesServer, **options: Any) -> Agent:
+    # The tests compare what is sent with the session: no cache breakpoints on the wire.
+    options.setdefault("cache", "off")
     return Agent(provider=AnthropicProvider(server.client()), **options)
+
+
+def as_read(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` as the API reads them: string content as one text block, and no cache
+    breakpoints (the agent adds those to what it sends, never to the history)."""
+
+    def block(b: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in b.items() if k != "cache_control"}
+
+    def content(c: Any) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": c}] if isinstance(c, str) else [block(b) for b in c]
+
+    return [{**m, "content": content(m["content"])} for m in messages]
 
 
 def check_valid(messages: list[dict[str, Any]]) -> None:
@@ -111,7 +126,7 @@ async def test_a_session_continues_a_conversation(
     assert [said(m) for m in snapshot.messages] == ["one", "echo one #1", "two", "echo two #3"]
     assert snapshot.version == 2
     # The second request carried the first exchange.
-    assert server.model.requests[1]["messages"][:2] == snapshot.messages[:2]
+    assert as_read(server.model.requests[1]["messages"][:2]) == as_read(snapshot.messages[:2])
     check_valid(snapshot.messages)
 
 
@@ -464,7 +479,7 @@ async def test_a_conversation_continues_in_another_process(
     assert await child(store, "procs", server, "two") == "done: echo two #3\n"
     snapshot = await session_of(store, "procs").load()
     assert [said(m) for m in snapshot.messages] == ["one", "echo one #1", "two", "echo two #3"]
-    assert server.model.requests[1]["messages"][:2] == snapshot.messages[:2]
+    assert as_read(server.model.requests[1]["messages"][:2]) == as_read(snapshot.messages[:2])
 
 
 def session_of(store: tuple[str, str], session_id: str) -> Any:
@@ -542,7 +557,8 @@ async def test_the_command_line_continues_a_named_conversation(
     session = session_of(("sqlite", str(stored)) if kind == "sqlite" else store, "cli-chat")
     texts = [said(m) for m in (await session.load()).messages]
     assert texts == ["one", "echo one #1", "two", "echo two #3"]
-    assert server.model.requests[1]["messages"][:2] == (await session.load()).messages[:2]
+    sent = server.model.requests[1]["messages"][:2]
+    assert as_read(sent) == as_read((await session.load()).messages[:2])
 
 
 async def test_the_sessions_environment_variable_names_the_store(

@@ -44,7 +44,7 @@ async def test_a_sub_agents_usage_is_added_to_the_parents(serve: Any) -> None:
             reply("Paris", usage=SUB_USAGE),
         ]
     )
-    researcher = Agent(client=sub_server.client(), tools=[lookup], name="researcher")
+    researcher = Agent(client=sub_server.client(), tools=[lookup], name="researcher", cache="off")
     parent_server = serve([ask_researcher(), reply("It is Paris.", usage=PARENT_USAGE)])
     parent = Agent(client=parent_server.client(), tools=[researcher.as_tool()])
     result = await parent.run("Capital of France?", deps="the user")
