@@ -74,7 +74,7 @@ def agent_tool(
             raise ToolError(f"The {name} agent stopped: {exc}") from exc
         finally:
             if scope is not None:
-                scope.run.add_usage(run.usage, run.meter.cost, run.meter.tool_calls)
+                scope.run.add_usage(run.usage, run.cost, run.meter.tool_calls)
         return result.text or f"(the {name} agent answered without text)"
 
     return Tool(run_agent, name=name, description=description, timeout=timeout)

@@ -201,3 +201,18 @@ async def test_a_sub_agent_without_a_price_under_a_cost_limit_answers_with_an_er
     (call,) = result.tool_calls
     assert call.is_error and "could not start" in call.output and "claude-scripted" in call.output
     assert sub.requests == [] and result.text == "done"
+
+
+async def test_a_sub_agents_cost_is_added_to_the_parents(serve: Any) -> None:
+    from agentloop.pricing import cost_of
+    from agentloop.result import Usage
+
+    model = "claude-sonnet-4-5"
+    sub_server = serve([reply("Paris", usage=SUB_USAGE)])
+    researcher = Agent(model, client=sub_server.client(), name="researcher")
+    parent_server = serve([ask_researcher(), reply("It is Paris.", usage=PARENT_USAGE)])
+    parent = Agent(model, client=parent_server.client(), tools=[researcher.as_tool()])
+    result = await parent.run("Capital of France?")
+    sub, top = cost_of(model, Usage(**SUB_USAGE)), cost_of(model, Usage(**PARENT_USAGE))
+    assert sub is not None and top is not None
+    assert result.cost == pytest.approx(sub + 2 * top)
