@@ -479,42 +479,36 @@ GROWTH = [
 ]
 
 
+def _refusal(check: Any, messages: Any, **options: Any) -> str | None:
+    """What `check(messages, **options)` refuses the history with, or None when it passes."""
+    try:
+        check(messages, **options)
+    except HistoryError as exc:
+        return str(exc)
+    return None
+
+
+def check_growth(growth: list[Any], *, thinking: bool) -> str | None:
+    """Check every prefix of `growth` incrementally and in full: the two must agree.
+
+    Returns what the full check says of the whole history."""
+    linter = HistoryLinter(thinking=thinking)
+    messages = parse_history(growth)
+    expected = None
+    for n in range(1, len(messages) + 1):
+        expected = _refusal(lint_history, messages[:n], thinking=thinking)
+        assert _refusal(linter.check, messages[:n]) == expected, n
+    return expected
+
+
 @pytest.mark.parametrize("thinking", [False, True])
 def test_incremental_checks_agree_with_full_checks(thinking: bool) -> None:
-
-    linter = HistoryLinter(thinking=thinking)
-    messages = parse_history(GROWTH)
-    for n in range(1, len(messages) + 1):
-        try:
-            lint_history(messages[:n], thinking=thinking)
-            expected = None
-        except HistoryError as exc:
-            expected = str(exc)
-        try:
-            linter.check(messages[:n])
-            got = None
-        except HistoryError as exc:
-            got = str(exc)
-        assert got == expected, n
+    check_growth(GROWTH, thinking=thinking)
 
 
 def test_incremental_checks_agree_with_full_checks_around_system_messages() -> None:
     growth = [GROWTH[0], SYSTEM, GROWTH[1], SYSTEM, *GROWTH[2:5], SYSTEM, *GROWTH[5:], SYSTEM]
-    linter = HistoryLinter(thinking=True)
-    messages = parse_history(growth)
-    for n in range(1, len(messages) + 1):
-        try:
-            lint_history(messages[:n], thinking=True)
-            expected = None
-        except HistoryError as exc:
-            expected = str(exc)
-        try:
-            linter.check(messages[:n])
-            got = None
-        except HistoryError as exc:
-            got = str(exc)
-        assert got == expected, n
-    assert expected is None  # the whole history is valid
+    assert check_growth(growth, thinking=True) is None  # the whole history is valid
 
 
 def test_incremental_linter_notices_a_changed_prefix() -> None:
