@@ -9,6 +9,8 @@ and how a Redis client is made, is the same for both and lives here.
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +30,59 @@ def connect_sqlite(path: Path, schema: str) -> sqlite3.Connection:
     auto-vacuum so deleted rows can give their space back. The connection is in
     autocommit mode (`isolation_level=None`): callers open their transactions themselves.
     It may be used from any thread, one at a time.
+
+    Setting a file up (the auto-vacuum rewrite, the switch to WAL) needs the file to
+    itself, and SQLite does not wait on the busy timeout for that: so it is done once per
+    file and process, under a lock, and a connection to a file already set up only reads
+    the settings back.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
-        db.execute("PRAGMA busy_timeout=5000")
-        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
-            # Set before the first table (a file made without it is rewritten once).
-            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            db.execute("VACUUM")
-        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        with _setup_lock(path):
+            _set_up(db, schema)
         db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(schema)
     except BaseException:
         db.close()
         raise
     return db
+
+
+_BUSY_TIMEOUT_MS = 5000
+
+_setup_locks: dict[Path, threading.Lock] = {}
+_setup_locks_guard = threading.Lock()
+
+
+def _setup_lock(path: Path) -> threading.Lock:
+    """The lock this process takes while it sets up the file at `path`."""
+    with _setup_locks_guard:
+        return _setup_locks.setdefault(path.resolve(), threading.Lock())
+
+
+def _set_up(db: sqlite3.Connection, schema: str) -> None:
+    """Incremental auto-vacuum, WAL and `schema` on `db`'s file, changing only what is missing.
+
+    Another process setting the same file up at the same moment can make a switch fail
+    with "database is locked" at once: such a switch is tried again until the busy
+    timeout has passed.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+                # Set before the first table (a file made without it is rewritten once).
+                db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                db.execute("VACUUM")
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(schema)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def redis_client(url: str) -> Any:
