@@ -872,6 +872,7 @@ class Agent(Generic[OutputT]):
             None,  # worker threads: the event loop's thread_limiter(), shared by every run
             run.log.bind(round=round_),
             run.tracing,
+            run.effects,
         )
 
     async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
@@ -926,13 +927,14 @@ class Agent(Generic[OutputT]):
     ) -> ModelResponse:
         """Send `request`; streamed to `on_event` when the run streams and the provider can."""
         started = time.perf_counter()
+        send = partial(self._ask, request, emit, on_event)
         if run.tracing is None:
-            response = await self._ask(request, emit, on_event)
+            response = await run.effects.model(request, run.rounds, send)
         else:
             provider = _provider_name(self.provider)
             tracing = run.tracing
             with tracing.chat(provider, self.model, self.max_tokens, request.messages) as span:
-                response = await self._ask(request, emit, on_event)
+                response = await run.effects.model(request, run.rounds, send)
                 record_response(span, response, tracing.capture_content)
         run.log.info(
             "model.request",

@@ -26,6 +26,7 @@ import anyio.to_thread
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
+from .effects import DIRECT, Effects
 from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
@@ -111,6 +112,8 @@ class ExecutionContext:
     """The logger for this turn's events (`run_id` and `round` bound); a default if None."""
     tracing: Tracing | None = None
     """The run's spans; each call gets an `execute_tool` span when set."""
+    effects: Effects = DIRECT
+    """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
 
 
 class ToolRegistry:
@@ -351,7 +354,9 @@ class CallGroup:
         # The task works on a copy of its parent's context: the binding ends with it.
         bind_call_context(self.context, call)
         try:
-            result = await self.registry.run_call(call, self.context)
+            result = await self.context.effects.tool(
+                call, self.context.round, partial(self.registry.run_call, call, self.context)
+            )
         except BaseException as exc:
             if isinstance(exc, (Exception, *_cancellations())):
                 raise

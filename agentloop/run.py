@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from .approval import Gate, Waiting
+from .effects import DIRECT, Effects
 from .history import History
 from .limits import Meter
 from .messages import ContentBlock
@@ -90,6 +91,18 @@ class RunState:
         self.paused: PausedRun | None = None
         """The paused run this one resumes, until its turn is answered."""
         self.output = output
+        self.effects: Effects = DIRECT
+        """Where the run's model requests and tool calls are performed (`agentloop.effects`)."""
+
+    def perform_with(self, effects: Effects, run_id: str) -> None:
+        """Run as `run_id`, its effects performed by `effects` (a durable engine's).
+
+        An engine that replays a run after a crash gives it the same id each time, so
+        that `RunContext.idempotency_key` is the same for each of its calls.
+        """
+        self.effects = effects
+        self.id = run_id
+        self.log = self.log.bind(run_id=run_id)
 
     @property
     def outcome(self) -> RunResult[Any] | None:

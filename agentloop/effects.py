@@ -1,0 +1,77 @@
+"""The two places a run touches the world: a model request, and one tool call.
+
+The loop (`Agent` -> `Turn` -> `CallGroup`) decides everything else from values: what to
+send, which calls to run, what the history becomes. Its two effects go through an
+`Effects`, whose default, `DIRECT`, simply performs them. A durable engine plugs in its
+own, which records each effect's outcome as a step (or runs it as an activity) and gives
+the recorded outcome back when a run is replayed after a crash: the loop, its rules and
+its history stay the same code in both cases.
+
+An `Effects` gets the value of each effect (the request; the call) with its round, and a
+function performing it here and now. It returns the outcome, which must equal what that
+function returned (or, on a replay, what it returned the first time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .providers.base import ModelRequest, ModelResponse
+    from .tools import ToolCall, ToolResult
+
+__all__ = ("DIRECT", "DirectEffects", "Effects")
+
+
+class Effects(Protocol):
+    """Where a run's model requests and tool calls are performed (see the module)."""
+
+    async def model(
+        self,
+        request: ModelRequest,
+        round_: int,
+        send: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        """The response to `request`, the request of round `round_`; `send()` sends it."""
+        ...
+
+    async def tool(
+        self,
+        call: ToolCall,
+        round_: int,
+        run: Callable[[], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        """The result of `call`, a call of round `round_`; `run()` runs it.
+
+        `run()` never raises for the tool's failure (see `ToolRegistry.run_call`): the
+        result says it. The calls of one turn are started in `tool_use` order, each in
+        a task of its own, and an implementation reaches its first await in that order.
+        """
+        ...
+
+
+class DirectEffects:
+    """Performs each effect as it comes, with nothing recorded: a plain run."""
+
+    async def model(
+        self,
+        request: ModelRequest,
+        round_: int,
+        send: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        """`await send()`."""
+        return await send()
+
+    async def tool(
+        self,
+        call: ToolCall,
+        round_: int,
+        run: Callable[[], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        """`await run()`."""
+        return await run()
+
+
+DIRECT: Effects = DirectEffects()
+"""The effects of every run that has no engine of its own."""
