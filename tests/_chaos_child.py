@@ -1,0 +1,254 @@
+"""One run of the chaos suite in a process of its own (not a test module).
+
+`attempt(ENGINE, FOLDER, RUN_ID, PROMPT, BASE_URL)` is the body of that process. The test
+starts it through a fork server (`ForkServer`: `python tests/_chaos_child.py --serve`), a
+process that has imported the SDK and the engines once (an import of the SDK alone takes
+seconds) and forks one child per attempt; `python tests/_chaos_child.py ENGINE FOLDER
+RUN_ID PROMPT BASE_URL` plays an attempt by hand.
+
+It runs the chaos agent (tests/_chaos.py) on ENGINE against the scripted Messages API at
+BASE_URL, its tools acting on FOLDER, and writes the run's summary to FOLDER/result.json.
+It may die on the way: at the crash point `AGENTLOOP_CHAOS_CRASH` names, or by the
+parent's SIGKILL. Started again with the same arguments, a durable engine carries the run
+on from its record.
+
+Engines: `direct` (a plain `Agent.run`, no engine: what a restart without one does), and
+the durable engines of `agentloop.durable` (`dbos`: the system database's URL comes from
+`AGENTLOOP_CHAOS_DB`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _chaos import (
+    APPROVE,
+    Crash,
+    World,
+    chaos_agent,
+    external_results,
+    parse_prompt,
+    summary,
+    until,
+)
+
+from agentloop import AnthropicProvider
+from agentloop.errors import DecisionError
+from agentloop.result import RunResult
+
+
+async def run_direct(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+    """A plain run: nothing survives this process (its run id is new every time)."""
+    import anthropic
+
+    crash = Crash.from_env()
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key="sk-ant-local", max_retries=0)
+    agent = chaos_agent(AnthropicProvider(client), World(folder, crash))
+    seed, external = parse_prompt(prompt)
+    result = await agent.run(prompt, external_tools=[APPROVE] if external else ())
+    if result.pending:
+        crash.at("external-wait")
+        result = await agent.resume(result.state, results=external_results(seed))
+    return result
+
+
+async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+    """A DBOS workflow on SQLite in FOLDER, or on a database of its own in PostgreSQL."""
+    from datetime import timedelta
+
+    import anthropic
+    from agentloop.durable.dbos import DurableAgent
+    from dbos import DBOS
+
+    server = os.environ.get("AGENTLOOP_CHAOS_PG")
+    database = (
+        f"sqlite:///{folder / 'dbos.sqlite'}"
+        if server is None
+        else f"{server}/{run_id.replace('-', '_')}"
+    )
+
+    async def recorded(run_id: str, tool_use_ids: list[str]) -> bool:
+        steps = await DBOS.list_workflow_steps_async(run_id)
+        done = {
+            s["output"]["tool_use_id"]
+            for s in steps
+            if isinstance(s["output"], dict) and "tool_use_id" in s["output"]
+        }
+        return set(tool_use_ids) <= done
+
+    crash = Crash.from_env()
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key="sk-ant-local", max_retries=0)
+    agent = chaos_agent(AnthropicProvider(client), World(folder, crash, recorded))
+    durable = DurableAgent(agent)
+    DBOS(
+        config={
+            "name": "chaos",
+            "system_database_url": database,
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.01,
+        }
+    )
+    DBOS.launch()
+    seed, external = parse_prompt(prompt)
+
+    async def waiting() -> bool:
+        return await durable.waiting(run_id) is not None
+
+    async def answer() -> None:
+        await until(waiting)
+        crash.at("external-wait")
+        try:
+            await durable.send_results(run_id, external_results(seed))
+        except DecisionError:
+            pass  # no longer waiting: the answer an earlier attempt sent got there
+
+    async with anyio.create_task_group() as tasks:
+        if external:
+            tasks.start_soon(answer)
+        result = await durable.run(
+            prompt,
+            run_id=run_id,
+            external_tools=[APPROVE] if external else (),
+            wait_for_external=timedelta(minutes=5) if external else None,
+        )
+        tasks.cancel_scope.cancel()
+    DBOS.destroy()
+    return result
+
+
+ENGINES = {"direct": run_direct, "dbos": run_dbos}
+
+
+PRELOAD = ("dbos", "agentloop.durable.dbos")
+"""What the fork server imports once for all attempts, besides this module (if present)."""
+
+
+def attempt(
+    engine: str,
+    folder: str,
+    run_id: str,
+    prompt: str,
+    base_url: str,
+    env: dict[str, str] | None = None,
+    stderr: str | None = None,
+) -> None:
+    """Play the run on `engine` until it completes (result.json) or this process dies.
+
+    `env` is set first (the crash point, the engine's server); `stderr` is where this
+    process writes its errors.
+    """
+    if stderr is not None:
+        fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        sys.stderr = open(2, "w", closefd=False)
+    os.environ.update(env or {})
+    result = anyio.run(ENGINES[engine], Path(folder), run_id, prompt, base_url)
+    out = Path(folder) / "result.json"
+    out.with_suffix(".tmp").write_text(json.dumps(summary(result)))
+    os.replace(out.with_suffix(".tmp"), out)
+
+
+# ---------------------------------------------------------------- the fork server
+
+
+def serve() -> None:
+    """Fork one child per command line on stdin; report its pid, then how it ended.
+
+    A command is `{"args": [...]}` (the arguments of `attempt`); the answers are
+    `{"pid": n}` at once and `{"status": code}` when the child has ended (minus the signal
+    that killed it, as `subprocess` reports it).
+    """
+    for module in PRELOAD:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    for line in sys.stdin:
+        args = json.loads(line)["args"]
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)
+                os.dup2(null, 1)
+                attempt(*args)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        print(json.dumps({"status": code}), flush=True)
+
+
+class ForkServer:
+    """The test's side of `serve`: start an attempt, wait for it with a deadline, kill it."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._buffer = b""
+
+    def start(self, *args: Any) -> int:
+        """Fork a child playing `attempt(*args)`; its pid."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"args": args}).encode() + b"\n")
+        self.process.stdin.flush()
+        answer = self._read(120.0)
+        assert answer is not None, "the fork server did not answer"
+        pid: int = answer["pid"]
+        return pid
+
+    def wait(self, seconds: float) -> int | None:
+        """How the child ended (0, or minus a signal), or None if it still runs after `seconds`."""
+        answer = self._read(seconds)
+        return None if answer is None else int(answer["status"])
+
+    def _read(self, seconds: float) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + seconds
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError("the fork server ended")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(30)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        attempt(*sys.argv[1:6])

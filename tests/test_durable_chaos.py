@@ -1,0 +1,326 @@
+"""Durable runs survive SIGKILL: same result as an uninterrupted run, each effect once.
+
+Each run is played by a child process (tests/_chaos_child.py) on an engine's state, killed
+at an injected crash point or at a seeded random moment, and started again on the same
+state until the run completes. The run must then equal an uninterrupted `Agent.run` over
+the same script (messages, stop reason, rounds, usage, tool log), its ledger must hold
+exactly one effect per (run_id, tool_use_id) of the keyed tools, and the model must have
+been asked again only for responses a crash kept from being recorded. The negative
+control (`tally`, which ignores the key) and the engine-less `direct` child show that
+these checks fail when they should.
+
+`AGENTLOOP_CHAOS_RUNS=200` plays that many seeded random runs per engine instead of the
+default few.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _chaos import (
+    APPROVE,
+    CRASH_ENV,
+    KEYED,
+    ChaosModel,
+    Crash,
+    World,
+    chaos_agent,
+    effects_by_key,
+    external_results,
+    plan,
+    prompt_for,
+    read_lines,
+    summary,
+)
+from _chaos_child import ForkServer
+from _durable_engines import ENGINES, Engine, postgres_server  # noqa: F401 (a fixture)
+
+from agentloop import AnthropicProvider
+from agentloop.testing import MessagesServer
+
+pytestmark = pytest.mark.durable
+
+ATTEMPT_LIMIT = 90.0
+"""Seconds one child process may run before the test fails."""
+MAX_ATTEMPTS = 12
+RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "3"))
+
+
+# ---------------------------------------------------------------- playing a run
+
+
+@dataclass
+class Played:
+    """A run played to its end across processes, and its traces."""
+
+    seed: int
+    external: bool
+    run_id: str
+    folder: Path
+    result: dict[str, Any]
+    kills: int
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ledger(self) -> list[dict[str, Any]]:
+        return read_lines(self.folder / "ledger.jsonl")
+
+
+@pytest.fixture
+def model_server(tmp_path: Path) -> Iterator[tuple[MessagesServer, Path]]:
+    """The scripted Messages API the children talk to; its request log is in the folder."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    with MessagesServer(ChaosModel(folder)) as server:
+        yield server, folder / "requests.jsonl"
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[ForkServer]:
+    """The fork server every attempt of this module's runs is forked from."""
+    server = ForkServer()
+    yield server
+    server.close()
+
+
+def play(
+    forks: ForkServer,
+    engine: Engine,
+    server: tuple[MessagesServer, Path],
+    folder: Path,
+    seed: int,
+    *,
+    external: bool = False,
+    crashes: list[str] = (),  # type: ignore[assignment]
+    kill_after: list[float | None] = (),  # type: ignore[assignment]
+) -> Played:
+    """Play one run in child processes until one completes it.
+
+    Attempt n dies at `crashes[n]` (a `Crash` spec) and/or is killed by this process after
+    `kill_after[n]` seconds; later attempts run undisturbed.
+    """
+    folder.mkdir(parents=True)
+    run_id = f"chaos-{seed}-{uuid.uuid4().hex[:8]}"
+    prompt = prompt_for(seed, external=external)
+    kills = 0
+    for n in range(MAX_ATTEMPTS):
+        crash = crashes[n] if n < len(crashes) else ""
+        timed = kill_after[n] if n < len(kill_after) else None
+        env = {**engine.env, CRASH_ENV: crash}
+        stderr = str(folder / f"stderr-{n}.txt")
+        pid = forks.start(engine.name, str(folder), run_id, prompt, server[0].base_url, env, stderr)
+        code = forks.wait(timed if timed is not None else ATTEMPT_LIMIT)
+        if code is None:
+            os.kill(pid, signal.SIGKILL)
+            code = forks.wait(ATTEMPT_LIMIT)
+            assert timed is not None, f"attempt {n} of run {run_id} hung:\n{_tail(folder, n)}"
+        if code == 0:
+            break
+        assert code == -signal.SIGKILL, f"attempt {n} failed ({code}):\n{_tail(folder, n)}"
+        kills += 1
+    else:
+        pytest.fail(f"run {run_id} did not complete in {MAX_ATTEMPTS} attempts")
+    requests = [r for r in read_lines(server[1]) if (r["seed"], r["external"]) == (seed, external)]
+    result = json.loads((folder / "result.json").read_text())
+    return Played(seed, external, run_id, folder, result, kills, requests)
+
+
+def _tail(folder: Path, n: int) -> str:
+    return (folder / f"stderr-{n}.txt").read_text()[-4000:]
+
+
+_references: dict[tuple[int, bool], dict[str, Any]] = {}
+
+
+def reference(seed: int, external: bool, folder: Path) -> dict[str, Any]:
+    """The summary of an uninterrupted plain `Agent.run` of the same script."""
+    if (seed, external) not in _references:
+        folder.mkdir(parents=True, exist_ok=True)
+
+        async def run() -> dict[str, Any]:
+            with MessagesServer(ChaosModel(folder)) as server:
+                client = server.client()
+                agent = chaos_agent(AnthropicProvider(client), World(folder, Crash()))
+                prompt = prompt_for(seed, external=external)
+                result = await agent.run(prompt, external_tools=[APPROVE] if external else ())
+                if external:
+                    assert result.stop_reason == "tool_use" and result.pending
+                    result = await agent.resume(result.state, results=external_results(seed))
+                await client.close()
+            return summary(result)
+
+        _references[seed, external] = anyio.run(run)
+    return _references[seed, external]
+
+
+def problems(played: Played, expected: dict[str, Any]) -> list[str]:
+    """Everything that shows the run was not durable (empty: it was)."""
+    found = []
+    for name in ("messages", "stop_reason", "rounds", "text", "usage", "tool_calls"):
+        if played.result[name] != expected[name]:
+            found.append(f"{name} differs from the uninterrupted run's")
+    calls = [c for calls in plan(played.seed, external=played.external) for c in calls]
+    ledger = played.ledger
+    for call in calls:
+        effects = sum(1 for e in ledger if e["key"].endswith(f":{call.id}"))
+        if call.name in KEYED and effects != 1:
+            found.append(f"{call.name} {call.id}: {effects} effects")
+    if any(not e["key"].startswith(f"{played.run_id}:") for e in ledger):
+        found.append("effects under another run's id")
+    model_rounds = len(plan(played.seed, external=played.external))
+    if len(played.requests) > model_rounds + played.kills:
+        found.append(
+            f"{len(played.requests)} model requests for {model_rounds} rounds and "
+            f"{played.kills} kills: responses recorded before a crash were asked for again"
+        )
+    return found
+
+
+def tally_effects(played: Played) -> int:
+    """How many effects the negative control had for its one call."""
+    (call,) = [c for calls in plan(played.seed) for c in calls if c.name == "tally"]
+    return effects_by_key(played.ledger).get(f"{played.run_id}:{call.id}", 0)
+
+
+def first(seed: int, name: str, *, external: bool = False) -> str:
+    """The id of the run's first call of tool `name`."""
+    return next(c.id for calls in plan(seed, external=external) for c in calls if c.name == name)
+
+
+def random_crashes(rng: random.Random) -> tuple[list[str], list[float | None]]:
+    """One to three kills: at the n-th observable moment, or after a random time."""
+    crashes: list[str] = []
+    timed: list[float | None] = []
+    for _ in range(rng.randint(1, 3)):
+        if rng.random() < 0.5:
+            crashes.append(f"event:{rng.randint(1, 30)}")
+            timed.append(None)
+        else:
+            crashes.append("")
+            timed.append(rng.uniform(0.3, 3.0))
+    return crashes, timed
+
+
+# ---------------------------------------------------------------- the harness
+
+
+def test_the_script_is_a_pure_function_of_the_request(tmp_path: Path) -> None:
+    model = ChaosModel(tmp_path)
+    body = {"messages": [{"role": "user", "content": prompt_for(7)}], "max_tokens": 9}
+    assert model(dict(body)) == model(dict(body))
+    assert [len(r) for r in plan(7)[:2]] == [3, 3] and plan(7)[-1] == []
+    assert plan(7) == plan(7) and plan(7) != plan(8)
+    assert len(read_lines(tmp_path / "requests.jsonl")) == 2
+
+
+def test_a_run_without_an_engine_completes_unharmed_when_not_killed(
+    forks: ForkServer, model_server: tuple[MessagesServer, Path], tmp_path: Path
+) -> None:
+    played = play(forks, ENGINES["direct"], model_server, tmp_path / "run", 11)
+    assert played.kills == 0
+    # A plain run has an id of its own, not the one the test gave.
+    assert problems(played, reference(11, False, tmp_path / "ref")) == [
+        "effects under another run's id"
+    ]
+    assert sorted(effects_by_key(played.ledger).values()) == [1] * len(played.ledger)
+
+
+def test_the_checks_catch_a_restart_without_an_engine(
+    forks: ForkServer, model_server: tuple[MessagesServer, Path], tmp_path: Path
+) -> None:
+    """Killed after round 2's response, a plain run starts over: the checks see it."""
+    played = play(
+        forks, ENGINES["direct"], model_server, tmp_path / "run", 12, crashes=["after-model:3"]
+    )
+    found = problems(played, reference(12, False, tmp_path / "ref"))
+    assert played.kills == 1 and played.result == reference(12, False, tmp_path / "ref")
+    assert any(p.endswith(": 2 effects") for p in found)
+    assert any("model requests" in p for p in found)
+
+
+# ---------------------------------------------------------------- the engines
+
+
+@pytest.fixture(params=[e for e in ENGINES.values() if e.durable], ids=lambda e: e.id)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    engine: Engine = request.param
+    return engine.ready(request)
+
+
+CRASH_POINTS = [
+    pytest.param(13, False, lambda s: [f"after-effect:{first(s, 'note_sync')}"], id="after-effect"),
+    pytest.param(14, False, lambda s: ["after-model:2"], id="after-model"),
+    pytest.param(15, False, lambda s: [f"mid-tool:{first(s, 'note')}"], id="mid-tool"),
+    pytest.param(16, False, lambda s: ["between:1"], id="between-completions"),
+    pytest.param(17, True, lambda s: ["external-wait"], id="external-wait"),
+    pytest.param(
+        18,
+        True,
+        lambda s: [
+            f"after-effect:{first(s, 'slow', external=True)}",
+            "after-model:2",
+            "external-wait",
+        ],
+        id="three-in-a-row",
+    ),
+]
+
+
+@pytest.mark.parametrize(("seed", "external", "crashes"), CRASH_POINTS)
+def test_a_run_killed_at_a_crash_point_completes_as_if_never_killed(
+    forks: ForkServer,
+    engine: Engine,
+    model_server: tuple[MessagesServer, Path],
+    tmp_path: Path,
+    seed: int,
+    external: bool,
+    crashes: Any,
+) -> None:
+    planned = crashes(seed)
+    played = play(
+        forks, engine, model_server, tmp_path / "run", seed, external=external, crashes=planned
+    )
+    assert played.kills == len(planned)
+    assert problems(played, reference(seed, external, tmp_path / "ref")) == []
+
+
+def test_the_negative_control_ignoring_its_key_has_its_effect_twice(
+    forks: ForkServer, engine: Engine, model_server: tuple[MessagesServer, Path], tmp_path: Path
+) -> None:
+    crash = f"after-effect:{first(19, 'tally')}"
+    played = play(forks, engine, model_server, tmp_path / "run", 19, crashes=[crash])
+    assert played.kills == 1
+    assert problems(played, reference(19, False, tmp_path / "ref")) == []
+    assert tally_effects(played) == 2
+
+
+def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
+    forks: ForkServer, engine: Engine, model_server: tuple[MessagesServer, Path], tmp_path: Path
+) -> None:
+    rng = random.Random(2311)
+    for n in range(RANDOM_RUNS):
+        seed = 100 + n
+        external = rng.random() < 0.3
+        crashes, timed = random_crashes(rng)
+        played = play(
+            forks,
+            engine,
+            model_server,
+            tmp_path / f"run-{n}",
+            seed,
+            external=external,
+            crashes=crashes,
+            kill_after=timed,
+        )
+        found = problems(played, reference(seed, external, tmp_path / f"ref-{n}"))
+        assert found == [], f"run {n} (seed {seed}, crashes {crashes}, {timed}): {found}"
