@@ -215,15 +215,14 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
 
 
 async def test_a_run_waits_for_external_results_across_a_restart(
-    tmp_path: Path,
-    database: str,
-    serve: Callable[..., MessagesServer],
-    launch: Callable[[], None],
+    tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:
     crashed = await _child(database, "wait-1", tmp_path, until="WAITING", DURABLE_WAIT="1")
     assert "WAITING" in crashed
-    server = serve(app.script)
-    durable = DurableAgent(app.make_agent(server))
+    # DBOS recovers the run on an event loop of its own: an in-process model, so that no
+    # HTTP connection outlives the test on that loop.
+    server = ScriptedProvider(app.script)
+    durable = DurableAgent(Agent(provider=server, tools=[app.record], name="ledger"))
     launch()  # recovers the waiting run in this process: it waits again
     waiting = await durable.waiting("wait-1", wait_seconds=30)
     assert waiting is not None and waiting.stop_reason == "tool_use"
