@@ -42,7 +42,6 @@ from _chaos import (
     external_results,
     parse_prompt,
     summary,
-    until,
 )
 
 from agentloop import AnthropicProvider
@@ -70,8 +69,9 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
     from datetime import timedelta
 
     import anthropic
-    from agentloop.durable.dbos import DurableAgent
     from dbos import DBOS
+
+    from agentloop.durable.dbos import DurableAgent
 
     server = os.environ.get("AGENTLOOP_CHAOS_PG")
     database = (
@@ -104,11 +104,11 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
     DBOS.launch()
     seed, external = parse_prompt(prompt)
 
-    async def waiting() -> bool:
-        return await durable.waiting(run_id) is not None
-
     async def answer() -> None:
-        await until(waiting)
+        # Until the run waits (it may already have, in an earlier attempt): then answer,
+        # unless this is where the process dies.
+        if await durable.waiting(run_id, wait_seconds=ATTEMPT_SECONDS) is None:
+            return  # answered by an earlier attempt: the run no longer waits
         crash.at("external-wait")
         try:
             await durable.send_results(run_id, external_results(seed))
@@ -132,6 +132,8 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
 ENGINES = {"direct": run_direct, "dbos": run_dbos}
 
 
+ATTEMPT_SECONDS = 90.0
+"""The longest one attempt may take (the test's limit)."""
 PRELOAD = ("dbos", "agentloop.durable.dbos")
 """What the fork server imports once for all attempts, besides this module (if present)."""
 

@@ -42,7 +42,7 @@ from _chaos import (
     read_lines,
     summary,
 )
-from _chaos_child import ForkServer
+from _chaos_child import ATTEMPT_SECONDS, ForkServer
 from _durable_engines import ENGINES, Engine, postgres_server  # noqa: F401 (a fixture)
 
 from agentloop import AnthropicProvider
@@ -50,8 +50,6 @@ from agentloop.testing import MessagesServer
 
 pytestmark = pytest.mark.durable
 
-ATTEMPT_LIMIT = 90.0
-"""Seconds one child process may run before the test fails."""
 MAX_ATTEMPTS = 12
 RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "3"))
 
@@ -119,10 +117,10 @@ def play(
         env = {**engine.env, CRASH_ENV: crash}
         stderr = str(folder / f"stderr-{n}.txt")
         pid = forks.start(engine.name, str(folder), run_id, prompt, server[0].base_url, env, stderr)
-        code = forks.wait(timed if timed is not None else ATTEMPT_LIMIT)
+        code = forks.wait(timed if timed is not None else ATTEMPT_SECONDS)
         if code is None:
             os.kill(pid, signal.SIGKILL)
-            code = forks.wait(ATTEMPT_LIMIT)
+            code = forks.wait(ATTEMPT_SECONDS)
             assert timed is not None, f"attempt {n} of run {run_id} hung:\n{_tail(folder, n)}"
         if code == 0:
             break
