@@ -10,18 +10,25 @@ its history stay the same code in both cases.
 An `Effects` gets the value of each effect (the request; the call) with its round, and a
 function performing it here and now. It returns the outcome, which must equal what that
 function returned (or, on a replay, what it returned the first time).
+
+An `Effects` may also say what a turn's calls run in, with a `task_group()` method
+returning `CallTasks`; without one (as `DIRECT`), they run in an anyio task group. An
+engine whose event loop cannot take anyio's cancel scopes needs this: on Temporal's
+workflow loop, a cancelled scope cancels its tasks again on every pass of the loop, and a
+task awaiting an activity (which waits for the server to confirm the cancellation) keeps
+the loop from ever going idle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .providers.base import ModelRequest, ModelResponse
     from .tools import ToolCall, ToolResult
 
-__all__ = ("DIRECT", "DirectEffects", "Effects")
+__all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects")
 
 
 class Effects(Protocol):
@@ -49,6 +56,27 @@ class Effects(Protocol):
         a task of its own, and an implementation reaches its first await in that order.
         """
         ...
+
+
+class CallTasks(Protocol):
+    """The tasks of one turn's calls, as `CallGroup` uses them (an `Effects`' `task_group()`).
+
+    Entered, it runs each `start_soon` function in a task of its own; `cancel()` cancels
+    every task once; leaving waits for all of them and raises the first failure of a task
+    (other than its cancellation), unless the block itself raised.
+    """
+
+    def start_soon(self, function: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run `function(*args)` in a new task."""
+        ...
+
+    def cancel(self) -> None:
+        """Cancel every task started."""
+        ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None: ...
 
 
 class DirectEffects:

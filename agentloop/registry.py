@@ -20,13 +20,14 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
-from .effects import DIRECT, Effects
+from .effects import DIRECT, CallTasks, Effects
 from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
@@ -316,11 +317,13 @@ class CallGroup:
         """Run calls of `registry` with `context`."""
         self.registry = registry
         self.context = context
-        self._group: anyio.abc.TaskGroup | None = None
+        self._group: anyio.abc.TaskGroup | CallTasks | None = None
         self._fatal: BaseException | None = None
 
     async def __aenter__(self) -> CallGroup:
-        self._group = anyio.create_task_group()
+        # The run's effects may say what its calls run in (see `agentloop.effects`).
+        tasks: Callable[[], CallTasks] | None = getattr(self.context.effects, "task_group", None)
+        self._group = anyio.create_task_group() if tasks is None else tasks()
         await self._group.__aenter__()
         return self
 
@@ -337,11 +340,12 @@ class CallGroup:
             _raise(self._fatal)
         return handled
 
-    @property
-    def cancel_scope(self) -> anyio.CancelScope:
-        """The group's cancel scope (cancelling it cancels every call)."""
-        assert self._group is not None
-        return self._group.cancel_scope
+    def cancel(self) -> None:
+        """Cancel every call of the group."""
+        if isinstance(self._group, anyio.abc.TaskGroup):
+            self._group.cancel_scope.cancel()
+        elif self._group is not None:
+            self._group.cancel()
 
     def start(self, call: ToolCall, on_result: Callable[[ToolResult], Awaitable[None]]) -> None:
         """Run `call` in a task of its own; await `on_result` with its result."""
@@ -362,7 +366,7 @@ class CallGroup:
                 raise
             if self._fatal is None:
                 self._fatal = exc
-            self.cancel_scope.cancel()
+            self.cancel()
             return
         await on_result(result)
 

@@ -175,14 +175,18 @@ class RunState:
         return "tool_use" if self.waiting else None
 
     def restore(self, paused: PausedRun) -> None:
-        """Continue the run `paused` describes (its history is this run's already)."""
+        """Continue the run `paused` describes (its history is this run's already).
+
+        A state with no waiting calls is a run between two rounds (a durable run going on
+        in a new process): it has no turn to finish.
+        """
         self.id = paused.run_id
         self.log = self.log.bind(run_id=self.id)
         self.usage = paused.usage
         self.rounds = paused.rounds
         self.calls = list(paused.tool_calls)
         self.container = paused.container
-        self.paused = paused
+        self.paused = paused if paused.pending else None
         if self.price is not None:
             self.cost = paused.cost
         # The limits hold over the whole run: count what it spent before the pause. The

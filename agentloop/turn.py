@@ -99,7 +99,7 @@ class Turn:
                     # Raised outside the group, so the caller gets it as is (not in an
                     # exception group); calls already started are cancelled.
                     failure = exc
-                    group.cancel_scope.cancel()
+                    group.cancel()
             if failure is not None:
                 raise failure
         except BaseException as exc:

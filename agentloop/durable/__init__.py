@@ -4,6 +4,7 @@ A run's model requests and tool calls go through `agentloop.effects`; an engine 
 performs each as a step of a workflow whose id is the run's id, and a run replayed after
 a crash gets every recorded outcome back instead of performing it again. The adapters
 live in their own modules, each importing its engine only when used:
-`agentloop.durable.dbos` (DBOS). `agentloop.durable.records` holds what they share: a
-`RunResult` as JSON values, which is what a workflow records as its result.
+`agentloop.durable.dbos` (DBOS) and `agentloop.durable.temporal` (Temporal, each effect
+an activity). `agentloop.durable.records` holds what the DBOS adapter records as a
+workflow's result: a `RunResult` as JSON values.
 """

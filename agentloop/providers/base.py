@@ -18,8 +18,15 @@ from typing import Any, Protocol, Union, runtime_checkable
 from pydantic import TypeAdapter, ValidationError
 
 from agentloop._wire import compact_json
-from agentloop.errors import InvalidResponseError
-from agentloop.messages import ContentBlock, Message, TextBlock, ToolUseBlock
+from agentloop.errors import ConfigurationError, HistoryError, InvalidResponseError
+from agentloop.messages import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ToolUseBlock,
+    dump_history,
+    parse_history,
+)
 from agentloop.result import Usage
 from agentloop.tools import ToolDefinition
 
@@ -115,6 +122,71 @@ class ModelRequest:
             else:
                 body[name] = value
         return body
+
+    def to_dict(self) -> dict[str, Any]:
+        """The request as plain JSON values; `from_dict` turns them back into an equal one.
+
+        This is how a request travels to another process (a durable engine's worker).
+        Unlike `to_wire`, it keeps every field as it is: unsigned thinking blocks, the
+        `cache` marker, `params` and the output format, and which tool definitions are
+        `ToolDefinition`s and which wire dicts.
+        """
+        return {
+            "model": self.model,
+            "messages": dump_history(self.messages),
+            "max_tokens": self.max_tokens,
+            "system": self.system
+            if self.system is None or isinstance(self.system, str)
+            else [dict(block) for block in self.system],
+            "tools": [
+                {"definition": {**asdict(t), "extra": dict(t.extra)}}
+                if isinstance(t, ToolDefinition)
+                else {"wire": dict(t)}
+                for t in self.tools
+            ],
+            "tool_choice": _plain(self.tool_choice),
+            "thinking": _plain(self.thinking),
+            "metadata": _plain(self.metadata),
+            "stop_sequences": None if self.stop_sequences is None else list(self.stop_sequences),
+            "container": self.container,
+            "params": dict(self.params),
+            "output_format": _plain(self.output_format),
+            "cache": _plain(self.cache),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelRequest:
+        """The request `to_dict` wrote.
+
+        Raises:
+            ConfigurationError: `data` is not what `to_dict` writes.
+        """
+        try:
+            tools = [
+                ToolDefinition(**t["definition"]) if "definition" in t else t["wire"]
+                for t in data["tools"]
+            ]
+            return cls(
+                model=data["model"],
+                messages=parse_history(data["messages"]),
+                max_tokens=data["max_tokens"],
+                system=data["system"],
+                tools=tools,
+                tool_choice=data["tool_choice"],
+                thinking=data["thinking"],
+                metadata=data["metadata"],
+                stop_sequences=data["stop_sequences"],
+                container=data["container"],
+                params=data["params"],
+                output_format=data["output_format"],
+                cache=data["cache"],
+            )
+        except (KeyError, TypeError, HistoryError) as exc:
+            raise ConfigurationError(f"not a recorded request: {exc}"[:500]) from exc
+
+
+def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else dict(value)
 
 
 _CONTENT = TypeAdapter(list[ContentBlock])
