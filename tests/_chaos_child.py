@@ -41,7 +41,9 @@ from _chaos import (
     chaos_agent,
     external_results,
     parse_prompt,
+    plan,
     summary,
+    until,
 )
 
 from agentloop import AnthropicProvider
@@ -129,12 +131,93 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
     return result
 
 
-ENGINES = {"direct": run_direct, "dbos": run_dbos}
+async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+    """A Temporal workflow on the dev server at `AGENTLOOP_CHAOS_TEMPORAL`; this process is
+    its worker (its only one: the run has a task queue of its own) and its client."""
+    from datetime import timedelta
+
+    import anthropic
+    from temporalio.client import Client, WorkflowUpdateFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from agentloop.durable.temporal import TemporalAgent
+
+    client = await Client.connect(os.environ["AGENTLOOP_CHAOS_TEMPORAL"])
+
+    async def recorded(run_id: str, tool_use_ids: list[str]) -> bool:
+        """Whether the history holds the completion of those calls' activities."""
+        try:
+            history = await client.get_workflow_handle(run_id).fetch_history()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False  # not started yet
+            raise
+        scheduled = {
+            e.event_id: e.activity_task_scheduled_event_attributes.activity_id
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        }
+        done = {
+            scheduled[e.activity_task_completed_event_attributes.scheduled_event_id]
+            for e in history.events
+            if e.HasField("activity_task_completed_event_attributes")
+        }
+        return all(any(a.endswith(f":{i}") for a in done) for i in tool_use_ids)
+
+    crash = Crash.from_env()
+    anthropic_client = anthropic.AsyncAnthropic(
+        base_url=base_url, api_key="sk-ant-local", max_retries=0
+    )
+    agent = chaos_agent(AnthropicProvider(anthropic_client), World(folder, crash, recorded))
+    # A killed worker's activities are given to the next one after a missed heartbeat.
+    durable = TemporalAgent(
+        agent, task_queue=f"chaos-{run_id}", heartbeat_timeout=timedelta(seconds=2)
+    )
+    seed, external = parse_prompt(prompt)
+
+    async def answer() -> None:
+        # The run waits once the other calls of its external round are recorded; then
+        # answer (the update is refused until the workflow waits), unless this is where
+        # the process dies.
+        round_calls = next(
+            calls for calls in plan(seed, external=True) if any(c.name == "approve" for c in calls)
+        )
+        others = [c.id for c in round_calls if c.name not in ("approve", "hang")]
+        await until(lambda: recorded(run_id, others), ATTEMPT_SECONDS)
+        crash.at("external-wait")
+        handle = client.get_workflow_handle(run_id)
+
+        async def answered() -> bool:
+            try:
+                await handle.execute_update("external_results", external_results(seed))
+            except WorkflowUpdateFailedError:
+                return False  # not waiting (yet, or any more: the run then ends)
+            return True
+
+        await until(answered, ATTEMPT_SECONDS)
+
+    # No workflow cache: no sticky queue for the next worker to wait out after a kill,
+    # and every workflow task replays the run from its history.
+    async with durable.worker(client, max_cached_workflows=0), anyio.create_task_group() as tasks:
+        if external:
+            tasks.start_soon(answer)
+        result = await durable.run(
+            client,
+            prompt,
+            run_id=run_id,
+            external_tools=[APPROVE] if external else (),
+            wait_for_external=timedelta(minutes=5) if external else None,
+        )
+        tasks.cancel_scope.cancel()
+    return result
+
+
+ENGINES = {"direct": run_direct, "dbos": run_dbos, "temporal": run_temporal}
 
 
 ATTEMPT_SECONDS = 90.0
 """The longest one attempt may take (the test's limit)."""
-PRELOAD = ("dbos", "agentloop.durable.dbos")
+PRELOAD = ("dbos", "agentloop.durable.dbos", "temporalio.client", "agentloop.durable.temporal")
 """What the fork server imports once for all attempts, besides this module (if present)."""
 
 
@@ -192,6 +275,7 @@ def serve() -> None:
             except BaseException:
                 traceback.print_exc()
             finally:
+                sys.stderr.flush()
                 os._exit(code)
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)

@@ -43,7 +43,12 @@ from _chaos import (
     summary,
 )
 from _chaos_child import ATTEMPT_SECONDS, ForkServer
-from _durable_engines import ENGINES, Engine, postgres_server  # noqa: F401 (a fixture)
+from _durable_engines import (  # the servers are session fixtures
+    ENGINES,
+    Engine,
+    postgres_server,  # noqa: F401
+    temporal_server,  # noqa: F401
+)
 
 from agentloop import AnthropicProvider
 from agentloop.testing import MessagesServer
