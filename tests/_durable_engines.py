@@ -140,6 +140,8 @@ def temporal_server() -> Iterator[dict[str, str]]:
         binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port), "--headless",
         "--http-port", str(free_port()), "--metrics-port", str(free_port()),
         "--log-level", "error",
+        # A workflow task its killed worker held is given to the next one after this.
+        "--dynamic-config-value", "history.defaultWorkflowTaskTimeout=\"2s\"",
     ]  # fmt: skip
     with tempfile.TemporaryFile() as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -56,7 +56,7 @@ from agentloop.testing import MessagesServer
 pytestmark = pytest.mark.durable
 
 MAX_ATTEMPTS = 12
-RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "3"))
+RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "2"))
 
 
 # ---------------------------------------------------------------- playing a run
