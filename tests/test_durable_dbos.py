@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import _durable_app as app
 import anyio
 import pytest
+from _gateway import free_port
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -38,10 +43,48 @@ pytestmark = pytest.mark.durable
 APP = Path(__file__).parent / "_durable_app.py"
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> str:
-    """A fresh DBOS system database."""
-    return f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+def _postgres_bin() -> Path | None:
+    """Where PostgreSQL's server programs are, if it is installed."""
+    found = shutil.which("pg_ctl")
+    if found is not None:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return versions[-1].parent if versions else None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server of this module's own, in a temporary directory; its base URL."""
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL is not installed (.ci/run installs it)")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    home = Path(tempfile.mkdtemp(prefix="agentloop-pg-"))
+    # The server refuses to run as root: as root, run it as the `postgres` user.
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(home, "postgres")
+    data, port = home / "data", free_port()
+    run = partial(subprocess.run, check=True, stdout=subprocess.DEVNULL, timeout=120)
+    run([*as_user, bin_dir / "initdb", "-D", data, "-U", "postgres", "--auth=trust"])
+    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
+    pg_ctl = [*as_user, bin_dir / "pg_ctl", "-D", data, "-l", home / "log"]
+    run([*pg_ctl, "-o", options, "-w", "start"])  # -w: returns once it accepts connections
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}"
+    finally:
+        run([*pg_ctl, "-m", "immediate", "stop"])
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh DBOS system database: a SQLite file, or a new database on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    base = request.getfixturevalue("postgres")
+    return f"{base}/agentloop_{uuid.uuid4().hex[:12]}"  # DBOS creates it
 
 
 @pytest.fixture
