@@ -132,6 +132,12 @@ async def test_a_durable_run_equals_a_plain_run(
     # What DBOS records are JSON values: the response and the results, in tool_use order.
     assert [s["output"]["tool_use_id"] for s in steps[1:3]] == ["toolu_a", "toolu_b"]
     assert json.loads(json.dumps([s["output"] for s in steps])) == [s["output"] for s in steps]
+    # A replay from the record performs nothing and ends with the same run, durations too.
+    replayed = await durable.cancelled_result("run-1")
+    assert replayed.messages == result.messages and replayed.usage == result.usage
+    assert replayed.tool_calls == result.tool_calls and replayed.rounds == result.rounds
+    assert len(durable_server.model.requests) == 2
+    assert len((tmp_path / "durable.jsonl").read_text().splitlines()) == 2
 
 
 async def test_the_same_run_id_attaches_to_the_recorded_run(
