@@ -34,7 +34,13 @@ from pydantic import BaseModel
 from agentloop import Agent, Approve, RunContext, UsageLimits, tool
 from agentloop.durable.dbos import DurableAgent
 from agentloop.durable.records import result_from_json
-from agentloop.errors import DecisionError, RateLimitError, SessionConflict, UsageLimitExceeded
+from agentloop.errors import (
+    ConfigurationError,
+    DecisionError,
+    RateLimitError,
+    SessionConflict,
+    UsageLimitExceeded,
+)
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.result import RunResult
@@ -169,6 +175,12 @@ async def test_typed_output_and_usage_limits_come_back_whole(
     result = await durable.run("Rome?", run_id="typed-1", output_type=Verdict)
     assert result.output == Verdict(city="Rome", warm=True)
     assert result.stop_reason == "end_turn" and result.rounds == 1
+    # Attached by id alone, the output comes back as the type the run was started with.
+    assert await durable.result("typed-1") == result
+    with pytest.raises(ConfigurationError):
+        await durable.result("no-such-run")
+    with pytest.raises(ConfigurationError):
+        await durable.run("Rome?", run_id="typed-2", deps=object())
 
 
 async def test_inside_a_workflow_of_your_own_the_steps_are_its_steps(
