@@ -462,3 +462,36 @@ def test_errors_a_workflow_records_are_read_back_whole(error: Exception) -> None
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is type(error) and str(again) == str(error)
     assert vars(again) == vars(error)
+
+
+async def test_parallel_calls_are_steps_in_tool_use_order_whatever_finishes_first(
+    launch: Callable[[], None],
+) -> None:
+    second_done = anyio.Event()
+
+    @tool
+    async def step(item: str) -> str:
+        """Finish in reverse order."""
+        if item == "first":
+            await second_done.wait()
+        else:
+            second_done.set()
+        return f"done {item}"
+
+    calls = [tool_call("step", {"item": i}, id=f"toolu_{i}") for i in ("first", "second")]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[step], name="order"))
+    launch()
+    with anyio.fail_after(30):
+        result = await durable.run("Go.", run_id="order-1")
+    steps = await DBOS.list_workflow_steps_async("order-1")
+    assert [
+        s["output"]["tool_use_id"] for s in steps if s["function_name"] == "agentloop.order.tool"
+    ] == [
+        "toolu_first",
+        "toolu_second",
+    ]
+    finished = [s["completed_at_epoch_ms"] for s in steps[1:3]]
+    assert finished[0] >= finished[1]  # the first call's step was recorded last
+    replayed = await durable.cancelled_result("order-1")
+    assert replayed.messages == result.messages and replayed.tool_calls == result.tool_calls
