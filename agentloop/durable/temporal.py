@@ -531,12 +531,17 @@ async def _heartbeating(every: timedelta, work: Callable[[], Awaitable[_T]]) -> 
             activity.heartbeat()
             await anyio.sleep(every.total_seconds() / 3)
 
+    failure: Exception | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(beat)
         try:
             outcome = await work()
+        except Exception as exc:
+            failure = exc  # raised below, as itself rather than in an exception group
         finally:
             group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return outcome
 
 
@@ -642,4 +647,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as a script, this file is `__main__`: the worker's agent module imports the
+    # module proper, whose `TemporalAgent` is the class to check against.
+    from agentloop.durable.temporal import main as _main
+
+    _main()

