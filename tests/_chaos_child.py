@@ -131,6 +131,18 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
     return result
 
 
+def temporal_agent(agent: Any, run_id: str) -> Any:
+    """The `TemporalAgent` of the run `run_id` (its worker's, and its replayer's)."""
+    from datetime import timedelta
+
+    from agentloop.durable.temporal import TemporalAgent
+
+    # A killed worker's activities are given to the next one after a missed heartbeat.
+    return TemporalAgent(
+        agent, task_queue=f"chaos-{run_id}", heartbeat_timeout=timedelta(seconds=2)
+    )
+
+
 async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
     """A Temporal workflow on the dev server at `AGENTLOOP_CHAOS_TEMPORAL`; this process is
     its worker (its only one: the run has a task queue of its own) and its client."""
@@ -139,8 +151,6 @@ async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) ->
     import anthropic
     from temporalio.client import Client, WorkflowUpdateFailedError
     from temporalio.service import RPCError, RPCStatusCode
-
-    from agentloop.durable.temporal import TemporalAgent
 
     client = await Client.connect(os.environ["AGENTLOOP_CHAOS_TEMPORAL"])
 
@@ -169,10 +179,7 @@ async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) ->
         base_url=base_url, api_key="sk-ant-local", max_retries=0
     )
     agent = chaos_agent(AnthropicProvider(anthropic_client), World(folder, crash, recorded))
-    # A killed worker's activities are given to the next one after a missed heartbeat.
-    durable = TemporalAgent(
-        agent, task_queue=f"chaos-{run_id}", heartbeat_timeout=timedelta(seconds=2)
-    )
+    durable = temporal_agent(agent, run_id)
     seed, external = parse_prompt(prompt)
 
     async def answer() -> None:

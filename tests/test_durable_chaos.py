@@ -42,7 +42,7 @@ from _chaos import (
     read_lines,
     summary,
 )
-from _chaos_child import ATTEMPT_SECONDS, ForkServer
+from _chaos_child import ATTEMPT_SECONDS, ForkServer, temporal_agent
 from _durable_engines import (  # the servers are session fixtures
     ENGINES,
     Engine,
@@ -51,7 +51,7 @@ from _durable_engines import (  # the servers are session fixtures
 )
 
 from agentloop import AnthropicProvider
-from agentloop.testing import MessagesServer
+from agentloop.testing import MessagesServer, ScriptedProvider
 
 pytestmark = pytest.mark.durable
 
@@ -189,6 +189,26 @@ def problems(played: Played, expected: dict[str, Any]) -> list[str]:
     return found
 
 
+def replays(engine: Engine, played: Played) -> None:
+    """Temporal: the run's history, crashes and retries included, replays without error."""
+    if engine.name != "temporal":
+        return
+    from temporalio.client import Client
+    from temporalio.worker import Replayer
+
+    async def replay() -> Any:
+        client = await Client.connect(engine.env["AGENTLOOP_CHAOS_TEMPORAL"])
+        history = await client.get_workflow_handle(played.run_id).fetch_history()
+        # Nothing is performed on a replay: the provider and the tools are never called.
+        agent = chaos_agent(ScriptedProvider([]), World(played.folder, Crash()))
+        durable = temporal_agent(agent, played.run_id)
+        return await Replayer(workflows=[durable.workflow]).replay_workflow(
+            history, raise_on_replay_failure=False
+        )
+
+    assert anyio.run(replay).replay_failure is None
+
+
 def tally_effects(played: Played) -> int:
     """How many effects the negative control had for its one call."""
     (call,) = [c for calls in plan(played.seed) for c in calls if c.name == "tally"]
@@ -295,6 +315,7 @@ def test_a_run_killed_at_a_crash_point_completes_as_if_never_killed(
     )
     assert played.kills == len(planned)
     assert problems(played, reference(seed, external, tmp_path / "ref")) == []
+    replays(engine, played)
 
 
 def test_the_negative_control_ignoring_its_key_has_its_effect_twice(
@@ -305,6 +326,7 @@ def test_the_negative_control_ignoring_its_key_has_its_effect_twice(
     assert played.kills == 1
     assert problems(played, reference(19, False, tmp_path / "ref")) == []
     assert tally_effects(played) == 2
+    replays(engine, played)
 
 
 def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
@@ -327,3 +349,4 @@ def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
         )
         found = problems(played, reference(seed, external, tmp_path / f"ref-{n}"))
         assert found == [], f"run {n} (seed {seed}, crashes {crashes}, {timed}): {found}"
+        replays(engine, played)
