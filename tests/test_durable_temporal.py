@@ -36,7 +36,7 @@ from temporalio.client import (  # noqa: E402
     WorkflowUpdateFailedError,
 )
 from temporalio.common import RetryPolicy  # noqa: E402
-from temporalio.worker import Replayer  # noqa: E402
+from temporalio.worker import Replayer, Worker  # noqa: E402
 from temporalio.workflow import NondeterminismError  # noqa: E402
 
 from agentloop import Agent, RunContext, tool  # noqa: E402
@@ -45,6 +45,7 @@ from agentloop.durable.temporal import (  # noqa: E402
     TemporalEffects,
     WorkflowTasks,
     result_of,
+    without_sdk_retries,
 )
 from agentloop.errors import AuthenticationError  # noqa: E402
 from agentloop.lint import lint_history  # noqa: E402
@@ -336,6 +337,26 @@ async def test_a_tool_ignoring_the_key_shows_the_duplicate_effect(
 # -- retries: the engine's, mapped from our error tree
 
 
+def test_inside_activities_the_sdk_clients_do_not_retry() -> None:
+    import anthropic
+    import openai
+
+    from agentloop import AnthropicProvider, OpenAIChatProvider
+
+    claude = AnthropicProvider(
+        anthropic.AsyncAnthropic(api_key="k", max_retries=3), stream=True, max_retry_wait=5
+    )
+    quiet = without_sdk_retries(claude)
+    assert isinstance(quiet, AnthropicProvider) and quiet.client.max_retries == 0
+    assert (quiet.streaming, quiet.max_retry_wait, claude.client.max_retries) == (True, 5, 3)
+    chat = OpenAIChatProvider(openai.AsyncOpenAI(api_key="k", max_retries=3), compat="ollama")
+    quiet_chat = without_sdk_retries(chat)
+    assert isinstance(quiet_chat, OpenAIChatProvider) and quiet_chat.client.max_retries == 0
+    assert quiet_chat.compat == chat.compat
+    scripted = ScriptedProvider([])
+    assert without_sdk_retries(scripted) is scripted
+
+
 async def test_a_rate_limit_is_retried_by_temporal_after_its_retry_after(
     client: Client, queue: str, serve: Callable[..., MessagesServer]
 ) -> None:
@@ -406,7 +427,7 @@ async def _waiting(handle: WorkflowHandle[Any, Any]) -> None:
 async def test_a_run_waits_for_exactly_its_external_results(client: Client, queue: str) -> None:
     provider = ScriptedProvider(ask_then_answer)
     durable = TemporalAgent(Agent(provider=provider, tools=[lookup]), name="external")
-    async with durable.worker(client, task_queue=queue):
+    async with Worker(client, task_queue=queue, **durable.worker_options()):
         handle = await durable.start(
             client,
             "Weather?",

@@ -31,11 +31,11 @@ from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDR
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.worker import Worker
 
-from agentloop import errors
-from agentloop.agent import Agent
+from agentloop import Agent, errors
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
+from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
 from agentloop.run import RunState
@@ -583,6 +583,12 @@ def without_sdk_retries(provider: Provider) -> Provider:
             provider.client.with_options(max_retries=0),
             stream=provider.streaming,
             max_retry_wait=provider.max_retry_wait,
+        )
+    if isinstance(provider, OpenAIChatProvider):
+        return OpenAIChatProvider(
+            provider.client.with_options(max_retries=0),
+            compat=provider.compat,
+            stream=provider.streaming,
         )
     return provider
 
