@@ -47,7 +47,7 @@ from agentloop.durable.temporal import (  # noqa: E402
     result_of,
     without_sdk_retries,
 )
-from agentloop.errors import AuthenticationError  # noqa: E402
+from agentloop.errors import AuthenticationError, HistoryError  # noqa: E402
 from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
 from agentloop.result import RunResult  # noqa: E402
@@ -390,9 +390,28 @@ async def test_an_authentication_error_fails_the_workflow_without_retries(
     async with durable.worker(client, task_queue=queue):
         with pytest.raises(AuthenticationError) as caught:
             await durable.run(client, "hi", run_id=id_, task_queue=queue)
-    assert len(server.requests) == 1
+    assert len(server.requests) == 1 and caught.value.status_code == 401
     partial = caught.value.result
     assert partial is not None and partial.stop_reason == "error" and partial.run_id == id_
+    description = await client.get_workflow_handle(id_).describe()
+    assert description.status == WorkflowExecutionStatus.FAILED
+
+
+async def test_a_history_the_api_would_refuse_fails_the_workflow(
+    client: Client, queue: str
+) -> None:
+    provider = ScriptedProvider([reply("never asked")])
+    durable = TemporalAgent(Agent(provider=provider), name="refused")
+    dangling = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [tool_call("lookup", {"key": "a"})]},
+        {"role": "assistant", "content": "again"},
+    ]
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        with pytest.raises(HistoryError):
+            await durable.run(client, "Go on.", history=dangling, run_id=id_, task_queue=queue)
+    assert provider.requests == []
     description = await client.get_workflow_handle(id_).describe()
     assert description.status == WorkflowExecutionStatus.FAILED
 
