@@ -331,7 +331,7 @@ async def test_a_tool_ignoring_the_key_shows_the_duplicate_effect(
     )
     assert result.stop_reason == "end_turn"
     keys = [e["key"] for e in ledger]
-    assert keys.count(f"{result.run_id}:toolu_rec_b") == 2  # the effect happened twice
+    assert keys.count(f"{result.run_id}:toolu_rec_b") >= 2  # the effect happened again
 
 
 # -- retries: the engine's, mapped from our error tree
