@@ -31,18 +31,26 @@ from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDR
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.worker import Worker
 
-from agentloop import errors
-from agentloop.agent import Agent
+from agentloop import Agent, errors
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
+from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
 from agentloop.run import RunState
 from agentloop.state import PausedRun
 from agentloop.tools import ToolCall, ToolResult
 
-__all__ = ("TemporalAgent", "main")
+__all__ = (
+    "DurableAgent",
+    "TemporalAgent",
+    "TemporalEffects",
+    "WorkflowTasks",
+    "main",
+    "result_of",
+    "without_sdk_retries",
+)
 
 _T = TypeVar("_T")
 
@@ -97,7 +105,9 @@ class TemporalAgent:
             name: The workflow's name (`agentloop.{name}`) and its activities' prefix;
                 by default the agent's `name`.
             task_queue: The task queue runs are started on, unless `run()` names another.
-            deps: Given to the tools, in the worker, as `RunContext.deps`.
+            deps: The runs' `RunContext.deps`: an object of the worker's, never sent to
+                Temporal, given to the tools (in the activities) and to approval rules,
+                output validators and history processors (in the workflow).
             model_timeout: Start-to-close timeout of one model request activity.
             tool_timeout: Start-to-close timeout of one tool call activity; by default
                 the agent's `tool_timeout` plus a minute (the call's own timeout is
@@ -191,8 +201,9 @@ class TemporalAgent:
     async def run_workflow(self, state: _WorkflowState, data: dict[str, Any]) -> dict[str, Any]:
         """The workflow's body: the loop, its waits for external results, its continuations."""
         run_id = workflow.info().workflow_id
-        run, drive = await self._start(data, run_id)
+        run: RunState | None = None
         try:
+            run, drive = await self._start(data, run_id)
             while True:
                 try:
                     result = await drive(None)
@@ -214,17 +225,21 @@ class TemporalAgent:
                     return result_to_json(result)
                 state.pending = None
                 assert result.state is not None and state.answers is not None
-                run = self.agent._resumed_run(result.state, None, state.answers, None)
+                run = self.agent._resumed_run(result.state, None, state.answers, self.deps)
                 run.perform_with(self.effects(), run_id)
                 drive = _driver(self.agent, run)
         except asyncio.CancelledError:
-            if run.outcome is None:
+            if run is None or run.outcome is None:
                 raise
             return result_to_json(run.outcome)
         except AgentloopError as exc:
             partial = None if exc.result is None else result_to_json(exc.result)
+            fields = {name: getattr(exc, name) for name in _ERROR_FIELDS if hasattr(exc, name)}
             raise ApplicationError(
-                str(exc), {"result": partial}, type=type(exc).__name__, non_retryable=True
+                str(exc),
+                {"result": partial, "fields": fields},
+                type=type(exc).__name__,
+                non_retryable=True,
             ) from exc
 
     async def _start(
@@ -233,11 +248,15 @@ class TemporalAgent:
         carry = data.get("carry")
         if carry is None:
             run, drive = await self.agent._prepare(
-                data.get("prompt"), data.get("history"), None, data.get("external_tools", ()), None
+                data.get("prompt"),
+                data.get("history"),
+                self.deps,
+                data.get("external_tools", ()),
+                None,
             )
         else:
             run, drive = await self.agent._prepare(
-                None, carry["messages"], None, carry["external"], None
+                None, carry["messages"], self.deps, carry["external"], None
             )
             run.restore(
                 PausedRun(
@@ -331,6 +350,10 @@ class TemporalAgent:
         return await result_of(handle)
 
 
+DurableAgent = TemporalAgent
+"""The same class, under the name each durable engine's module gives its agent."""
+
+
 async def result_of(handle: WorkflowHandle[Any, Any]) -> RunResult[Any]:
     """The result of a run's workflow; its failure raised as the agentloop error it was."""
     try:
@@ -342,13 +365,17 @@ async def result_of(handle: WorkflowHandle[Any, Any]) -> RunResult[Any]:
         error_class = getattr(errors, cause.type or "", None)
         if not (isinstance(error_class, type) and issubclass(error_class, AgentloopError)):
             raise
-        error = AgentloopError.__new__(error_class)
-        Exception.__init__(error, cause.message)
         details = cause.details[0] if cause.details else {}
-        partial = details.get("result") if isinstance(details, dict) else None
+        details = details if isinstance(details, dict) else {}
+        error = error_class(cause.message, **details.get("fields", {}))
+        partial = details.get("result")
         error.result = None if partial is None else result_from_json(partial)
         raise error from exc
     return result_from_json(data)
+
+
+_ERROR_FIELDS = ("status_code", "request_id", "body", "headers", "limit", "bound", "value", "sent")
+"""The attributes of an agentloop error that travel with a failed workflow (JSON values)."""
 
 
 class TemporalEffects:
@@ -583,6 +610,12 @@ def without_sdk_retries(provider: Provider) -> Provider:
             provider.client.with_options(max_retries=0),
             stream=provider.streaming,
             max_retry_wait=provider.max_retry_wait,
+        )
+    if isinstance(provider, OpenAIChatProvider):
+        return OpenAIChatProvider(
+            provider.client.with_options(max_retries=0),
+            compat=provider.compat,
+            stream=provider.streaming,
         )
     return provider
 
