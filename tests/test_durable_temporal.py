@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 temporalio = pytest.importorskip("temporalio", reason="the `temporal` extra is not installed")
 
@@ -245,6 +246,34 @@ async def test_a_durable_run_equals_a_plain_run_and_replays(
     reordered = ReorderedAgent(Agent(provider=ScriptedProvider([]), tools=TOOLS), name="eq")
     with pytest.raises(NondeterminismError):
         await Replayer(workflows=[reordered.workflow]).replay_workflow(history)
+
+
+class Forecast(BaseModel):
+    city: str
+    degrees: int
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+async def test_a_typed_output_comes_back_typed(client: Client, queue: str, mode: str) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            return reply(tool_call("lookup", {"key": "Paris"}, id="toolu_look"))
+        if mode == "tool":
+            return reply(
+                tool_call("final_result", {"city": "Paris", "degrees": 21}, id="toolu_out")
+            )
+        return reply('{"city": "Paris", "degrees": 21}')
+
+    def agent() -> Agent[Forecast]:
+        provider = ScriptedProvider(script)
+        return Agent(provider=provider, tools=[lookup], output_type=Forecast, output_mode=mode)  # type: ignore[arg-type]
+
+    plain = await agent().run("Weather?")
+    durable = TemporalAgent(agent(), name=f"typed-{mode}")
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Weather?", run_id=run_id(), task_queue=queue)
+    assert result.output == plain.output == Forecast(city="Paris", degrees=21)
+    same_run(result, plain)
 
 
 # -- a worker killed after a tool's effect, before its activity is recorded
