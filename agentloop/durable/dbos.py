@@ -1,0 +1,467 @@
+"""Durable runs on DBOS: each model request and each tool call is a step of a workflow.
+
+`DurableAgent` wraps an `Agent`. A run is a DBOS workflow whose id is the run's id: the
+agent's own loop drives it, and its two effects (`agentloop.effects`) are DBOS steps whose
+outputs are the JSON forms of the response and of the tool result. When the process dies,
+`DBOS.launch()` in the next one recovers the workflow: the loop runs again from the start,
+every recorded step hands back its output without running, and the run goes on from the
+first step that was not recorded. Only that step runs again, possibly for a second time
+(it may have done its work just before the crash): a tool with an effect on the world
+makes it under `RunContext.idempotency_key`.
+
+DBOS numbers a workflow's steps in the order they are called: the calls of one turn
+reach `Effects.tool` in `tool_use` order before any await (see `agentloop.effects`), so
+parallel calls keep their numbers on every replay.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any, Generic
+
+import anyio
+from dbos import DBOS, SetWorkflowID
+from dbos import error as dbos_errors
+
+from agentloop.agent import Agent
+from agentloop.approval import Decision
+from agentloop.durable.records import result_from_json, result_to_json
+from agentloop.errors import ConfigurationError, DecisionError, ResumeError
+from agentloop.history import History
+from agentloop.limits import UsageLimits
+from agentloop.messages import ContentBlock, Message
+from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.result import OutputT, RunResult
+from agentloop.resume import plan
+from agentloop.run import RunState
+from agentloop.tools import ToolCall, ToolDefinition, ToolResult
+
+__all__ = ("DurableAgent",)
+
+
+_POLL_SECONDS = 0.1
+"""How often a caller attached to a run another process executes looks for its result."""
+
+
+class DurableAgent(Generic[OutputT]):
+    """An `Agent` whose runs are DBOS workflows: a crash never loses a run.
+
+    Construct it at import time, before `DBOS.launch()`: it registers the workflow
+    `agentloop.<name>.run` and the steps `agentloop.<name>.model` and
+    `agentloop.<name>.tool`, and `DBOS.launch()` can recover only the workflows
+    registered by then. Every process that runs or recovers these runs constructs it
+    with an agent configured the same way (tools, model, limits) and the same name.
+
+    ```python
+    agent = Agent(client=AsyncAnthropic(), tools=[charge_card], name="billing")
+    durable = DurableAgent(agent)
+    DBOS(config={"name": "billing", "system_database_url": "sqlite:///billing.sqlite"})
+    DBOS.launch()
+    result = await durable.run("Charge order 42", run_id="order-42")
+    ```
+    """
+
+    def __init__(
+        self,
+        agent: Agent[OutputT],
+        *,
+        name: str | None = None,
+        deps_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Wrap `agent` and register its workflow and steps with DBOS.
+
+        Args:
+            agent: The agent whose loop the runs follow.
+            name: The name in the workflow's and steps' names; by default `agent.name`.
+                Two durable agents of one application need different names.
+            deps_factory: Makes a run's `deps` from the value given to `run(deps=...)`,
+                in the process executing the run, each time it starts or is recovered.
+                That value is recorded with the workflow's input, so it must be JSON
+                values; the factory turns it into live objects (clients, connections).
+                Without a factory, tools get the recorded value itself.
+
+        Raises:
+            ConfigurationError: `agent` is not an `Agent`, or `name` is empty.
+        """
+        if not isinstance(agent, Agent):
+            raise ConfigurationError(f"DurableAgent wraps an Agent, not {type(agent).__name__}")
+        name = agent.name if name is None else name
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError("a DurableAgent needs a non-empty name")
+        if deps_factory is not None and not callable(deps_factory):
+            raise ConfigurationError("deps_factory must be a function")
+        self.agent = agent
+        self.name = name
+        self.deps_factory = deps_factory
+        self.workflow_name = f"agentloop.{name}.run"
+        """The DBOS workflow each run is."""
+        self.model_step_name = f"agentloop.{name}.model"
+        """The DBOS step of each model request."""
+        self.tool_step_name = f"agentloop.{name}.tool"
+        """The DBOS step of each tool call."""
+
+        async def model_step(send: Callable[[], Awaitable[ModelResponse]]) -> dict[str, Any]:
+            return (await send()).to_json()
+
+        async def tool_step(run: Callable[[], Awaitable[ToolResult]]) -> dict[str, Any]:
+            return (await run()).to_json()
+
+        async def workflow(request: dict[str, Any]) -> dict[str, Any]:
+            run_id = DBOS.workflow_id
+            assert run_id is not None  # DBOS runs this function as a workflow only
+            execution = _Execution(self, request, _Steps(self), _Mailbox(run_id))
+            return await execution.result(run_id)
+
+        self._model_step = DBOS.step(name=self.model_step_name)(model_step)
+        self._tool_step = DBOS.step(name=self.tool_step_name)(tool_step)
+        self._workflow = DBOS.workflow(name=self.workflow_name)(workflow)
+
+    async def run(
+        self,
+        prompt: str | Sequence[ContentBlock] | None = None,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Message | Mapping[str, Any]] | None = None,
+        deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
+        output_type: Any = None,
+        wait_for_external: timedelta | None = None,
+    ) -> RunResult[Any]:
+        """Run durably, as `Agent.run` does, or attach to the run `run_id` if it exists.
+
+        Outside a workflow, the run is the workflow `run_id`: started here when it does
+        not exist yet; when it does, the arguments are ignored and the call returns its
+        result (recorded, or when the run that another call or process executes ends).
+        Inside a DBOS workflow of your own, the run's steps are steps of that workflow
+        (it checkpoints there), and `run_id` defaults to that workflow's id: give each
+        run of one workflow its own `run_id`.
+
+        Args:
+            prompt: The new user input, as for `Agent.run`.
+            run_id: The run's id: the workflow's id and the prefix of every
+                `RunContext.idempotency_key`. A new one when None (outside a workflow).
+            history: Earlier messages, as for `Agent.run`.
+            deps: The run's `deps` (JSON values, recorded; see `deps_factory`). Inside
+                your own workflow they are passed as they are, unrecorded.
+            external_tools: As for `Agent.run`.
+            usage_limits: As for `Agent.run`.
+            output_type: As for `Agent.run` (recorded by DBOS's serializer: a type
+                importable by its module and name).
+            wait_for_external: When the run hands calls back (`stop_reason` "tool_use"
+                or "approval_required"), wait this long for `send_results`, durably
+                (across restarts), then go on with the same run. At the end of the
+                wait, the run ends as it paused (its `state` kept for `Agent.resume`).
+
+        Returns:
+            The run's `RunResult`, as `Agent.run` returns it. A run cancelled with
+            `cancel` (or `DBOS.cancel_workflow`) returns `stop_reason="cancelled"` and
+            the history up to its last recorded step, every `tool_use` answered.
+
+        Raises:
+            ConfigurationError: an argument that cannot be recorded or used.
+            HistoryError: as for `Agent.run`.
+            ProviderError, ToolCallFailed, UsageLimitExceeded, OutputValidationError:
+                as for `Agent.run`, recorded as the workflow's error.
+        """
+        if wait_for_external is not None and (
+            not isinstance(wait_for_external, timedelta) or wait_for_external <= timedelta(0)
+        ):
+            raise ConfigurationError("wait_for_external must be a positive timedelta")
+        request = {
+            "messages": History.start(history, prompt).dump(),
+            "external_tools": [
+                t.to_wire() if isinstance(t, ToolDefinition) else dict(t) for t in external_tools
+            ],
+            "usage_limits": None if usage_limits is None else asdict(usage_limits),
+            "output_type": output_type,
+            "wait": None if wait_for_external is None else wait_for_external.total_seconds(),
+            "deps": deps,
+        }
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
+        parent = DBOS.workflow_id
+        if parent is not None:
+            inline_id = parent if run_id is None else run_id
+            execution = _Execution(self, request, _Steps(self), _Mailbox(inline_id))
+            return self._decode(await execution.result(inline_id), output_type)
+        try:
+            json.dumps(deps)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"deps are recorded with the run, so they must be JSON values ({exc}); "
+                "make live objects with DurableAgent(deps_factory=...)"
+            ) from exc
+        with SetWorkflowID(run_id) if run_id is not None else _no_id():
+            handle = await DBOS.start_workflow_async(self._workflow, request)
+        try:
+            data = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
+        except dbos_errors.DBOSAwaitedWorkflowCancelledError:
+            return await self.cancelled_result(handle.get_workflow_id())
+        return self._decode(data, output_type)
+
+    async def send_results(
+        self,
+        run_id: str,
+        results: Mapping[str, Any] | None = None,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+        workflow_id: str | None = None,
+    ) -> None:
+        """Answer the calls a run waits for (`run(..., wait_for_external=...)`).
+
+        The answers are checked as `Agent.resume` checks them, before they are sent:
+        exactly the waiting ids, each with an answer of its kind.
+
+        Args:
+            run_id: The waiting run.
+            results: For every call of an external tool, by tool_use id: what the tool
+                returned (JSON values), a `tool_result` block, as for `Agent.resume`.
+            decisions: `Approve()` / `Deny(...)` for every call waiting for approval.
+            workflow_id: The workflow the run is in, when it is not the run itself
+                (a run inside a workflow of your own).
+
+        Raises:
+            DecisionError: the run is not waiting, or the answers do not fit the
+                waiting calls; nothing was sent, the run goes on waiting.
+        """
+        waiting = await self.waiting(run_id, workflow_id=workflow_id)
+        if waiting is None or waiting.state is None:
+            raise DecisionError(f"run {run_id!r} is not waiting for results")
+        try:
+            json.dumps(dict(results or {}))
+        except (TypeError, ValueError) as exc:
+            raise DecisionError(f"results must be JSON values: {exc}") from exc
+        plan(waiting.state, decisions, results, self.agent.registry)
+        answer = {"results": dict(results or {}), "decisions": dict(decisions or {})}
+        await DBOS.send_async(workflow_id or run_id, answer, topic=_topic(run_id))
+
+    async def waiting(
+        self, run_id: str, *, workflow_id: str | None = None
+    ) -> RunResult[Any] | None:
+        """The paused result of a run that waits for `send_results` now, else None.
+
+        Its `pending` and `approvals` say what the run waits for.
+        """
+        data = await DBOS.get_event_async(workflow_id or run_id, _event(run_id), 0)
+        return None if data is None else result_from_json(data)
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel the run `run_id` (`DBOS.cancel_workflow`).
+
+        A step under way finishes; the run stops before its next one. The caller
+        attached to the run gets `cancelled_result(run_id)`.
+        """
+        await DBOS.cancel_workflow_async(run_id)
+
+    async def cancelled_result(self, run_id: str) -> RunResult[Any]:
+        """The result of a cancelled run: its recorded steps replayed, `stop_reason="cancelled"`.
+
+        Nothing is performed: the history is rebuilt from the recorded outputs and
+        ends where they end, every `tool_use` answered (those without a recorded
+        result as cancelled).
+        """
+        status = await DBOS.get_workflow_status_async(run_id)
+        if status is None or status.input is None:
+            raise ConfigurationError(f"no run {run_id!r} in DBOS")
+        request = status.input["args"][0]
+        steps = await DBOS.list_workflow_steps_async(run_id)
+        names = {self.model_step_name, self.tool_step_name, "DBOS.recv"}
+        recorded = deque(
+            (s["function_name"], s["output"], s["error"])
+            for s in sorted(steps, key=lambda s: s["function_id"])
+            if s["function_name"] in names
+        )
+        with anyio.CancelScope() as scope:
+            replay = _Replay(self, recorded, scope)
+            execution = _Execution(self, request, replay, replay)
+            data = await execution.result(run_id)
+        if scope.cancelled_caught:
+            data = execution.cancelled()
+        data["stop_reason"] = "cancelled"
+        return self._decode(data, request["output_type"])
+
+    # -- helpers
+
+    def _decode(self, data: Mapping[str, Any], output_type: Any) -> RunResult[Any]:
+        return result_from_json(data, self._output_type(output_type))
+
+    def _output_type(self, output_type: Any) -> Any:
+        return self.agent.output_type if output_type is None else output_type
+
+    def _deps(self, value: Any) -> Any:
+        return value if self.deps_factory is None else self.deps_factory(value)
+
+
+class _no_id:
+    """No workflow id given: DBOS makes one."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+
+def _topic(run_id: str) -> str:
+    return f"agentloop.results:{run_id}"
+
+
+def _event(run_id: str) -> str:
+    return f"agentloop.waiting:{run_id}"
+
+
+class _Steps:
+    """The effects of a run in a workflow: each one a DBOS step."""
+
+    def __init__(self, durable: DurableAgent[Any]) -> None:
+        self.durable = durable
+
+    async def model(
+        self,
+        request: ModelRequest,
+        round_: int,
+        send: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        return ModelResponse.from_json(await self.durable._model_step(send))
+
+    async def tool(
+        self,
+        call: ToolCall,
+        round_: int,
+        run: Callable[[], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        # Calling the step takes its number at once, in the order the calls arrive.
+        step = self.durable._tool_step(run)
+        return ToolResult.from_json(await step)
+
+
+class _Mailbox:
+    """Where a waiting run says what it waits for, and gets the answers (DBOS events, messages)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    async def publish(self, waiting: dict[str, Any] | None) -> None:
+        await DBOS.set_event_async(_event(self.run_id), waiting)
+
+    async def receive(self, seconds: float) -> Any:
+        return await DBOS.recv_async(_topic(self.run_id), timeout_seconds=seconds)
+
+
+class _Replay:
+    """The effects and answers of a run read back from its recorded steps, in their order.
+
+    When the record ends, the run is cancelled there (its scope is).
+    """
+
+    def __init__(
+        self,
+        durable: DurableAgent[Any],
+        recorded: deque[tuple[str, Any, Exception | None]],
+        scope: anyio.CancelScope,
+    ) -> None:
+        self.durable = durable
+        self.recorded = recorded
+        self.scope = scope
+
+    async def _next(self, name: str) -> Any:
+        if not self.recorded:
+            self.scope.cancel()
+            await anyio.sleep_forever()
+        recorded_name, output, error = self.recorded.popleft()
+        if recorded_name != name:
+            raise ConfigurationError(
+                f"the recorded run does not replay: step {recorded_name} where {name} comes"
+            )
+        if error is not None:
+            raise error
+        return output
+
+    async def model(
+        self,
+        request: ModelRequest,
+        round_: int,
+        send: Callable[[], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        return ModelResponse.from_json(await self._next(self.durable.model_step_name))
+
+    async def tool(
+        self,
+        call: ToolCall,
+        round_: int,
+        run: Callable[[], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        return ToolResult.from_json(await self._next(self.durable.tool_step_name))
+
+    async def publish(self, waiting: dict[str, Any] | None) -> None:
+        return None
+
+    async def receive(self, seconds: float) -> Any:
+        return await self._next("DBOS.recv")
+
+
+@dataclass
+class _Execution:
+    """One execution of a run's workflow body: the loop, then each wait and resumption."""
+
+    durable: DurableAgent[Any]
+    request: Mapping[str, Any]
+    effects: Any
+    mailbox: Any
+    current: RunState | None = None
+
+    async def result(self, run_id: str) -> dict[str, Any]:
+        """Drive the run to its end; its result as JSON values."""
+        durable, request = self.durable, self.request
+        agent = durable.agent
+        output_type = durable._output_type(request["output_type"])
+        deps = durable._deps(request["deps"])
+        limits = request["usage_limits"]
+        run, drive = await agent._prepare(
+            None,
+            request["messages"],
+            deps,
+            request["external_tools"],
+            None,
+            None if limits is None else UsageLimits(**limits),
+            request["output_type"],
+        )
+        self.current = run
+        run.perform_with(self.effects, run_id)
+        result = await drive(None)
+        wait = request["wait"]
+        while wait is not None and result.state is not None:
+            await self.mailbox.publish(result_to_json(result, output_type))
+            answer = await self.mailbox.receive(wait)
+            if answer is None:
+                break
+            try:
+                run, drive = await agent._prepare_resume(
+                    result.state, answer["decisions"], answer["results"], deps, None
+                )
+            except ResumeError as exc:
+                run.log.warning("run.answer_refused", error=str(exc))
+                continue
+            await self.mailbox.publish(None)
+            self.current = run
+            run.perform_with(self.effects, run_id)
+            result = await drive(None)
+        if wait is not None:
+            await self.mailbox.publish(None)
+        return result_to_json(result, output_type)
+
+    def cancelled(self) -> dict[str, Any]:
+        """The result of the run as it stood when it was cancelled."""
+        run = self.current
+        assert run is not None
+        outcome = run.outcome
+        if outcome is None:  # cancelled between two runs of the loop: while waiting
+            outcome = run.result("cancelled")
+        return result_to_json(outcome, self.durable._output_type(self.request["output_type"]))
