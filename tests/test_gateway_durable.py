@@ -11,8 +11,10 @@ Without `--durable` (the negative control), the retry runs the tool again.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from contextlib import suppress
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -21,10 +23,22 @@ from typing import Any
 import anthropic
 import anyio
 import anyio.abc
+import httpx2
 import pytest
-from _gateway import GatewayProcess, Upstream, install_plugin, start_gateway
+from _gateway import (
+    CLIENT_TOOL,
+    GatewayProcess,
+    Upstream,
+    gateway_on,
+    install_plugin,
+    start_gateway,
+)
 
-from agentloop.testing import reply, tool_call
+from agentloop import tool
+from agentloop.errors import ConfigurationError
+from agentloop.gateway.app import GatewayConfig
+from agentloop.gateway.durable import DBOS_FILE, dbos_url
+from agentloop.testing import Fault, MessagesServer, reply, tool_call
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -206,3 +220,160 @@ async def test_without_durable_a_retry_after_a_crash_runs_the_tool_again(
         assert crash.run_ids == [None]
     finally:
         assert crash.gateway.stop() == 0, crash.gateway.output()
+
+
+# --------------------------------------------------------------------------- in this process
+
+
+THINKING = {"type": "thinking", "thinking": "The table first.", "signature": "sig-1"}
+
+
+@asynccontextmanager
+async def durable_gateway(
+    tmp: Path, answer: Callable[[dict[str, Any]], Any], calls: list[str]
+) -> AsyncIterator[tuple[str, MessagesServer]]:
+    """A durable gateway served here, with a `lookup` tool that counts its calls."""
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        calls.append(key)
+        return f"value-of-{key}"
+
+    upstream = MessagesServer(answer).start()
+    config = GatewayConfig(
+        upstream=upstream.base_url,
+        store=f"sqlite:///{tmp / 'sessions.db'}",
+        tools=[lookup],
+        durable=f"dbos:sqlite:///{tmp / 'dbos.sqlite'}",
+    )
+    try:
+        async with gateway_on(config) as url:
+            yield url, upstream
+    finally:
+        upstream.stop()
+
+
+def blocks(message: Any) -> list[dict[str, Any]]:
+    """The content blocks of an SDK message as the wire has them."""
+    return [{k: v for k, v in b.to_dict().items() if k != "parsed_output"} for b in message.content]
+
+
+async def test_a_streaming_client_gets_the_same_message_as_a_json_client(tmp_path: Path) -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        if answered_tools(body):
+            return reply(THINKING, "Now yours.", tool_call("client_tool", {"x": 1}))
+        return reply(THINKING, "Looking.", tool_call("lookup", {"key": "a"}))
+
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 2048,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "tools": [CLIENT_TOOL],
+        "messages": QUESTION,
+    }
+    calls: list[str] = []
+    async with durable_gateway(tmp_path, answer, calls) as (url, upstream):
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+        raw = await client.messages.with_raw_response.create(**request)
+        message = await raw.parse()
+        async with client.messages.stream(**request) as stream:
+            streamed = await stream.get_final_message()
+        await client.close()
+        assert len(upstream.recorded) == 2  # the stream was the same run: answered as recorded
+    assert calls == ["a"]
+    assert [b["type"] for b in blocks(message)] == [
+        "thinking",
+        "text",
+        "thinking",
+        "text",
+        "tool_use",
+    ]
+    assert blocks(message)[-1]["input"] == {"x": 1}
+    assert message.stop_reason == "tool_use"
+    assert blocks(streamed) == blocks(message)
+    assert (streamed.id, streamed.stop_reason) == (message.id, message.stop_reason)
+    assert streamed.usage.model_dump() == message.usage.model_dump()
+    assert raw.headers["agentloop-run-id"].startswith("gw-")
+
+
+async def test_a_failed_request_is_tried_again_as_a_new_attempt(tmp_path: Path) -> None:
+    failed = False
+
+    def answer(body: dict[str, Any]) -> Any:
+        nonlocal failed
+        if not answered_tools(body):
+            return reply("Looking.", tool_call("lookup", {"key": "a"}))
+        if not failed:
+            failed = True
+            return Fault.http_error(400, "invalid_request_error", "not today")
+        return reply("It is value-of-a.")
+
+    calls: list[str] = []
+    async with durable_gateway(tmp_path, answer, calls) as (url, upstream):
+        async with httpx2.AsyncClient(base_url=url, timeout=60) as http:
+            body = {"model": "m", "max_tokens": 50, "messages": QUESTION}
+            headers = {"x-api-key": "sk-a"}
+            first = await http.post("/v1/messages", json=body, headers=headers)
+            second = await http.post("/v1/messages", json=body, headers=headers)
+            third = await http.post("/v1/messages", json=body, headers=headers)
+        # Round one and its failed round two; the new attempt's round two; nothing for
+        # the third request.
+        assert len(upstream.recorded) == 3
+    assert first.status_code == 400
+    assert first.json()["error"]["type"] == "invalid_request_error"
+    assert second.status_code == 200, second.text
+    # The new attempt goes on from the partial run kept for the retry (as without
+    # --durable): the client gets what the model said since.
+    assert [b["text"] for b in second.json()["content"]] == ["It is value-of-a."]
+    run_id = second.headers["agentloop-run-id"]
+    assert run_id.endswith("-2")
+    # The finished attempt answers from then on.
+    assert third.json() == second.json()
+    assert third.headers["agentloop-run-id"] == run_id
+    # The retry went on from the tool's kept result: the tool ran once.
+    assert calls == ["a"]
+
+
+# --------------------------------------------------------------------------- the option
+
+
+@pytest.mark.parametrize(
+    ("option", "store", "url"),
+    [
+        pytest.param("dbos", "sqlite:///data/gw.db", "sqlite:///data/" + DBOS_FILE, id="relative"),
+        pytest.param("dbos", "sqlite:////srv/gw.db", "sqlite:////srv/" + DBOS_FILE, id="absolute"),
+        pytest.param("dbos", "sqlite:///gw.db", "sqlite:///" + DBOS_FILE, id="here"),
+        pytest.param("dbos", "redis://127.0.0.1:6379/0", "sqlite:///" + DBOS_FILE, id="redis"),
+        pytest.param(
+            "dbos:postgresql://u:p@db/gw", "memory://", "postgresql://u:p@db/gw", id="given"
+        ),
+    ],
+)
+def test_the_dbos_database_is_next_to_the_store_unless_given(
+    option: str, store: str, url: str
+) -> None:
+    assert dbos_url(option, store) == url
+
+
+@pytest.mark.parametrize("option", ["temporal", "dbos:", "DBOS"])
+def test_a_bad_durable_option_is_refused(option: str) -> None:
+    with pytest.raises(ConfigurationError, match="--durable"):
+        dbos_url(option, "memory://")
+
+
+def test_without_dbos_installed_serve_says_what_to_install(tmp_path: Path) -> None:
+    # `sys.modules[name] = None` is how Python makes a module impossible to import.
+    code = (
+        "import sys; sys.modules['dbos'] = None\n"
+        "from agentloop.cli import main\n"
+        "raise SystemExit(main(['serve', '--upstream', 'http://127.0.0.1:9', '--port', '0',"
+        " '--store', 'memory://', '--durable', 'dbos']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stderr
+    assert "agentloop: error: --durable dbos needs DBOS: pip install" in done.stderr
+    assert "agentloop-runner[gateway,dbos]" in done.stderr
+    assert "Traceback" not in done.stderr

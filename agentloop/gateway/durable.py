@@ -24,7 +24,6 @@ the partial history the gateway kept, as without `--durable`.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -132,10 +131,12 @@ def open_durable(
         ConfigurationError: a bad option, or DBOS is not installed.
     """
     url = dbos_url(option, store)
-    if importlib.util.find_spec("dbos") is None:
+    try:
+        import dbos  # noqa: F401  (only whether it can be imported)
+    except ImportError:
         raise ConfigurationError(
             "--durable dbos needs DBOS: pip install 'agentloop-runner[gateway,dbos]'"
-        )
+        ) from None
     return DBOSRequests(url, registry=registry, **options)
 
 
