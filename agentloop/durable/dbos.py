@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any, Generic
 
 import anyio
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
 from dbos import error as dbos_errors
 
 from agentloop.agent import Agent
@@ -172,6 +172,8 @@ class DurableAgent(Generic[OutputT]):
             not isinstance(wait_for_external, timedelta) or wait_for_external <= timedelta(0)
         ):
             raise ConfigurationError("wait_for_external must be a positive timedelta")
+        if prompt is None and history is None and run_id is not None:
+            return await self.result(run_id)
         request = {
             "messages": History.start(history, prompt).dump(),
             "external_tools": [
@@ -200,6 +202,27 @@ class DurableAgent(Generic[OutputT]):
             ) from exc
         with SetWorkflowID(run_id) if run_id is not None else _no_id():
             handle = await DBOS.start_workflow_async(self._workflow, request)
+        return await self._result_of(handle, output_type)
+
+    async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
+        """The result of the run `run_id`, waiting for it if it is under way.
+
+        `run(run_id=...)` without a prompt or history is the same. `output_type`: the
+        run's own, if it was given one.
+
+        Raises:
+            ConfigurationError: there is no run `run_id`.
+            ProviderError, ToolCallFailed, ...: the run's error, as `run` raises it.
+        """
+        try:
+            handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)
+        except dbos_errors.DBOSNonExistentWorkflowError as exc:
+            raise ConfigurationError(f"there is no run {run_id!r}") from exc
+        return await self._result_of(handle, output_type)
+
+    async def _result_of(
+        self, handle: WorkflowHandleAsync[dict[str, Any]], output_type: Any
+    ) -> RunResult[Any]:
         try:
             data = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
         except dbos_errors.DBOSAwaitedWorkflowCancelledError:
@@ -243,13 +266,15 @@ class DurableAgent(Generic[OutputT]):
         await DBOS.send_async(workflow_id or run_id, answer, topic=_topic(run_id))
 
     async def waiting(
-        self, run_id: str, *, workflow_id: str | None = None
+        self, run_id: str, *, wait_seconds: float = 0.0, workflow_id: str | None = None
     ) -> RunResult[Any] | None:
         """The paused result of a run that waits for `send_results` now, else None.
 
-        Its `pending` and `approvals` say what the run waits for.
+        Its `pending` and `approvals` say what the run waits for. `wait_seconds`: seconds to
+        wait for a run that has not waited yet to start waiting.
         """
-        data = await DBOS.get_event_async(workflow_id or run_id, _event(run_id), 0)
+        key = _event(run_id)
+        data = await DBOS.get_event_async(workflow_id or run_id, key, wait_seconds)
         return None if data is None else result_from_json(data)
 
     async def cancel(self, run_id: str) -> None:

@@ -1,0 +1,350 @@
+"""`agentloop.durable.dbos`: runs as DBOS workflows, on SQLite (and Postgres when installed).
+
+DBOS is one instance per process: each test registers its durable agents, launches DBOS
+on a fresh system database in its tmp_path and destroys it (and its registry) at the end.
+A crash is a real one: a child process (tests/_durable_app.py) killed with SIGKILL in the
+middle of a tool call, and a second child recovering the run from the same database.
+DBOS runs on asyncio, so these tests do too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import _durable_app as app
+import anyio
+import pytest
+from _gateway import free_port
+from dbos import DBOS
+from pydantic import BaseModel
+
+from agentloop import Agent, RunContext, tool
+from agentloop.durable.dbos import DurableAgent
+from agentloop.durable.records import result_from_json
+from agentloop.errors import DecisionError
+from agentloop.lint import lint_history
+from agentloop.messages import parse_history
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+
+pytestmark = pytest.mark.durable
+
+APP = Path(__file__).parent / "_durable_app.py"
+
+
+def _postgres_bin() -> Path | None:
+    """Where PostgreSQL's server programs are, if it is installed."""
+    found = shutil.which("pg_ctl")
+    if found is not None:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return versions[-1].parent if versions else None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server of this module's own, in a temporary directory; its base URL."""
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL is not installed (.ci/run installs it)")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    home = Path(tempfile.mkdtemp(prefix="agentloop-pg-"))
+    # The server refuses to run as root: as root, run it as the `postgres` user.
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(home, "postgres")
+    data, port = home / "data", free_port()
+    run = partial(subprocess.run, check=True, stdout=subprocess.DEVNULL, timeout=120)
+    run([*as_user, bin_dir / "initdb", "-D", data, "-U", "postgres", "--auth=trust"])
+    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
+    pg_ctl = [*as_user, bin_dir / "pg_ctl", "-D", data, "-l", home / "log"]
+    run([*pg_ctl, "-o", options, "-w", "start"])  # -w: returns once it accepts connections
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}"
+    finally:
+        run([*pg_ctl, "-m", "immediate", "stop"])
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh DBOS system database: a SQLite file, or a new database on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    base = request.getfixturevalue("postgres")
+    return f"{base}/agentloop_{uuid.uuid4().hex[:12]}"  # DBOS creates it
+
+
+@pytest.fixture
+def launch(database: str) -> Iterator[Callable[[], None]]:
+    """`launch()` DBOS on `database`, once the test's durable agents are registered."""
+    yield lambda: (DBOS(config=app.dbos_config(database)), DBOS.launch())[-1]
+    DBOS.destroy(destroy_registry=True)
+
+
+def _log(result: Any) -> list[tuple[Any, ...]]:
+    """The tool log without durations (wall-clock time differs between runs)."""
+    return [
+        (r.round, r.name, r.input, r.tool_use_id, r.is_error, r.output) for r in result.tool_calls
+    ]
+
+
+async def test_a_durable_run_equals_a_plain_run(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    plain_server, durable_server = serve(app.script), serve(app.script)
+    durable = DurableAgent(app.make_agent(durable_server))
+    launch()
+    deps = {"ledger": str(tmp_path / "plain.jsonl")}
+    plain = await app.make_agent(plain_server).run("Record a and b.", deps=deps)
+    result = await durable.run(
+        "Record a and b.", run_id="run-1", deps={"ledger": str(tmp_path / "durable.jsonl")}
+    )
+    assert result.run_id == "run-1" and result.stop_reason == "end_turn"
+    assert result.messages == plain.messages
+    assert result.usage == plain.usage and result.rounds == plain.rounds == 2
+    assert result.cost == plain.cost and result.text == plain.text == "Both recorded."
+    assert _log(result) == _log(plain)
+    assert durable_server.model.requests == plain_server.model.requests
+    ledger = [json.loads(line) for line in (tmp_path / "durable.jsonl").read_text().splitlines()]
+    assert sorted(e["key"] for e in ledger) == ["run-1:toolu_a", "run-1:toolu_b"]
+    steps = await DBOS.list_workflow_steps_async("run-1")
+    assert [s["function_name"] for s in steps] == [
+        "agentloop.ledger.model",
+        "agentloop.ledger.tool",
+        "agentloop.ledger.tool",
+        "agentloop.ledger.model",
+    ]
+    # What DBOS records are JSON values: the response and the results, in tool_use order.
+    assert [s["output"]["tool_use_id"] for s in steps[1:3]] == ["toolu_a", "toolu_b"]
+    assert json.loads(json.dumps([s["output"] for s in steps])) == [s["output"] for s in steps]
+
+
+async def test_the_same_run_id_attaches_to_the_recorded_run(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    deps = {"ledger": str(tmp_path / "ledger.jsonl")}
+    first = await durable.run("Record a and b.", run_id="again", deps=deps)
+    assert len(server.model.requests) == 2
+    second = await durable.run("Record a and b.", run_id="again", deps=deps)
+    assert second == first
+    assert len(server.model.requests) == 2  # no new request: the recorded result
+    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 2
+
+
+class Verdict(BaseModel):
+    city: str
+    warm: bool
+
+
+async def test_typed_output_and_usage_limits_come_back_whole(
+    launch: Callable[[], None],
+) -> None:
+    provider = ScriptedProvider([reply(output={"city": "Rome", "warm": True})])
+    durable = DurableAgent(Agent(provider=provider, name="typed"))
+    launch()
+    result = await durable.run("Rome?", run_id="typed-1", output_type=Verdict)
+    assert result.output == Verdict(city="Rome", warm=True)
+    assert result.stop_reason == "end_turn" and result.rounds == 1
+
+
+async def test_inside_a_workflow_of_your_own_the_steps_are_its_steps(
+    launch: Callable[[], None],
+) -> None:
+    keys: list[str] = []
+
+    @tool
+    async def note(ctx: RunContext, fact: str) -> str:
+        """Note a fact."""
+        keys.append(ctx.idempotency_key)
+        return "noted"
+
+    call = tool_call("note", {"fact": "x"}, id="toolu_note")
+    provider = ScriptedProvider([reply("Noting.", call), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[note], name="inner"))
+
+    @DBOS.workflow(name="tests.outer")
+    async def outer(prompt: str) -> str:
+        result = await durable.run(prompt)
+        return f"{result.run_id} {result.text}"
+
+    launch()
+    handle = await DBOS.start_workflow_async(outer, "go")
+    assert await handle.get_result() == f"{handle.get_workflow_id()} Done."
+    assert keys == [f"{handle.get_workflow_id()}:toolu_note"]
+    steps = await DBOS.list_workflow_steps_async(handle.get_workflow_id())
+    assert [s["function_name"] for s in steps] == [
+        "agentloop.inner.model",
+        "agentloop.inner.tool",
+        "agentloop.inner.model",
+    ]
+
+
+async def _lines(process: anyio.abc.Process) -> AsyncIterator[str]:
+    assert process.stdout is not None
+    buffer = b""
+    async for chunk in process.stdout:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.decode()
+
+
+async def _child(
+    database: str, run_id: str, workdir: Path, until: str | None = None, **env: str
+) -> dict[str, str]:
+    """Run tests/_durable_app.py; killed with SIGKILL at the line starting with `until`.
+
+    Returns its output lines by their first word.
+    """
+    seen: dict[str, str] = {}
+    environment = {**os.environ, **env}
+    process = await anyio.open_process(
+        [sys.executable, str(APP), database, run_id, str(workdir)],
+        env=environment,
+        stderr=subprocess.DEVNULL,
+    )
+    async with process:
+        with anyio.fail_after(60):
+            async for line in _lines(process):
+                word, _, rest = line.partition(" ")
+                seen[word] = rest
+                if until is not None and word == until:
+                    process.send_signal(signal.SIGKILL)
+                    break
+            await process.wait()
+    if until is None:
+        assert process.returncode == 0, seen
+    else:
+        assert process.returncode == -signal.SIGKILL
+    return seen
+
+
+async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
+    tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
+) -> None:
+    # B has made its effect and hangs: the process dies before its step is recorded.
+    crashed = await _child(database, "crash-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
+    assert crashed["EFFECT"] == "b"
+    recovered = await _child(database, "crash-1", tmp_path)
+    # The first process sent round 1; the second replays it and sends round 2 only.
+    assert recovered["REQUESTS"] == "1"
+    result = result_from_json(json.loads(recovered["RESULT"]))
+
+    plain_deps = {"ledger": str(tmp_path / "plain.jsonl")}
+    plain = await app.make_agent(serve(app.script)).run("Record a and b.", deps=plain_deps)
+    assert result.messages == plain.messages
+    assert result.usage == plain.usage and result.rounds == plain.rounds
+    assert result.stop_reason == plain.stop_reason == "end_turn"
+    assert _log(result) == _log(plain)
+    lint_history(parse_history(result.messages))
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
+
+
+async def test_a_run_waits_for_external_results_across_a_restart(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    crashed = await _child(database, "wait-1", tmp_path, until="WAITING", DURABLE_WAIT="1")
+    assert "WAITING" in crashed
+    # DBOS recovers the run on an event loop of its own: an in-process model, so that no
+    # HTTP connection outlives the test on that loop.
+    server = ScriptedProvider(app.script)
+    durable = DurableAgent(Agent(provider=server, tools=[app.record], name="ledger"))
+    launch()  # recovers the waiting run in this process: it waits again
+    waiting = await durable.waiting("wait-1", wait_seconds=30)
+    assert waiting is not None and waiting.stop_reason == "tool_use"
+    assert [p["id"] for p in waiting.pending] == ["toolu_ask"]
+    with pytest.raises(DecisionError):
+        await durable.send_results("wait-1", {"toolu_other": "blue"})
+    with pytest.raises(DecisionError):
+        await durable.send_results("wait-1", {})
+    await durable.send_results("wait-1", {"toolu_ask": "blue"})
+    result = await durable.run(run_id="wait-1")
+    assert result.stop_reason == "end_turn" and result.text == "Both recorded."
+    answer = result.messages[2]["content"]
+    assert [(b["tool_use_id"], b["content"]) for b in answer] == [
+        ("toolu_a", "recorded a"),
+        ("toolu_b", "recorded b"),
+        ("toolu_ask", "blue"),
+    ]
+    assert len(server.model.requests) == 1  # round 1 was recorded by the first process
+    assert result.rounds == 2 and result.usage.requests == 2
+    lint_history(parse_history(result.messages))
+    assert await durable.waiting("wait-1") is None
+
+
+async def test_a_wait_that_times_out_ends_the_run_paused(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    result = await durable.run(
+        "Record a and b.",
+        run_id="timeout-1",
+        deps={"ledger": str(tmp_path / "ledger.jsonl")},
+        external_tools=[app.EXTERNAL],
+        wait_for_external=timedelta(seconds=0.2),
+    )
+    assert result.stop_reason == "tool_use" and result.state is not None
+    assert [p["id"] for p in result.pending] == ["toolu_ask"]
+    # The state resumes the run as any paused run's does.
+    resumed = await app.make_agent(server).resume(
+        result.state, results={"toolu_ask": "red"}, deps={"ledger": str(tmp_path / "ledger.jsonl")}
+    )
+    assert resumed.stop_reason == "end_turn" and resumed.run_id == "timeout-1"
+
+
+async def test_a_cancelled_run_ends_with_a_valid_history(
+    tmp_path: Path, launch: Callable[[], None]
+) -> None:
+    started = anyio.Event()
+    release = anyio.Event()
+
+    @tool
+    async def slow(item: str) -> str:
+        """Takes its time."""
+        if item == "b":
+            started.set()
+            await release.wait()
+        return f"done {item}"
+
+    calls = [tool_call("slow", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[slow], name="cancel"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(await durable.run("Go.", run_id="cancel-1"))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            await durable.cancel("cancel-1")
+            release.set()
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.run_id == "cancel-1"
+    lint_history(parse_history(result.messages))
+    assert result.messages[1]["content"][1]["id"] == "toolu_a"
+    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
+    assert answered == ["toolu_a", "toolu_b"]
+    assert result.rounds == 1  # round 2 was never sent
+    assert await durable.cancelled_result("cancel-1") == result
