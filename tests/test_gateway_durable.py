@@ -40,7 +40,7 @@ from agentloop.gateway.app import GatewayConfig
 from agentloop.gateway.durable import DBOS_FILE, dbos_url
 from agentloop.testing import Fault, MessagesServer, reply, tool_call
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.durable]
 
 LEDGER_ENV = "AGENTLOOP_GWTEST_LEDGER"
 QUESTION = [{"role": "user", "content": "Charge order 42."}]
