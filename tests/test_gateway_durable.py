@@ -335,6 +335,50 @@ async def test_a_failed_request_is_tried_again_as_a_new_attempt(tmp_path: Path) 
     assert calls == ["a"]
 
 
+async def test_a_retried_thread_request_gets_the_same_reply(tmp_path: Path) -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        if body["messages"][-1]["content"] == "And b?":
+            return reply("Not b.")
+        if answered_tools(body):
+            return reply("It is value-of-a.")
+        return reply(tool_call("lookup", {"key": "a"}))
+
+    calls: list[str] = []
+    async with durable_gateway(tmp_path, answer, calls) as (url, upstream):
+        async with httpx2.AsyncClient(base_url=url, timeout=60) as http:
+            body = {
+                "model": "m",
+                "max_tokens": 50,
+                "messages": QUESTION,
+                "thread": {"type": "create"},
+            }
+            headers = {"x-api-key": "sk-a", "anthropic-beta": "message-threads-2026-01-01"}
+            first = await http.post("/v1/messages", json=body, headers=headers)
+            again = await http.post("/v1/messages", json=body, headers=headers)
+            follow_up = {
+                "model": "m",
+                "max_tokens": 50,
+                "messages": [{"role": "user", "content": "And b?"}],
+                "thread": {"type": "continue", "previous_message_id": first.json()["id"]},
+            }
+            upstream_before = len(upstream.recorded)
+            continued = await http.post("/v1/messages", json=follow_up, headers=headers)
+            assert len(upstream.recorded) == upstream_before + 1
+            continued_body = upstream.recorded[-1].body
+    assert first.status_code == again.status_code == continued.status_code == 200
+    assert again.json() == first.json()
+    assert first.json()["id"].startswith("msg_")
+    assert calls == ["a"]
+    # The continued thread has the whole conversation, the hidden turn included.
+    assert [m["role"] for m in continued_body["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+
+
 # --------------------------------------------------------------------------- the option
 
 

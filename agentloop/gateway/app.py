@@ -49,7 +49,7 @@ from .parsing import (
     json_object,
     last_assistant,
 )
-from .runs import canonical_request, request_run_id
+from .runs import RUN_ID_PREFIX, canonical_request, request_run_id
 from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
 from .stores import Store, open_store
 from .streaming import StreamResponse, cancel_on_disconnect
@@ -67,6 +67,13 @@ __all__ = (
 
 
 _log = get_logger()
+
+
+def _reply_id(run_id: str | None) -> str:
+    """The id of a thread's reply: the same for every retry of a durable request."""
+    if run_id is None:
+        return random_id("msg_")
+    return "msg_" + run_id.removeprefix(RUN_ID_PREFIX)[:24]
 
 
 class Gateway:
@@ -411,7 +418,7 @@ class Gateway:
             request_id=request_id,
             model=body["model"],
             thread=thread,
-            reply_id=random_id("msg_") if thread is not None else None,
+            reply_id=_reply_id(run_id) if thread is not None else None,
             trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
             run_id=run_id,
         )
