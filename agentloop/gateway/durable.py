@@ -18,7 +18,8 @@ client's retry (at most `attach_wait` seconds) before its next model request.
 
 A run that failed (an upstream error) stays failed in DBOS; the client's retry of that
 request starts a new attempt under the next id (`{run_id}-2`, ...), which goes on from
-the partial history the gateway kept, as without `--durable`.
+the partial history the gateway kept, as without `--durable`. So does a run left under
+way by another version of the gateway (DBOS recovers only its own version's runs).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ NAME = "agentloop-gateway"
 _FAILED = frozenset({"ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
 """DBOS statuses of a run that will not finish: a retry starts a new attempt."""
 
-_MAX_ATTEMPTS = 1000
+_UNDER_WAY = frozenset({"PENDING", "ENQUEUED", "DELAYED"})
+
+_MAX_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
@@ -283,8 +286,23 @@ class DBOSRequests:
         for number in range(1, _MAX_ATTEMPTS + 1):
             attempt = run_id if number == 1 else f"{run_id}-{number}"
             status = await DBOS.get_workflow_status_async(attempt)
-            if status is None or status.status not in _FAILED:
+            if status is None:
                 return attempt
+            if status.status in _FAILED:
+                continue
+            if status.status in _UNDER_WAY and status.app_version not in (
+                None,
+                DBOS.application_version,
+            ):
+                # Left by another version of the gateway: no process of this one recovers it.
+                _log.warning(
+                    "gateway.durable_run_abandoned",
+                    run_id=attempt,
+                    version=status.app_version,
+                    detail="left under way by another version of the gateway; tried again",
+                )
+                continue
+            return attempt
         raise ProviderError(f"run {run_id} failed {_MAX_ATTEMPTS} times; not tried again")
 
     async def _responses(self, run_id: str) -> list[ModelResponse]:
