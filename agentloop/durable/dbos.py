@@ -172,8 +172,12 @@ class DurableAgent(Generic[OutputT]):
             not isinstance(wait_for_external, timedelta) or wait_for_external <= timedelta(0)
         ):
             raise ConfigurationError("wait_for_external must be a positive timedelta")
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
         if prompt is None and history is None and run_id is not None:
-            return await self.result(run_id)
+            return await self.result(run_id, output_type=output_type)
         request = {
             "messages": History.start(history, prompt).dump(),
             "external_tools": [
@@ -184,10 +188,6 @@ class DurableAgent(Generic[OutputT]):
             "wait": None if wait_for_external is None else wait_for_external.total_seconds(),
             "deps": deps,
         }
-        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
-            raise ConfigurationError(
-                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
-            )
         parent = DBOS.workflow_id
         if parent is not None:
             inline_id = parent if run_id is None else run_id
@@ -207,17 +207,19 @@ class DurableAgent(Generic[OutputT]):
     async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
         """The result of the run `run_id`, waiting for it if it is under way.
 
-        `run(run_id=...)` without a prompt or history is the same. `output_type`: the
-        run's own, if it was given one.
+        `run(run_id=...)` without a prompt or history is the same. `output_type`: by
+        default the one the run was started with.
 
         Raises:
             ConfigurationError: there is no run `run_id`.
             ProviderError, ToolCallFailed, ...: the run's error, as `run` raises it.
         """
-        try:
-            handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)
-        except dbos_errors.DBOSNonExistentWorkflowError as exc:
-            raise ConfigurationError(f"there is no run {run_id!r}") from exc
+        status = await DBOS.get_workflow_status_async(run_id)
+        if status is None or status.input is None:
+            raise ConfigurationError(f"there is no run {run_id!r}")
+        if output_type is None:
+            output_type = status.input["args"][0]["output_type"]
+        handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)
         return await self._result_of(handle, output_type)
 
     async def _result_of(
