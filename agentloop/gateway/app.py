@@ -35,7 +35,8 @@ from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
 from .calls import Call, ThreadCall, continued_trace
-from .config import GATEWAY_KEYS_ENV, SECRET_ENV, SESSION_HEADER, GatewayConfig
+from .config import GATEWAY_KEYS_ENV, RUN_HEADER, SECRET_ENV, SESSION_HEADER, GatewayConfig
+from .durable import DurableRequests, open_durable
 from .errors import Refusal, answer_failure, error_body, json_answer, store_failure
 from .parsing import (
     AGENT_FIELDS,
@@ -48,26 +49,49 @@ from .parsing import (
     json_object,
     last_assistant,
 )
+from .runs import RUN_ID_PREFIX, canonical_request, request_run_id
 from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
 from .stores import Store, open_store
 from .streaming import StreamResponse, cancel_on_disconnect
 from .upstream import Upstream, client_headers
-from .visible import visible_message
+from .visible import message_sse, visible_message
 
-__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "Gateway", "GatewayConfig")
+__all__ = (
+    "GATEWAY_KEYS_ENV",
+    "RUN_HEADER",
+    "SECRET_ENV",
+    "SESSION_HEADER",
+    "Gateway",
+    "GatewayConfig",
+)
+
 
 _log = get_logger()
+
+
+def _reply_id(run_id: str | None) -> str:
+    """The id of a thread's reply: the same for every retry of a durable request."""
+    if run_id is None:
+        return random_id("msg_")
+    return "msg_" + run_id.removeprefix(RUN_ID_PREFIX)[:24]
 
 
 class Gateway:
     """The gateway's state (tools, store, upstream clients) and its ASGI app."""
 
-    def __init__(self, config: GatewayConfig, *, store: Store | None = None) -> None:
-        """A gateway for `config`; `store` replaces the one `config.store` names.
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        store: Store | None = None,
+        durable: DurableRequests | None = None,
+    ) -> None:
+        """A gateway for `config`; `store` and `durable` replace what `config` names.
 
         Raises:
-            ConfigurationError: the store URL or a limit cannot work, or a tool requires
-                approval (the gateway has nobody to ask).
+            ConfigurationError: the store URL or a limit cannot work, a tool requires
+                approval (the gateway has nobody to ask), or `config.durable` names an
+                engine that is not installed.
         """
         where = urlsplit(config.upstream)
         if where.scheme not in ("http", "https") or not where.hostname:
@@ -95,6 +119,18 @@ class Gateway:
         check_count("max_rounds", config.max_rounds)
         check_count("tool_concurrency", config.tool_concurrency)
         check_seconds("tool_timeout", config.tool_timeout)
+        self.durable = durable
+        if durable is None and config.durable is not None:
+            self.durable = open_durable(
+                config.durable,
+                store=config.store,
+                registry=self.registry,
+                max_rounds=config.max_rounds,
+                tool_concurrency=config.tool_concurrency,
+                tool_timeout=config.tool_timeout,
+                deps=config.deps,
+                attach_wait=config.session_ttl,
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,10 +147,14 @@ class Gateway:
             retry_wait_limit=self.config.retry_wait_limit,
             transport=self.config.upstream_transport,
         )
+        if self.durable is not None:
+            await self.durable.open()
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
 
     async def aclose(self) -> None:
-        """Close the upstream clients and the store."""
+        """Stop the durable engine, close the upstream clients and the store."""
+        if self.durable is not None:
+            await self.durable.aclose()
         if self.upstream is not None:
             await self.upstream.aclose()
             self.upstream = None
@@ -178,6 +218,8 @@ class Gateway:
         except Refusal as refusal:
             body = error_body(refusal.kind, str(refusal), request_id, refusal.details)
             return json_answer(refusal.status, body, request_id)
+        if call.run_id is not None:
+            return await self._durable_answer(call)
         if call.stream:
             return StreamResponse(
                 call,
@@ -219,6 +261,35 @@ class Gateway:
         # The rate limits of the last upstream answer, as the upstream sent them.
         answered = client_headers(responses[-1].headers) if responses else {}
         return json_answer(200, message, request_id, {**answered, **call.notes})
+
+    async def _durable_answer(self, call: Call) -> Response:
+        """Run `call` as the durable run `call.run_id` (or attach to it), then answer.
+
+        A streaming client gets the whole answer as SSE once the run has ended. A client
+        that goes away does not cancel the run: its retry gets the answer.
+        """
+        assert self.durable is not None and call.run_id is not None
+        request_id = call.request_id
+        try:
+            finished = await self.durable.run(call, call.run_id)
+        except Exception as error:
+            await self._keep_partial(call, error)
+            failure = answer_failure(error, request_id)
+            _log.info("gateway.failed", status=failure.status, error=str(error), durable=True)
+            return json_answer(failure.status, failure.body, request_id, failure.headers)
+        responses = finished.responses
+        message = await self._finish(call, finished.result, responses)
+        answered = client_headers(responses[-1].headers) if responses else {}
+        headers = {**answered, **call.notes, RUN_HEADER: finished.run_id}
+        if not call.stream:
+            return json_answer(200, message, request_id, headers)
+        headers = {"request-id": request_id, "cache-control": "no-cache", **headers}
+        return Response(
+            message_sse(message),
+            200,
+            headers=headers,
+            media_type="text/event-stream; charset=utf-8",
+        )
 
     async def count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the count for what the upstream would receive.
@@ -289,6 +360,12 @@ class Gateway:
         assert self.sessions is not None and self.upstream is not None
         scope, upstream_credential = self._authenticate(request)
         body = await json_object(request)
+        headers = api_headers(request)
+        run_id: str | None = None
+        if self.durable is not None and self.internal:
+            # Of the request as the client sent it (a thread request not yet expanded).
+            canonical = canonical_request(body, headers, request.query_params)
+            run_id = request_run_id(self.sessions, scope, canonical)
         thread = await self._thread(body, scope)
         check_fields(body, MessagesFields)
         visible: list[Any] = body["messages"]
@@ -296,12 +373,12 @@ class Gateway:
         names = self._client_tool_names(client_tools)
         found, history = await self._restore(scope, visible)
         stream = body.get("stream") is True
-        provider = self.upstream.provider(upstream_credential, stream=stream)
+        # A durable run records whole responses; it sends each model request as JSON.
+        provider = self.upstream.provider(upstream_credential, stream=stream and run_id is None)
         params = {k: v for k, v in body.items() if k not in AGENT_FIELDS}
         extra_body = {k: params.pop(k) for k in list(params) if k in OPTION_NAMES}
         if extra_body:
             params["extra_body"] = extra_body
-        headers = api_headers(request)
         if headers:
             params["extra_headers"] = headers
         if request.query_params:
@@ -341,8 +418,9 @@ class Gateway:
             request_id=request_id,
             model=body["model"],
             thread=thread,
-            reply_id=random_id("msg_") if thread is not None else None,
+            reply_id=_reply_id(run_id) if thread is not None else None,
             trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
+            run_id=run_id,
         )
 
     def _authenticate(self, request: Request) -> tuple[str, str]:

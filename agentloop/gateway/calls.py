@@ -56,6 +56,8 @@ class Call:
     reply_id: str | None = None
     trace: Context | None = None
     """The W3C trace context the client sent (`traceparent`), which the run continues."""
+    run_id: str | None = None
+    """The durable run id of the request (`runs`), when the gateway runs it durably."""
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool
 
+from .durable import DBOS_FILE
 from .stores import DEFAULT_STORE
 
 __all__ = ("SHUTDOWN_GRACE", "add_serve_command", "serve_command")
@@ -118,6 +119,13 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         default="auto",
         help="HTTP client for upstream requests (default: auto, aiohttp when installed)",
     )
+    serve.add_argument(
+        "--durable",
+        metavar="dbos[:URL]",
+        help="run each request that runs the gateway's tools as a durable run on DBOS, so "
+        "a client's retry after a crash attaches to it (URL: the DBOS system database; "
+        f"default: {DBOS_FILE} next to a sqlite store)",
+    )
     serve.set_defaults(handler=serve_command)
     return serve
 
@@ -194,6 +202,7 @@ def serve_command(
             tool_timeout=args.tool_timeout,
             upstream_transport=args.upstream_transport,
             upstream_timeout=args.upstream_timeout,
+            durable=args.durable,
             **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)
@@ -216,7 +225,8 @@ def serve_command(
     names = ", ".join(t.name for t in tools) or "none"
     print(
         f"agentloop gateway on http://{args.host}:{args.port} -> {args.upstream} "
-        f"(tools: {names}; store: {args.store})",
+        f"(tools: {names}; store: {args.store}"
+        f"{'; durable: ' + args.durable if args.durable else ''})",
         file=sys.stderr,
         flush=True,
     )

@@ -16,7 +16,7 @@ from agentloop.tools import Tool
 from .stores import DEFAULT_STORE
 from .upstream import RETRY_WAIT_LIMIT, Transport
 
-__all__ = ("GATEWAY_KEYS_ENV", "SECRET_ENV", "SESSION_HEADER", "GatewayConfig")
+__all__ = ("GATEWAY_KEYS_ENV", "RUN_HEADER", "SECRET_ENV", "SESSION_HEADER", "GatewayConfig")
 
 GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
 """Comma-separated client keys the gateway admits when it has its own upstream key."""
@@ -26,6 +26,10 @@ SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
 SESSION_HEADER = "agentloop-session"
 """Response header saying what happened to the conversation's session, when it matters:
 `ambiguous` (its hidden turns were not restored), `unsaved` (the store failed)."""
+
+RUN_HEADER = "agentloop-run-id"
+"""Response header of a durable request's answer: the id of the run that answered it
+(`agentloop serve --durable`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +72,10 @@ class GatewayConfig:
     """Passed to every run as `deps` (what the gateway's tools receive)."""
     tracer_provider: Any = None
     """Where the runs' OpenTelemetry spans go (the global tracer provider when None)."""
+    durable: str | None = None
+    """`dbos` or `dbos:URL`: run each request that runs the gateway's tools as a durable
+    run on DBOS (`agentloop.gateway.durable`), recorded in the DBOS system database at
+    URL (by default a SQLite file next to a SQLite session store)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:

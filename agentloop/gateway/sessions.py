@@ -45,6 +45,8 @@ __all__ = (
     "Sessions",
     "Thread",
     "canonical_json",
+    "canonical_messages",
+    "canonical_numbers",
     "continue_history",
     "last_marker",
     "moved_markers",
@@ -64,18 +66,22 @@ def canonical_json(messages: Sequence[Any]) -> bytes:
     same whether it came as `1` or `1.0` (JavaScript's `JSON.stringify` writes `1.0` as
     `1`), at every depth; tool inputs are otherwise kept as they are.
     """
-    normal = [_numbers(_message(m)) for m in messages]
-    return compact_json(normal, sort_keys=True)
+    return compact_json(canonical_messages(messages), sort_keys=True)
 
 
-def _numbers(value: Any) -> Any:
+def canonical_messages(messages: Sequence[Any]) -> list[Any]:
+    """The values `canonical_json` writes: `messages` in their one normal form."""
+    return [canonical_numbers(_message(m)) for m in messages]
+
+
+def canonical_numbers(value: Any) -> Any:
     """`value` with every float that is a whole number (`1.0`, `1e21`) made an int."""
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
     if isinstance(value, Mapping):
-        return {k: _numbers(v) for k, v in value.items()}
+        return {k: canonical_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_numbers(v) for v in value]
+        return [canonical_numbers(v) for v in value]
     return value
 
 
@@ -208,6 +214,10 @@ class Sessions:
     def retry_key(self, credential: str, visible: Sequence[Any]) -> str:
         """The key of the partial run kept for a failed request's whole conversation."""
         return self._key(b"retry", credential, canonical_json(visible))
+
+    def run_key(self, credential: str, request: bytes) -> str:
+        """The key of a client request (its canonical form, `runs.canonical_request`)."""
+        return self._key(b"run", credential, request)
 
     def thread_key(self, credential: str, reply_id: str) -> str:
         """The key of a thread's record for the reply `reply_id`, for a client."""

@@ -28,6 +28,7 @@ from agentloop.result import RunResult
 __all__ = (
     "PING",
     "VisibleStream",
+    "message_sse",
     "sse",
     "visible_message",
     "visible_stop_reason",
@@ -194,6 +195,69 @@ class VisibleStream:
         return sse(
             "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
         ) + sse("message_stop", {"type": "message_stop"})
+
+
+def message_sse(message: Mapping[str, Any]) -> bytes:
+    """A whole message as the SSE events a streamed answer of it would be.
+
+    Each block starts empty and gets its text, thinking, signature, citations or input
+    as one delta; a block of another type starts whole. Used when the answer exists
+    before it is streamed (a durable request).
+    """
+    head = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    out = [sse("message_start", {"type": "message_start", "message": head})]
+    for index, block in enumerate(message.get("content") or []):
+        start, deltas = _opened(block)
+        out.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        for part in deltas:
+            out.append(
+                sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": part},
+                )
+            )
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta: dict[str, Any] = {
+        "stop_reason": message.get("stop_reason"),
+        "stop_sequence": message.get("stop_sequence"),
+    }
+    if message.get("container") is not None:
+        delta["container"] = message["container"]
+    usage = message.get("usage") or {}
+    out.append(sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+    out.append(sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
+
+
+def _opened(block: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """A block's `content_block_start` value and the deltas that complete it."""
+    if not isinstance(block, Mapping):
+        return block, []
+    kind = block.get("type")
+    if kind == "text":
+        deltas: list[dict[str, Any]] = [
+            {"type": "citations_delta", "citation": c} for c in block.get("citations") or []
+        ]
+        if block.get("text"):
+            deltas.insert(0, {"type": "text_delta", "text": block["text"]})
+        start = {**block, "text": ""}
+        if "citations" in block:
+            start["citations"] = [] if block["citations"] is not None else None
+        return start, deltas
+    if kind == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")}]
+        if block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        return {**block, "thinking": "", "signature": ""}, deltas
+    if kind in ("tool_use", "server_tool_use", "mcp_tool_use") and "input" in block:
+        partial = compact_json(block["input"]).decode()
+        return {**block, "input": {}}, [{"type": "input_json_delta", "partial_json": partial}]
+    return block, []
 
 
 def _delta(event: BlockDelta) -> dict[str, Any]:

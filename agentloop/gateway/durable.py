@@ -1,0 +1,328 @@
+"""Durable requests (`agentloop serve --durable dbos[:URL]`): each request a durable run.
+
+A client request the gateway runs with its own tools becomes a run of one
+`agentloop.durable.dbos.DurableAgent` whose id is the request's run id (`runs`): every
+model request and tool call is a DBOS step, recorded in the DBOS system database. When
+the gateway dies mid-run, the next gateway process recovers the run (`DBOS.launch()`),
+its recorded steps are not performed again, and the client's retry of the same request
+attaches to it: the gateway's tools do not run twice (a tool that was running at the
+crash runs again, under the same `RunContext.idempotency_key`). A retry of a request
+whose run finished gets the recorded answer, with no new upstream request.
+
+What a run records is the conversation and the client's tools; how each model request is
+sent (the model, `max_tokens`, the other fields, the client's credential) is never
+written to the database. The gateway's one durable agent sends its model requests
+through `RequestProvider`, which finds, by the run's id, the agent the gateway built for
+the client's request. A run recovered before its client came back waits for the
+client's retry (at most `attach_wait` seconds) before its next model request.
+
+A run that failed (an upstream error) stays failed in DBOS; the client's retry of that
+request starts a new attempt under the next id (`{run_id}-2`, ...), which goes on from
+the partial history the gateway kept, as without `--durable`. So does a run left under
+way by another version of the gateway (DBOS recovers only its own version's runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from agentloop.agent import Agent
+from agentloop.errors import ConfigurationError, ProviderError
+from agentloop.logs import get_logger
+from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.registry import ToolRegistry
+from agentloop.result import RunResult
+
+from .calls import Call, continued_trace
+
+if TYPE_CHECKING:
+    from agentloop.durable.dbos import DurableAgent
+
+__all__ = (
+    "DBOS_FILE",
+    "DBOSRequests",
+    "DurableRequests",
+    "Finished",
+    "RequestProvider",
+    "dbos_url",
+    "open_durable",
+)
+
+_log = get_logger()
+
+DBOS_FILE = "agentloop-gateway-dbos.sqlite"
+"""The name of the DBOS system database file when `--durable dbos` names no URL."""
+
+NAME = "agentloop-gateway"
+"""The durable agent's name: its workflow is `agentloop.agentloop-gateway.run`."""
+
+_FAILED = frozenset({"ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
+"""DBOS statuses of a run that will not finish: a retry starts a new attempt."""
+
+_UNDER_WAY = frozenset({"PENDING", "ENQUEUED", "DELAYED"})
+
+_MAX_ATTEMPTS = 100
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished run and its model responses, as the gateway answers them."""
+
+    result: RunResult[Any]
+    responses: list[ModelResponse]
+    run_id: str
+    """The id the run had (the request's run id, or a later attempt's)."""
+
+
+class DurableRequests(Protocol):
+    """How the gateway runs a request as a durable run (see the module)."""
+
+    async def open(self) -> None:
+        """Start the engine (and recover the runs a previous process left)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop the engine."""
+        ...
+
+    async def run(self, call: Call, run_id: str) -> Finished:
+        """Run `call` as the durable run `run_id`, or attach to it when it exists.
+
+        Raises:
+            Exception: what the run raised (a `ProviderError`, ...).
+        """
+        ...
+
+
+def dbos_url(option: str, store: str) -> str:
+    """The DBOS system database URL `--durable` names.
+
+    `dbos` alone: a SQLite file next to a SQLite session store (else in the working
+    directory); `dbos:URL`: that URL (`sqlite:///PATH`, `postgresql://...`).
+
+    Raises:
+        ConfigurationError: the option names another engine, or an empty URL.
+    """
+    engine, _, url = option.partition(":")
+    if engine != "dbos":
+        raise ConfigurationError(
+            f"--durable: unknown engine {engine!r}; use dbos or dbos:URL (a DBOS system "
+            "database URL)"
+        )
+    if url:
+        return url
+    if ":" in option:
+        raise ConfigurationError("--durable: dbos: needs a URL after the colon")
+    if store.startswith("sqlite:///"):
+        folder = PurePosixPath(store.removeprefix("sqlite:///")).parent
+        return f"sqlite:///{folder / DBOS_FILE}"
+    return f"sqlite:///{DBOS_FILE}"
+
+
+def open_durable(
+    option: str, *, store: str, registry: ToolRegistry, **options: Any
+) -> DBOSRequests:
+    """The durable engine `--durable` names (not yet opened).
+
+    Raises:
+        ConfigurationError: a bad option, or DBOS is not installed.
+    """
+    url = dbos_url(option, store)
+    try:
+        import dbos  # noqa: F401  (only whether it can be imported)
+    except ImportError:
+        raise ConfigurationError(
+            "--durable dbos needs DBOS: pip install 'agentloop-runner[gateway,dbos]'"
+        ) from None
+    return DBOSRequests(url, registry=registry, **options)
+
+
+class RequestProvider:
+    """The durable agent's provider: each model request sent as its client's request says.
+
+    The durable agent builds each request from its own settings; this provider takes
+    the conversation and the tools from it and everything else (model, `max_tokens`,
+    system, the other fields, the upstream client) from the agent the gateway built for
+    the run's request, found by the run's id.
+    """
+
+    def __init__(self, attach_wait: float) -> None:
+        """A provider whose recovered runs wait `attach_wait` seconds for their client."""
+        self.attach_wait = attach_wait
+        self._agents: dict[str, Agent[Any]] = {}
+        self._arrived: dict[str, anyio.Event] = {}
+
+    def attach(self, run_id: str, agent: Agent[Any]) -> None:
+        """`agent` sends the model requests of run `run_id` from now on."""
+        self._agents[run_id] = agent
+        self._arrived.pop(run_id, anyio.Event()).set()
+
+    def detach(self, run_id: str, agent: Agent[Any]) -> None:
+        """Forget `agent` (unless another request attached since)."""
+        if self._agents.get(run_id) is agent:
+            del self._agents[run_id]
+
+    async def _agent(self, run_id: str) -> Agent[Any]:
+        agent = self._agents.get(run_id)
+        if agent is not None:
+            return agent
+        _log.info("gateway.durable_waiting", run_id=run_id, detail="for the client's retry")
+        arrived = self._arrived.setdefault(run_id, anyio.Event())
+        with anyio.move_on_after(self.attach_wait):
+            await arrived.wait()
+        agent = self._agents.get(run_id)
+        if agent is None:
+            self._arrived.pop(run_id, None)
+            raise ProviderError(
+                f"run {run_id} was recovered, but its client did not send the request "
+                f"again within {self.attach_wait:g} seconds"
+            )
+        return agent
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` as the run's client request says."""
+        from dbos import DBOS
+
+        run_id = DBOS.workflow_id
+        if run_id is None:
+            raise ConfigurationError("the gateway's durable agent runs only in DBOS workflows")
+        agent = await self._agent(run_id)
+        sent = dataclasses.replace(
+            request,
+            model=agent.model,
+            max_tokens=agent.max_tokens,
+            system=agent.system,
+            tool_choice=agent.tool_choice,
+            thinking=agent.thinking,
+            metadata=agent.metadata,
+            stop_sequences=agent.stop_sequences,
+            params=agent.params,
+        )
+        response: ModelResponse = await agent.provider.complete(sent)
+        return response
+
+
+class DBOSRequests:
+    """Requests as runs of a DBOS `DurableAgent` (see the module)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        registry: ToolRegistry,
+        max_rounds: int,
+        tool_concurrency: int,
+        tool_timeout: float,
+        deps: Any = None,
+        attach_wait: float = 3600.0,
+    ) -> None:
+        """Runs recorded in the DBOS system database at `url`, with the gateway's tools.
+
+        `deps` is what the tools get (it is not recorded); a recovered run waits at most
+        `attach_wait` seconds for its client's retry.
+        """
+        self.url = url
+        self.provider = RequestProvider(attach_wait)
+        self.deps = deps
+        self.agent: Agent[Any] = Agent(
+            NAME,
+            provider=self.provider,
+            tools=registry,
+            max_rounds=max_rounds,
+            tool_concurrency=tool_concurrency,
+            tool_timeout=tool_timeout,
+            name=NAME,
+            cache="off",
+        )
+        self.durable: DurableAgent[Any] | None = None
+
+    async def open(self) -> None:
+        """Configure DBOS, register the durable agent, launch (recovering earlier runs)."""
+        from dbos import DBOS
+
+        from agentloop.durable.dbos import DurableAgent
+
+        # DBOS logs through its own handler; only its warnings are the gateway's business.
+        DBOS(config={"name": NAME, "system_database_url": self.url, "log_level": "WARNING"})
+        self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
+        DBOS.launch()
+        _log.info("gateway.durable", engine="dbos", database=_shown(self.url))
+
+    async def aclose(self) -> None:
+        """Stop DBOS (runs under way are recovered by the next process)."""
+        from dbos import DBOS
+
+        if self.durable is not None:
+            self.durable = None
+            DBOS.destroy(destroy_registry=True)
+
+    async def run(self, call: Call, run_id: str) -> Finished:
+        """Run `call` durably as `run_id` (or its latest attempt), or attach to it."""
+        assert self.durable is not None, "open() first"
+        attempt = await self._attempt(run_id)
+        self.provider.attach(attempt, call.agent)
+        try:
+            with continued_trace(call):
+                result = await self.durable.run(
+                    None,
+                    run_id=attempt,
+                    history=call.history,
+                    external_tools=call.client_tools,
+                )
+        finally:
+            self.provider.detach(attempt, call.agent)
+        return Finished(result, await self._responses(attempt), attempt)
+
+    async def _attempt(self, run_id: str) -> str:
+        """`run_id`, or the id of the attempt after the last one that failed."""
+        from dbos import DBOS
+
+        for number in range(1, _MAX_ATTEMPTS + 1):
+            attempt = run_id if number == 1 else f"{run_id}-{number}"
+            status = await DBOS.get_workflow_status_async(attempt)
+            if status is None:
+                return attempt
+            if status.status in _FAILED:
+                continue
+            if status.status in _UNDER_WAY and status.app_version not in (
+                None,
+                DBOS.application_version,
+            ):
+                # Left by another version of the gateway: no process of this one recovers it.
+                _log.warning(
+                    "gateway.durable_run_abandoned",
+                    run_id=attempt,
+                    version=status.app_version,
+                    detail="left under way by another version of the gateway; tried again",
+                )
+                continue
+            return attempt
+        raise ProviderError(f"run {run_id} failed {_MAX_ATTEMPTS} times; not tried again")
+
+    async def _responses(self, run_id: str) -> list[ModelResponse]:
+        """The model responses recorded by the run, in order."""
+        from dbos import DBOS
+
+        assert self.durable is not None
+        name = self.durable.model_step_name
+        steps = await DBOS.list_workflow_steps_async(run_id)
+        return [
+            ModelResponse.from_json(step["output"])
+            for step in sorted(steps, key=lambda s: s["function_id"])
+            if step["function_name"] == name and isinstance(step["output"], Mapping)
+        ]
+
+
+def _shown(url: str) -> str:
+    """`url` without a password."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, _ = head.partition("://")
+    return f"{scheme}://***@{tail}"
