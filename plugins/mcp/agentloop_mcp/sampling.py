@@ -137,7 +137,7 @@ class _Sampler:
         self, context: Any, params: mcp_types.CreateMessageRequestParams
     ) -> mcp_types.CreateMessageResult | mcp_types.ErrorData:
         """Answer one `sampling/createMessage`, or refuse it with the protocol's error."""
-        caller = self.caller()
+        caller, unknown = self.caller()
         scope = caller.scope if caller is not None else None
         provider = self.sampling.provider or (scope.provider if scope is not None else None)
         model = (
@@ -146,9 +146,7 @@ class _Sampler:
             or (scope.model if scope is not None else None)
         )
         if provider is None or model is None:
-            why = "no tool call of a run is in flight" if caller is None else "no run made the call"
-            if caller is None and self._several_runs():
-                why = "calls of several runs are in flight, so the request has no run to answer it"
+            why = unknown or "no run made the call"
             return self._refuse(f"sampling is answered by the calling run's model, and {why}")
         tokens = self.spent.input_tokens + self.spent.output_tokens
         if self.spent.requests >= self.max_requests or tokens >= self.max_tokens:
@@ -196,19 +194,20 @@ class _Sampler:
             stop_reason=_STOP_REASONS.get(response.stop_reason or "", response.stop_reason),
         )
 
-    def caller(self) -> Caller | None:
-        """The caller of the tool call this request came with, when it can be told."""
+    def caller(self) -> tuple[Caller | None, str]:
+        """The caller of the tool call this request came with; or None and why not."""
         exact = in_call.get()
         if exact is not None:
-            return exact
-        found: dict[tuple[int, int], Caller] = {}
+            return exact, ""
+        found: dict[tuple[int, anyio.lowlevel.EventLoopToken | None], Caller] = {}
         for caller in self._callers():
             run = caller.scope.run if caller.scope is not None else None
-            found.setdefault((id(run), id(caller.token)), caller)
-        return next(iter(found.values())) if len(found) == 1 else None
-
-    def _several_runs(self) -> bool:
-        return len({id(c.scope.run) for c in self._callers() if c.scope is not None}) > 1
+            found.setdefault((id(run), caller.token), caller)  # tokens of one loop are equal
+        if len(found) == 1:
+            return next(iter(found.values())), ""
+        if not found:
+            return None, "no tool call is in flight on this server"
+        return None, "calls of several runs are in flight, so it cannot tell which one asked"
 
     def _refuse(self, message: str) -> mcp_types.ErrorData:
         self._log.warning("mcp.sampling_refused", reason=message, requests=self.spent.requests)

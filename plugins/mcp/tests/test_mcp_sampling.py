@@ -228,11 +228,14 @@ def test_the_command_line_samples_with_the_agent_model(
     }
     off = {**entry, "sampling": False, "prefix": "off"}
     config.write_text(json.dumps({"mcpServers": {"asker": entry, "quiet": off}}))
+    # Two calls of one run in flight at once (the server waits for both): both answered.
+    twice = {"prompt": "2+2?", "together": 2}
     script = [
-        reply(tool_call("sample", {"prompt": "2+2?"}), usage=used(100, 20)),
+        reply(tool_call("sample", twice), tool_call("sample", twice), usage=used(100, 20)),
+        reply("four", usage=used(30, 5)),
         reply("four", usage=used(30, 5)),
         reply(tool_call("off_sample", {"prompt": "2+3?"}), usage=used(200, 20)),
-        reply("The first said four.", usage=used(300, 10)),
+        reply("Both said four.", usage=used(300, 10)),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLOOP_", "ANTHROPIC_"))}
     with MessagesServer(script) as model:
@@ -249,8 +252,8 @@ def test_the_command_line_samples_with_the_agent_model(
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     calls = result["tool_calls"]
-    assert (calls[0]["output"], calls[0]["is_error"]) == ("scripted: four", False)
-    assert calls[1]["is_error"] and "Sampling not supported" in calls[1]["output"]
-    assert [r["model"] for r in model.requests] == [MODEL] * 4
+    assert [(c["output"], c["is_error"]) for c in calls[:2]] == [("scripted: four", False)] * 2
+    assert calls[2]["is_error"] and "Sampling not supported" in calls[2]["output"]
+    assert [r["model"] for r in model.requests] == [MODEL] * 5
     usage = result["usage"]
-    assert (usage["input_tokens"], usage["output_tokens"], usage["requests"]) == (630, 55, 4)
+    assert (usage["input_tokens"], usage["output_tokens"], usage["requests"]) == (660, 60, 5)
