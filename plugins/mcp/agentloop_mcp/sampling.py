@@ -41,7 +41,7 @@ from agentloop.providers.base import ModelRequest, ModelResponse, Provider
 from agentloop.result import Usage
 from agentloop.scope import RunScope, current_scope
 
-from .config import MCPServer
+from .config import MCPConfigError, MCPServer
 
 __all__ = ("Caller", "MCPSampling", "calling", "in_call", "sampling_callback")
 
@@ -69,6 +69,12 @@ class MCPSampling:
     """Requests one server may make while the source is open; further ones are refused."""
     max_tokens: int = 20_000
     """Tokens (input and output) one server may spend while the source is open."""
+
+    def __post_init__(self) -> None:
+        if not (self.max_requests > 0 and self.max_tokens > 0):
+            raise MCPConfigError("MCPSampling: max_requests and max_tokens must be > 0")
+        if self.model is not None and not self.model.strip():
+            raise MCPConfigError("MCPSampling: model must name a model")
 
 
 @dataclass(frozen=True, eq=False)
