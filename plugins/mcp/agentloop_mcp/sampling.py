@@ -136,6 +136,10 @@ class _Sampler:
         self.max_requests = server.sampling_max_requests or sampling.max_requests
         self.max_tokens = server.sampling_max_tokens or sampling.max_tokens
         self.spent = Usage()
+        """The tokens of the requests answered so far."""
+        self.started = 0
+        """Requests sent or being sent: counted before the answer, so that requests made
+        at once cannot together go over `max_requests`."""
         self._callers = callers
         self._log = _log.bind(mcp_server=server.name)
 
@@ -155,17 +159,11 @@ class _Sampler:
             why = unknown or "no run made the call"
             return self._refuse(f"sampling is answered by the calling run's model, and {why}")
         tokens = self.spent.input_tokens + self.spent.output_tokens
-        if self.spent.requests >= self.max_requests or tokens >= self.max_tokens:
+        if self.started >= self.max_requests or tokens >= self.max_tokens:
             return self._refuse(
                 f"sampling limit reached for this server ({self.max_requests} requests, "
                 f"{self.max_tokens} tokens)"
             )
-        if scope is not None:
-            breach = scope.run.meter.before_request(scope.run.usage)
-            if breach is not None:
-                return self._refuse(
-                    f"the calling run's usage limit ({breach.limit} = {breach.bound:g}) was reached"
-                )
         request = ModelRequest(
             model=model,
             messages=[_message(m) for m in params.messages],
@@ -175,9 +173,14 @@ class _Sampler:
             params={} if params.temperature is None else {"temperature": params.temperature},
         )
         ask = partial(_complete, provider, request, scope)
+        self.started += 1
         try:
             response = await (caller.run(ask) if caller is not None else ask())
+        except _OverBudget as exc:
+            self.started -= 1
+            return self._refuse(str(exc))
         except Exception as exc:
+            self.started -= 1
             self._log.warning("mcp.sampling_failed", error=str(exc))
             return mcp_types.ErrorData(
                 code=mcp_types.INTERNAL_ERROR, message=f"the model request failed: {exc}"
@@ -220,10 +223,26 @@ class _Sampler:
         return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message=message)
 
 
+class _OverBudget(Exception):
+    """The calling run cannot afford the request; the message says which limit."""
+
+
 async def _complete(
     provider: Provider, request: ModelRequest, scope: RunScope | None
 ) -> ModelResponse:
-    """Send `request`; count its usage and cost in the run of `scope` (on the run's loop)."""
+    """Send `request`; count its usage and cost in the run of `scope`.
+
+    Runs on the run's own event loop, so the run is read and written only there.
+
+    Raises:
+        _OverBudget: the run's usage limits leave no room for a request.
+    """
+    if scope is not None:
+        breach = scope.run.meter.before_request(scope.run.usage)
+        if breach is not None:
+            raise _OverBudget(
+                f"the calling run's usage limit ({breach.limit} = {breach.bound:g}) was reached"
+            )
     response = await provider.complete(request)
     if scope is not None:
         cost = cost_of(request.model, response.usage, provider=_provider_name(provider))

@@ -121,6 +121,25 @@ async def test_the_config_names_the_model_and_the_limit(
     )
 
 
+async def test_requests_at_once_stay_within_the_limit(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
+) -> None:
+    # Two calls ask at the same moment (the server waits for both); one request is allowed.
+    twice = {"prompt": "hi", "together": 2}
+    script = [
+        reply(tool_call("sample", twice), tool_call("sample", twice)),
+        reply("the one answer"),
+        reply("One of two."),
+    ]
+    server = stdio_server(protocol="legacy", sampling_max_requests=1)
+    async with MessagesServer(script) as model, MCPToolSource([server]) as source:
+        result = await agent_on(model, source).run("Sample twice at once.")
+    outputs = sorted((c.is_error, str(c.output)) for c in result.tool_calls)
+    assert outputs[0] == (False, "scripted: the one answer")
+    assert outputs[1][0] and "sampling limit reached for this server (1 requests" in outputs[1][1]
+    assert len(model.requests) == 3
+
+
 async def test_a_server_switched_off_is_refused(
     stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
