@@ -9,7 +9,6 @@ from .background import BackgroundToolSource as BackgroundToolSource
 from .background import MCPToolInfo as MCPToolInfo
 from .background import list_config_tools as list_config_tools
 from .capabilities import ElicitationHandler as ElicitationHandler
-from .capabilities import MCPSampling as MCPSampling
 from .capabilities import terminal_elicitation as terminal_elicitation
 from .config import MCPConfigError as MCPConfigError
 from .config import MCPServer as MCPServer
@@ -18,6 +17,7 @@ from .config import parse_config as parse_config
 from .connection import MCPConnectError as MCPConnectError
 from .connection import MCPRequestError as MCPRequestError
 from .content import to_content as to_content
+from .sampling import MCPSampling as MCPSampling
 from .source import MCPProblem as MCPProblem
 from .source import MCPToolSource as MCPToolSource
 from .tools import MCPTool as MCPTool

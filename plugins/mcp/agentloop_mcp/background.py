@@ -4,7 +4,9 @@ Plugin hooks are synchronous and are called once, long before any run; MCP tools
 live connection for every call. `BackgroundToolSource` runs the source on an event loop
 in a daemon thread until `close()` (or the end of the process), and hands out tools that
 forward each call to that loop, from whatever loop the agent runs on. Cancelling or
-timing out a call on the agent's side cancels it on the server's side too.
+timing out a call on the agent's side cancels it on the server's side too. A call carries
+its run and event loop (`Caller`), so a server's sampling request during it is answered
+by the run's model on the run's own loop.
 """
 
 from __future__ import annotations
@@ -12,19 +14,21 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 from agentloop import Tool
 from agentloop.messages import ContentBlock
+from agentloop.scope import current_scope
 
 from .config import MCPServer, load_config
+from .sampling import Caller, calling
 from .source import MCPProblem, MCPToolSource
 from .tools import MCPTool
 
@@ -153,7 +157,8 @@ class _BridgedTool(Tool):
 
     async def _forward(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
         """Run the call on the source's loop and wait for it here."""
-        future = self._portal.start_task_soon(partial(self.inner.function, arguments))
+        caller = Caller(current_scope.get(), anyio.lowlevel.current_token())
+        future = self._portal.start_task_soon(_as_caller, caller, self.inner.function, arguments)
         try:
             result: str | list[ContentBlock] | None = await anyio.to_thread.run_sync(
                 future.result, abandon_on_cancel=True
@@ -162,6 +167,14 @@ class _BridgedTool(Tool):
             future.cancel()  # cancels the call on the source's loop, and so on the server
             raise
         return result
+
+
+async def _as_caller(
+    caller: Caller, call: Callable[[dict[str, Any]], Awaitable[Any]], arguments: dict[str, Any]
+) -> Any:
+    """`call(arguments)` on the source's loop, made on behalf of `caller` (its run, its loop)."""
+    calling.set(caller)  # this task's own context
+    return await call(arguments)
 
 
 # --------------------------------------------------------------------------- shared sources

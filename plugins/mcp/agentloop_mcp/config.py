@@ -91,7 +91,17 @@ class MCPServer:
     elicitation: bool = True
     """Let the server ask the user questions, when the tool source has a handler."""
     sampling: bool = True
-    """Let the server ask for a model response, when the tool source has an `MCPSampling`."""
+    """Let the server ask for a model response (`sampling/createMessage`), answered by the
+    calling run's model (see `MCPSampling`) and counted in its usage."""
+    sampling_model: str | None = None
+    """The model that answers this server's sampling requests, from the calling run's
+    provider; the run's own model (or `MCPSampling.model`) when None."""
+    sampling_max_requests: int | None = None
+    """Sampling requests this server may make while the tool source is open; further ones
+    are refused. `MCPSampling.max_requests` (10) when None."""
+    sampling_max_tokens: int | None = None
+    """Tokens (input and output) this server's sampling requests may spend while the tool
+    source is open. `MCPSampling.max_tokens` (20,000) when None."""
     resources_tool: bool = False
     """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
     resources by URI (its description lists them)."""
@@ -126,6 +136,12 @@ class MCPServer:
             raise MCPConfigError(f"{where}: timeout must be > 0 seconds, got {self.timeout!r}")
         if self.max_result_chars is not None and not self.max_result_chars > 0:
             raise MCPConfigError(f"{where}: max_result_chars must be > 0")
+        if self.sampling_model is not None and not self.sampling_model.strip():
+            raise MCPConfigError(f"{where}: sampling_model must name a model")
+        for limit in ("sampling_max_requests", "sampling_max_tokens"):
+            value = getattr(self, limit)
+            if value is not None and not value > 0:
+                raise MCPConfigError(f"{where}: {limit} must be > 0, got {value!r}")
 
     @classmethod
     def stdio(
@@ -250,7 +266,8 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     without it a URL whose path ends in `/sse` is SSE, any other streamable HTTP. The
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
     `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
-    `progress`, `idle_timeout`, `elicitation`, `sampling`, `resources_tool`; `disabled: true`
+    `progress`, `idle_timeout`, `elicitation`, `sampling`, `sampling_model`,
+    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`; `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -316,6 +333,9 @@ _OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "idle_timeout": ((int, float), "a number of seconds"),
     "elicitation": (bool, "true or false"),
     "sampling": (bool, "true or false"),
+    "sampling_model": (str, "a model name"),
+    "sampling_max_requests": (int, "a number of requests"),
+    "sampling_max_tokens": (int, "a number of tokens"),
     "resources_tool": (bool, "true or false"),
 }
 

@@ -41,14 +41,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from .capabilities import (
-    ElicitationHandler,
-    MCPSampling,
-    elicitation_callback,
-    roots_callback,
-    sampling_callback,
-)
+from .capabilities import ElicitationHandler, elicitation_callback, roots_callback
 from .config import MCPServer
+from .sampling import Caller, MCPSampling, in_call, sampling_callback
 
 __all__ = ("MCPConnectError", "MCPRequestError", "ServerConnection")
 
@@ -107,6 +102,8 @@ class _Request:
     """Where the server's progress notifications for this call go (a streamed run)."""
     method: str | None = None
     """A `Client` method to call instead of `call_tool` (`read_resource`, ...)."""
+    caller: Caller | None = None
+    """Who made the call: the run a server's sampling request during it is counted in."""
     state: Literal["queued", "sent"] = "queued"
     """`sent` once it may have reached the server; `queued` requests are safe to send again."""
     drops: int = 0
@@ -160,7 +157,7 @@ class ServerConnection:
         self._connect_timeout = server.connect_timeout or connect_timeout
         self._attempts = reconnect_attempts
         self._backoff = reconnect_backoff
-        self._sampling = sampling_callback(server, sampling)
+        self._sampling = sampling_callback(server, sampling, self._callers)
         self._elicitation = elicitation_callback(server, elicitation)
         self._roots = roots_callback(server)
         self._send, self._receive = anyio.create_memory_object_stream[_Request](math.inf)
@@ -180,18 +177,20 @@ class ServerConnection:
         *,
         retryable: bool,
         on_progress: ProgressReporter | None = None,
+        caller: Caller | None = None,
     ) -> mcp_types.CallToolResult:
         """Call tool `name` on the server and wait for its result.
 
         Cancelling the caller cancels the call on the server too. `on_progress` gets the
-        server's progress notifications for the call.
+        server's progress notifications for the call; `caller` is the run the server's
+        sampling requests during the call are answered for.
 
         Raises:
             ToolError: the call could not be made or did not finish; the message says why
                 in words the model can act on.
         """
         send, receive = anyio.create_memory_object_stream[_Outcome](1)
-        request = _Request(name, arguments, retryable, send, on_progress)
+        request = _Request(name, arguments, retryable, send, on_progress, caller=caller)
         with receive:
             try:
                 self._send.send_nowait(request)
@@ -232,6 +231,14 @@ class ServerConnection:
         if isinstance(outcome, _Failure):
             raise MCPRequestError(outcome.message)
         return outcome
+
+    def _callers(self) -> list[Caller]:
+        """The callers of the tool calls in flight (sent to the server, not yet answered)."""
+        return [
+            r.caller
+            for r in self._in_flight
+            if r.caller is not None and r.state == "sent" and not r.abandoned
+        ]
 
     def _closed_message(self, tool: str) -> str:
         return (
@@ -357,6 +364,7 @@ class ServerConnection:
             return  # still queued: served again after the reconnect
         outcome: _Outcome | None = None
         idle = self.server.idle_timeout
+        in_call.set(request.caller)  # this task's own context: input asked within the call
         with anyio.CancelScope() as scope:
             request.scope = scope
             request.state = "sent"

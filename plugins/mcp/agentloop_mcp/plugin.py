@@ -6,7 +6,9 @@ environment variable `AGENTLOOP_MCP_CONFIG` (or `--mcp-config`) names an `mcpSer
 config file, the hook starts those servers once per process on a background event loop
 (see `agentloop_mcp.background`) and registers their tools; without it, the plugin
 registers nothing. A server that fails is left out (on the command line, with one warning
-line naming it and why) unless `--mcp-strict`. The servers stop when the process exits.
+line naming it and why) unless `--mcp-strict`. A server's sampling request during a call
+is answered by the calling run's model (`agentloop run --model`), unless its config entry
+says `"sampling": false`. The servers stop when the process exits.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal
 
 import anyio
 import anyio.abc
@@ -24,9 +25,10 @@ from agentloop import ConfigurationError, Tool
 from agentloop.errors import DuplicateToolError
 from agentloop.logs import get_logger
 
-from .capabilities import ElicitationHandler, MCPSampling
+from .capabilities import ElicitationHandler
 from .config import MCPConfigError, MCPServer
 from .connection import MCPConnectError, MCPRequestError, ServerConnection
+from .sampling import MCPSampling
 from .tools import MCPResourceTool, MCPTool
 
 __all__ = ("MCPProblem", "MCPToolSource")
@@ -70,7 +72,7 @@ class MCPToolSource:
         reconnect_attempts: int = 3,
         reconnect_backoff: float = 0.25,
         strict: bool = False,
-        sampling: MCPSampling | None = None,
+        sampling: MCPSampling | Literal[False] | None = None,
         elicitation: ElicitationHandler | None = None,
     ) -> None:
         """Describe the source; nothing connects before `async with`.
@@ -85,8 +87,10 @@ class MCPToolSource:
                 failed attempt (at most 10 s).
             strict: Fail to open when any server fails (rather than leaving it out and
                 listing it in `errors`).
-            sampling: Answer servers' sampling requests with this provider and model
-                (servers whose `sampling` switch is off are not offered it).
+            sampling: How servers' sampling requests are answered. None (the default):
+                by the model of the run whose tool call they come with, counted in its
+                usage, within `MCPSampling`'s default limits per server; `False`: offered
+                to no server. Servers whose `sampling` switch is off are never offered it.
             elicitation: Ask the user what servers want to know with this handler
                 (servers whose `elicitation` switch is off are not offered it).
 
@@ -112,7 +116,7 @@ class MCPToolSource:
                 connect_timeout=connect_timeout,
                 reconnect_attempts=reconnect_attempts,
                 reconnect_backoff=reconnect_backoff,
-                sampling=sampling,
+                sampling=None if sampling is False else sampling or MCPSampling(),
                 elicitation=elicitation,
             )
             for server in self.servers

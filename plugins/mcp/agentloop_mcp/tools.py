@@ -21,6 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from .connection import MCPRequestError, ServerConnection
 from .content import to_content
+from .sampling import Caller
 
 __all__ = ("MCPResourceTool", "MCPTool")
 
@@ -94,7 +95,11 @@ class MCPTool(Tool):
             ToolError: the server reported an error, or the call could not be completed.
         """
         result = await self._connection.call(
-            self.mcp_name, arguments, retryable=self.retryable, on_progress=progress_reporter()
+            self.mcp_name,
+            arguments,
+            retryable=self.retryable,
+            on_progress=progress_reporter(),
+            caller=Caller.here(),
         )
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 

@@ -43,8 +43,12 @@ from mcp.types import (  # noqa: E402
     AudioContent,
     BlobResourceContents,
     CallToolResult,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
     EmbeddedResource,
     ImageContent,
+    InputRequiredResult,
     ResourceLink,
     SamplingMessage,
     TextContent,
@@ -218,15 +222,41 @@ def build(name: str) -> SDKServer:
         answer = await ctx.elicit("Who are you?", Person)
         return f"{answer.action}: {answer.data.name if answer.action == 'accept' else '-'}"
 
+    async def meet(group: str, size: int) -> None:
+        """Return once `size` calls of `group` have arrived."""
+        arrivals[group] = arrivals.get(group, 0) + 1
+        event = everyone_here.setdefault(group, anyio.Event())
+        if arrivals[group] >= size:
+            event.set()
+        await event.wait()
+
     @server.tool()
-    async def sample(prompt: str, ctx: Context) -> str:
-        """Ask the client's model (sampling)."""
+    async def sample(prompt: str, ctx: Context, together: int = 1) -> str:
+        """Ask the client's model (sampling), once `together` calls are in progress."""
+        await meet("sample", together)
         result = await ctx.session.create_message(
             [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
             max_tokens=50,
             system_prompt="Be brief.",
         )
         return f"{result.model}: {result.content.text}"  # type: ignore[union-attr]
+
+    @server.tool()
+    async def sample_in_call(
+        prompt: str, ctx: Context, together: int = 1
+    ) -> str | InputRequiredResult:
+        """Ask the client's model as the 2026 protocol does: as part of the call's result
+        (once `together` calls are in progress)."""
+        answers = ctx.input_responses or {}
+        answer = answers.get("llm")
+        if isinstance(answer, CreateMessageResult) and isinstance(answer.content, TextContent):
+            return f"{answer.model}: {answer.content.text}"
+        await meet("sample_in_call", together)
+        message = SamplingMessage(role="user", content=TextContent(type="text", text=prompt))
+        asked = CreateMessageRequest(
+            params=CreateMessageRequestParams(messages=[message], max_tokens=50)
+        )
+        return InputRequiredResult(input_requests={"llm": asked})
 
     @server.tool()
     async def roots(ctx: Context) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from agentloop import ConfigurationError
 
-from agentloop_mcp import MCPConfigError, MCPServer, load_config, parse_config
+from agentloop_mcp import MCPConfigError, MCPSampling, MCPServer, load_config, parse_config
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "mcp.md"
 
@@ -54,6 +54,22 @@ def test_servers_in_code() -> None:
             lambda: MCPServer.stdio("x", connect_timeout=-1), "connect_timeout", id="connect"
         ),
         pytest.param(lambda: MCPServer.stdio("x", timeout=0), "timeout", id="timeout"),
+        pytest.param(
+            lambda: MCPServer.stdio("x", sampling_model=" "), "sampling_model", id="sampling-model"
+        ),
+        pytest.param(
+            lambda: MCPServer.stdio("x", sampling_max_requests=0),
+            "sampling_max_requests must be > 0",
+            id="sampling-requests",
+        ),
+        pytest.param(
+            lambda: MCPServer.stdio("x", sampling_max_tokens=-1),
+            "sampling_max_tokens must be > 0",
+            id="sampling-tokens",
+        ),
+        pytest.param(
+            lambda: MCPSampling(max_requests=0), "max_requests and max_tokens", id="sampling"
+        ),
     ],
 )
 def test_bad_declarations(make: Any, message: str) -> None:
@@ -143,6 +159,9 @@ def test_per_server_options() -> None:
                     "prefix": "git.local",
                     "instructions": True,
                     "max_result_chars": 5000,
+                    "sampling_model": "claude-sonnet-5-5",
+                    "sampling_max_requests": 3,
+                    "sampling_max_tokens": 4000,
                 }
             }
         }
@@ -156,6 +175,8 @@ def test_per_server_options() -> None:
         False,
     ]
     assert server.instructions is True and server.max_result_chars == 5000
+    assert (server.sampling, server.sampling_model) == (True, "claude-sonnet-5-5")
+    assert (server.sampling_max_requests, server.sampling_max_tokens) == (3, 4000)
     assert MCPServer.stdio("x", protocol="2026-07-28").mode == "2026-07-28"
     assert MCPServer.stdio("x").mode == "auto"
 
@@ -235,6 +256,21 @@ def test_the_documented_example_loads(monkeypatch: pytest.MonkeyPatch) -> None:
             {"mcpServers": {"a": {"command": "x", "timeout": "5"}}},
             "mcpServers.a.timeout: expected a number",
             id="timeout",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "sampling_max_tokens": "5"}}},
+            "mcpServers.a.sampling_max_tokens: expected a number of tokens",
+            id="sampling-tokens",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "sampling_model": 5}}},
+            "mcpServers.a.sampling_model: expected a model name",
+            id="sampling-model",
+        ),
+        pytest.param(
+            {"mcpServers": {"a": {"command": "x", "sampling_max_requests": 0}}},
+            "mcpServers.a: MCP server 'a': sampling_max_requests must be > 0",
+            id="sampling-zero",
         ),
         pytest.param(
             {"mcpServers": {"a": {"command": "${MCP_TEST_NEVER_SET}"}}},

@@ -20,9 +20,11 @@ import anyio
 import mcp.types as mcp_types
 import pytest
 from _mcp_support import free_port, wait_until
-from agentloop import Agent, ToolProgress
+from agentloop import Agent, AnthropicProvider, ToolProgress
 from agentloop.messages import ImageBlock, TextBlock
-from agentloop.testing import ScriptedProvider, reply, tool_call
+from agentloop.pricing import cost_of
+from agentloop.result import Usage
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 from agentloop_mcp import MCPSampling, MCPServer, MCPToolSource
 
@@ -250,3 +252,31 @@ def _sample_value(spec: dict[str, Any]) -> Any:
     if kind in ("integer", "number"):
         return spec.get("minimum", 1)
     return spec.get("default", "Ada")
+
+
+async def test_sampling_is_answered_by_the_run_model_and_counted(declared: MCPServer) -> None:
+    """With no `MCPSampling`, `trigger-sampling-request` reaches the calling run's model."""
+    model_name = "claude-sonnet-4-6"
+    script = [
+        reply(
+            tool_call("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 20}),
+            usage={"input_tokens": 100, "output_tokens": 20},
+        ),
+        reply("hi from the run's model", usage={"input_tokens": 30, "output_tokens": 5}),
+        reply("done", usage={"input_tokens": 150, "output_tokens": 10}),
+    ]
+    async with MessagesServer(script) as model, MCPToolSource([declared]) as source:
+        provider = AnthropicProvider(model.client())
+        agent = Agent(provider=provider, model=model_name, tools=source.tools())
+        result = await agent.run("Ask the server to sample.")
+    [call] = result.tool_calls
+    assert not call.is_error and "hi from the run's model" in text_of(call.output)
+    sampled = model.requests[1]
+    assert sampled["model"] == model_name and sampled["max_tokens"] == 20
+    assert "Say hi" in json.dumps(sampled["messages"])
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (280, 35)
+    assert result.usage.requests == 3
+    costs = [
+        cost_of(model_name, Usage(i, o, requests=1)) for i, o in [(100, 20), (30, 5), (150, 10)]
+    ]
+    assert result.cost == pytest.approx(sum(c for c in costs if c is not None))

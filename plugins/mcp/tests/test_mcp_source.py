@@ -36,6 +36,7 @@ EXPECTED = [
     "resources",
     "roots",
     "sample",
+    "sample_in_call",
     "slow_read",
     "slow_write",
     "stats",
