@@ -340,6 +340,12 @@ class CallGroup:
             _raise(self._fatal)
         return handled
 
+    @property
+    def cancel_scope(self) -> anyio.CancelScope:
+        """The group's cancel scope, when its calls run in an anyio task group (see `cancel`)."""
+        assert isinstance(self._group, anyio.abc.TaskGroup)
+        return self._group.cancel_scope
+
     def cancel(self) -> None:
         """Cancel every call of the group."""
         if isinstance(self._group, anyio.abc.TaskGroup):

@@ -491,6 +491,9 @@ async def test_a_run_waits_for_exactly_its_external_results(client: Client, queu
             await handle.execute_update(
                 "external_results", {"toolu_ask": "Paris", "toolu_look": "extra"}
             )
+        misfiled = {"type": "tool_result", "tool_use_id": "toolu_look", "content": "Paris"}
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("external_results", {"toolu_ask": misfiled})
         await handle.execute_update("external_results", {"toolu_ask": "Paris"})
         result = await result_of(handle)
     assert result.stop_reason == "end_turn" and result.text == "Thanks." and result.rounds == 2

@@ -34,12 +34,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.worker import Worker
 
 from agentloop import Agent, errors
-from agentloop.errors import AgentloopError, ProviderError
+from agentloop.errors import AgentloopError, ProviderError, ResumeError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
 from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
+from agentloop.resume import plan
 from agentloop.run import RunState
 from agentloop.state import PausedRun
 from agentloop.tools import ToolCall, ToolResult
@@ -218,6 +219,7 @@ class TemporalAgent:
                 if result.stop_reason != "tool_use" or not wait or result.approvals:
                     return result_to_json(result)
                 state.pending = {p["id"] for p in result.pending}
+                state.paused = result.state
                 state.answers = None
                 try:
                     await workflow.wait_condition(
@@ -491,6 +493,8 @@ class _WorkflowState:
 
     pending: set[str] | None = None
     """The ids of the external calls the run waits for (None: it waits for none)."""
+    paused: dict[str, Any] | None = None
+    """The waiting run's state (`RunResult.state`)."""
     answers: dict[str, Any] | None = None
     """Their results, once an update gave them."""
 
@@ -523,6 +527,10 @@ class AgentWorkflow:
             raise ValueError(
                 f"results must answer exactly the calls {sorted(pending)}, not {sorted(results)}"
             )
+        try:  # the checks `Agent.resume` makes (results that are not tool results, ...)
+            plan(self.state.paused, None, results, self.durable.agent.registry)
+        except ResumeError as exc:
+            raise ValueError(str(exc)) from exc
 
 
 def _workflow_class(durable: TemporalAgent) -> type[AgentWorkflow]:
