@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 temporalio = pytest.importorskip("temporalio", reason="the `temporal` extra is not installed")
 
@@ -247,6 +248,34 @@ async def test_a_durable_run_equals_a_plain_run_and_replays(
         await Replayer(workflows=[reordered.workflow]).replay_workflow(history)
 
 
+class Forecast(BaseModel):
+    city: str
+    degrees: int
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+async def test_a_typed_output_comes_back_typed(client: Client, queue: str, mode: str) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            return reply(tool_call("lookup", {"key": "Paris"}, id="toolu_look"))
+        if mode == "tool":
+            return reply(
+                tool_call("final_result", {"city": "Paris", "degrees": 21}, id="toolu_out")
+            )
+        return reply('{"city": "Paris", "degrees": 21}')
+
+    def agent() -> Agent[Forecast]:
+        provider = ScriptedProvider(script)
+        return Agent(provider=provider, tools=[lookup], output_type=Forecast, output_mode=mode)  # type: ignore[arg-type]
+
+    plain = await agent().run("Weather?")
+    durable = TemporalAgent(agent(), name=f"typed-{mode}")
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Weather?", run_id=run_id(), task_queue=queue)
+    assert result.output == plain.output == Forecast(city="Paris", degrees=21)
+    same_run(result, plain)
+
+
 # -- a worker killed after a tool's effect, before its activity is recorded
 
 
@@ -462,6 +491,9 @@ async def test_a_run_waits_for_exactly_its_external_results(client: Client, queu
             await handle.execute_update(
                 "external_results", {"toolu_ask": "Paris", "toolu_look": "extra"}
             )
+        misfiled = {"type": "tool_result", "tool_use_id": "toolu_look", "content": "Paris"}
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("external_results", {"toolu_ask": misfiled})
         await handle.execute_update("external_results", {"toolu_ask": "Paris"})
         result = await result_of(handle)
     assert result.stop_reason == "end_turn" and result.text == "Thanks." and result.rounds == 2

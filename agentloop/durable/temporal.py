@@ -25,6 +25,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -32,12 +34,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.worker import Worker
 
 from agentloop import Agent, errors
-from agentloop.errors import AgentloopError, ProviderError
+from agentloop.errors import AgentloopError, ProviderError, ResumeError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
 from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
+from agentloop.resume import plan
 from agentloop.run import RunState
 from agentloop.state import PausedRun
 from agentloop.tools import ToolCall, ToolResult
@@ -216,6 +219,7 @@ class TemporalAgent:
                 if result.stop_reason != "tool_use" or not wait or result.approvals:
                     return result_to_json(result)
                 state.pending = {p["id"] for p in result.pending}
+                state.paused = result.state
                 state.answers = None
                 try:
                     await workflow.wait_condition(
@@ -347,15 +351,18 @@ class TemporalAgent:
             wait_for_external=wait_for_external,
             task_queue=task_queue,
         )
-        return await result_of(handle)
+        return await result_of(handle, self.agent.output_type)
 
 
 DurableAgent = TemporalAgent
 """The same class, under the name each durable engine's module gives its agent."""
 
 
-async def result_of(handle: WorkflowHandle[Any, Any]) -> RunResult[Any]:
-    """The result of a run's workflow; its failure raised as the agentloop error it was."""
+async def result_of(handle: WorkflowHandle[Any, Any], output_type: Any = str) -> RunResult[Any]:
+    """The result of a run's workflow; its failure raised as the agentloop error it was.
+
+    `output_type` is the agent's (`Agent.output_type`): the output is read back as one.
+    """
     try:
         data = await handle.result()
     except WorkflowFailureError as exc:
@@ -369,9 +376,9 @@ async def result_of(handle: WorkflowHandle[Any, Any]) -> RunResult[Any]:
         details = details if isinstance(details, dict) else {}
         error = error_class(cause.message, **details.get("fields", {}))
         partial = details.get("result")
-        error.result = None if partial is None else result_from_json(partial)
+        error.result = None if partial is None else result_from_json(partial, output_type)
         raise error from exc
-    return result_from_json(data)
+    return result_from_json(data, output_type)
 
 
 _ERROR_FIELDS = ("status_code", "request_id", "body", "headers", "limit", "bound", "value", "sent")
@@ -416,6 +423,11 @@ class TemporalEffects:
     ) -> ToolResult:
         """The result, from the activity `tool:{round_}:{call.id}`."""
         durable = self.durable
+        if call.name not in durable.agent.registry:
+            # A final-result call (the run's output validates it, here in the workflow)
+            # or a name no tool has: nothing to perform, and the answer is the same on
+            # every replay.
+            return await run()
         run_id = workflow.info().workflow_id
         data = await workflow.execute_activity(
             durable.tool_activity_name,
@@ -481,6 +493,8 @@ class _WorkflowState:
 
     pending: set[str] | None = None
     """The ids of the external calls the run waits for (None: it waits for none)."""
+    paused: dict[str, Any] | None = None
+    """The waiting run's state (`RunResult.state`)."""
     answers: dict[str, Any] | None = None
     """Their results, once an update gave them."""
 
@@ -513,6 +527,10 @@ class AgentWorkflow:
             raise ValueError(
                 f"results must answer exactly the calls {sorted(pending)}, not {sorted(results)}"
             )
+        try:  # the checks `Agent.resume` makes (results that are not tool results, ...)
+            plan(self.state.paused, None, results, self.durable.agent.registry)
+        except ResumeError as exc:
+            raise ValueError(str(exc)) from exc
 
 
 def _workflow_class(durable: TemporalAgent) -> type[AgentWorkflow]:
@@ -626,18 +644,22 @@ def without_sdk_retries(provider: Provider) -> Provider:
 def result_to_json(result: RunResult[Any]) -> dict[str, Any]:
     """A run's result as plain JSON values (the workflow's result)."""
     data = asdict(result)
-    data["output"] = result.output if isinstance(result.output, (str, type(None))) else None
+    data["output"] = to_jsonable_python(result.output)
     return data
 
 
-def result_from_json(data: Mapping[str, Any]) -> RunResult[Any]:
-    """The result `result_to_json` wrote."""
+def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResult[Any]:
+    """The result `result_to_json` wrote, its output read back as `output_type`."""
+    output = data["output"]
+    if output is not None and output_type is not str:
+        output = TypeAdapter(output_type).validate_python(output)
     return RunResult(
         **{
             **data,
             "tool_calls": [ToolCallRecord(**c) for c in data["tool_calls"]],
             "usage": Usage(**data["usage"]),
             "approvals": [ApprovalRequest(**a) for a in data["approvals"]],
+            "output": output,
         }
     )
 
