@@ -20,7 +20,7 @@ import os
 import random
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,8 +105,8 @@ def play(
     seed: int,
     *,
     external: bool = False,
-    crashes: list[str] = (),  # type: ignore[assignment]
-    kill_after: list[float | None] = (),  # type: ignore[assignment]
+    crashes: Sequence[str] = (),
+    kill_after: Sequence[float | None] = (),
 ) -> Played:
     """Play one run in child processes until one completes it.
 
