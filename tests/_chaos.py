@@ -23,7 +23,6 @@ import random
 import re
 import signal
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,8 +205,9 @@ class Crash:
     starts; `after-model:<round>` when that round's response has arrived, before it is
     returned; `between:<round>` when the slow-first call of that round sees its siblings
     completed (and recorded, where the engine tells); `external-wait` while the run waits
-    for the external results; `event:<n>` at the n-th of those observable moments
-    (seeded random points).
+    for the external results; `event:<n>` at the n-th observable moment of this process
+    (a response, a call's start, effect or finish, a slow call's wait; seeded random
+    points).
     """
 
     def __init__(self, spec: str = "") -> None:
@@ -434,7 +434,3 @@ def effects_by_key(ledger: list[dict[str, Any]]) -> dict[str, int]:
     for entry in ledger:
         counts[entry["key"]] = counts.get(entry["key"], 0) + 1
     return counts
-
-
-def deadline(seconds: float) -> float:
-    return time.monotonic() + seconds

@@ -197,8 +197,10 @@ async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) ->
         async def answered() -> bool:
             try:
                 await handle.execute_update("external_results", external_results(seed))
-            except WorkflowUpdateFailedError:
-                return False  # not waiting (yet, or any more: the run then ends)
+            except (WorkflowUpdateFailedError, RPCError):
+                # Refused: not waiting (yet, or any more: an earlier attempt's answer got
+                # there); or aborted: the run ended meanwhile. Either way the run goes on.
+                return False
             return True
 
         await until(answered, ATTEMPT_SECONDS)

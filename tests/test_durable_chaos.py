@@ -9,8 +9,8 @@ been asked again only for responses a crash kept from being recorded. The negati
 control (`tally`, which ignores the key) and the engine-less `direct` child show that
 these checks fail when they should.
 
-`AGENTLOOP_CHAOS_RUNS=200` plays that many seeded random runs per engine instead of the
-default few.
+`AGENTLOOP_CHAOS_RUNS=200` plays that many seeded random runs per engine (one test each)
+instead of the default two.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import random
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,8 @@ from _durable_engines import (  # the servers are session fixtures
 from agentloop import AnthropicProvider
 from agentloop.testing import MessagesServer, ScriptedProvider
 
-pytestmark = pytest.mark.durable
+# A run may take a dozen attempts; a session's servers stop in its last test's teardown.
+pytestmark = [pytest.mark.durable, pytest.mark.timeout(300)]
 
 MAX_ATTEMPTS = 12
 RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "2"))
@@ -104,8 +105,8 @@ def play(
     seed: int,
     *,
     external: bool = False,
-    crashes: list[str] = (),  # type: ignore[assignment]
-    kill_after: list[float | None] = (),  # type: ignore[assignment]
+    crashes: Sequence[str] = (),
+    kill_after: Sequence[float | None] = (),
 ) -> Played:
     """Play one run in child processes until one completes it.
 
@@ -329,24 +330,28 @@ def test_the_negative_control_ignoring_its_key_has_its_effect_twice(
     replays(engine, played)
 
 
+@pytest.mark.parametrize("n", range(RANDOM_RUNS))
 def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
-    forks: ForkServer, engine: Engine, model_server: tuple[MessagesServer, Path], tmp_path: Path
+    forks: ForkServer,
+    engine: Engine,
+    model_server: tuple[MessagesServer, Path],
+    tmp_path: Path,
+    n: int,
 ) -> None:
-    rng = random.Random(2311)
-    for n in range(RANDOM_RUNS):
-        seed = 100 + n
-        external = rng.random() < 0.3
-        crashes, timed = random_crashes(rng)
-        played = play(
-            forks,
-            engine,
-            model_server,
-            tmp_path / f"run-{n}",
-            seed,
-            external=external,
-            crashes=crashes,
-            kill_after=timed,
-        )
-        found = problems(played, reference(seed, external, tmp_path / f"ref-{n}"))
-        assert found == [], f"run {n} (seed {seed}, crashes {crashes}, {timed}): {found}"
-        replays(engine, played)
+    rng = random.Random(2311 + n)
+    seed = 100 + n
+    external = rng.random() < 0.3
+    crashes, timed = random_crashes(rng)
+    played = play(
+        forks,
+        engine,
+        model_server,
+        tmp_path / "run",
+        seed,
+        external=external,
+        crashes=crashes,
+        kill_after=timed,
+    )
+    found = problems(played, reference(seed, external, tmp_path / "ref"))
+    assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
+    replays(engine, played)
