@@ -38,6 +38,7 @@ from agentloop.compaction import (
     context_management_params,
     is_length_refusal,
 )
+from agentloop.effects import OnEvent
 from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from agentloop.events import (
     Event,
@@ -72,7 +73,6 @@ from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
     Provider,
-    StreamEvent,
     StreamingProvider,
 )
 from agentloop.providers.caching import CacheSetting, cache_marker
@@ -923,18 +923,19 @@ class Agent(Generic[OutputT]):
         run: RunState,
         request: ModelRequest,
         emit: Emit | None,
-        on_event: Callable[[StreamEvent], Awaitable[None]],
+        on_event: OnEvent,
     ) -> ModelResponse:
         """Send `request`; streamed to `on_event` when the run streams and the provider can."""
         started = time.perf_counter()
-        send = partial(self._ask, request, emit, on_event)
+        send = partial(self._ask, request)
+        stream = None if emit is None else on_event
         if run.tracing is None:
-            response = await run.effects.model(request, run.rounds, send)
+            response = await run.effects.model(request, run.rounds, send, stream)
         else:
             provider = _provider_name(self.provider)
             tracing = run.tracing
             with tracing.chat(provider, self.model, self.max_tokens, request.messages) as span:
-                response = await run.effects.model(request, run.rounds, send)
+                response = await run.effects.model(request, run.rounds, send, stream)
                 record_response(span, response, tracing.capture_content)
         run.log.info(
             "model.request",
@@ -947,13 +948,9 @@ class Agent(Generic[OutputT]):
         )
         return response
 
-    async def _ask(
-        self,
-        request: ModelRequest,
-        emit: Emit | None,
-        on_event: Callable[[StreamEvent], Awaitable[None]],
-    ) -> ModelResponse:
-        if emit is not None and isinstance(self.provider, StreamingProvider):
+    async def _ask(self, request: ModelRequest, on_event: OnEvent | None) -> ModelResponse:
+        """Send `request`, streamed to `on_event` when one is given and the provider can."""
+        if on_event is not None and isinstance(self.provider, StreamingProvider):
             return await self.provider.stream(request, on_event)
         return await self.provider.complete(request)
 

@@ -11,6 +11,12 @@ An `Effects` gets the value of each effect (the request; the call) with its roun
 function performing it here and now. It returns the outcome, which must equal what that
 function returned (or, on a replay, what it returned the first time).
 
+A streamed run's model request also comes with the turn's handler of streamed events:
+`DIRECT` streams to it, so the turn reports deltas and starts tool calls as their blocks
+close. A durable engine streams elsewhere (to its own stream of events, `agentloop.durable.
+streams`) or not at all: the turn then sees the response only when it is whole, as it
+does on a replay, and starts every call after it, in `tool_use` order.
+
 An `Effects` may also say what a turn's calls run in, with a `task_group()` method
 returning `CallTasks`; without one (as `DIRECT`), they run in an anyio task group. An
 engine whose event loop cannot take anyio's cancel scopes needs this: on Temporal's
@@ -25,10 +31,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .providers.base import ModelRequest, ModelResponse
+    from .providers.base import ModelRequest, ModelResponse, StreamEvent
     from .tools import ToolCall, ToolResult
 
-__all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects")
+__all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects", "OnEvent", "Send")
+
+OnEvent = Callable[["StreamEvent"], Awaitable[None]]
+"""A handler of the events of a streamed model response."""
+
+Send = Callable[["OnEvent | None"], Awaitable["ModelResponse"]]
+"""`send(on_event)` sends a model request; it streams the response to `on_event` when one
+is given and the provider can stream, and returns the whole response."""
 
 
 class Effects(Protocol):
@@ -38,9 +51,14 @@ class Effects(Protocol):
         self,
         request: ModelRequest,
         round_: int,
-        send: Callable[[], Awaitable[ModelResponse]],
+        send: Send,
+        stream: OnEvent | None,
     ) -> ModelResponse:
-        """The response to `request`, the request of round `round_`; `send()` sends it."""
+        """The response to `request`, the request of round `round_`; `send` sends it.
+
+        `stream` is the turn's handler of streamed events when the run streams, else
+        None: `send(stream)` is the plain way (see the module for the other).
+        """
         ...
 
     async def tool(
@@ -86,10 +104,11 @@ class DirectEffects:
         self,
         request: ModelRequest,
         round_: int,
-        send: Callable[[], Awaitable[ModelResponse]],
+        send: Send,
+        stream: OnEvent | None,
     ) -> ModelResponse:
-        """`await send()`."""
-        return await send()
+        """`await send(stream)`."""
+        return await send(stream)
 
     async def tool(
         self,

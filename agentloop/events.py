@@ -8,10 +8,14 @@ carrying the same `RunResult` that `Agent.run()` returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-from .providers.base import ModelResponse, StreamEvent
+from .messages import ToolUseBlock
+from .providers.base import BlockDelta, BlockStart, ModelResponse, StreamEvent
 from .result import RunResult, Usage
+
+if TYPE_CHECKING:
+    from .tools import ToolResult
 
 __all__ = (
     "ApprovalRequested",
@@ -24,6 +28,7 @@ __all__ = (
     "RoundFinished",
     "RunFinished",
     "RunStarted",
+    "StepRestarted",
     "TextDelta",
     "ThinkingDelta",
     "ToolCallReady",
@@ -31,6 +36,7 @@ __all__ = (
     "ToolInputDelta",
     "ToolProgress",
     "ToolResultEvent",
+    "friendly_event",
 )
 
 
@@ -127,6 +133,13 @@ class ToolResultEvent:
     output: str
     duration: float
 
+    @classmethod
+    def of(cls, round_: int, result: ToolResult) -> ToolResultEvent:
+        """The event of `result`, a result of round `round_` (as sent: `tools.sendable`)."""
+        return cls(
+            round_, result.tool_use_id, result.name, result.is_error, result.text, result.duration
+        )
+
 
 @dataclass(frozen=True)
 class ToolProgress:
@@ -200,6 +213,23 @@ class OutputReady:
 
 
 @dataclass(frozen=True)
+class StepRestarted:
+    """A step of a durable run is performed again: its earlier attempt's events are void.
+
+    Only a durable run's stream (`agentloop.durable`) has these. When the worker running a
+    step dies (or the step fails and is retried), the step runs again from its start, and
+    the events its earlier attempt streamed (the model's deltas of that round, or a tool's
+    progress) did not make it into the run: drop the text shown for them.
+    """
+
+    round: int
+    tool_use_id: str | None
+    """The call whose tool runs again, or None for the model request of the round."""
+    attempt: int
+    """Which attempt this is; it grows with each one."""
+
+
+@dataclass(frozen=True)
 class RunFinished:
     """The run ended; `result` is what `Agent.run()` would have returned."""
 
@@ -222,6 +252,26 @@ Event = Union[  # noqa: UP007 (readable as a list)
     RoundFinished,
     PartialOutput,
     OutputReady,
+    StepRestarted,
     RunFinished,
 ]
 """Any event of a streamed run."""
+
+
+def friendly_event(round_: int, event: StreamEvent, tool_ids: dict[int, str]) -> Event | None:
+    """The `TextDelta`, `ThinkingDelta`, `ToolCallStarted` or `ToolInputDelta` of `event`.
+
+    `event` is a streamed model event of round `round_`; None when it makes none of them.
+    `tool_ids` maps the index of each tool_use block begun so far to its id (this fills it).
+    """
+    if isinstance(event, BlockDelta):
+        if event.kind == "text":
+            return TextDelta(round_, event.index, event.value)
+        if event.kind == "thinking":
+            return ThinkingDelta(round_, event.index, event.value)
+        if event.kind == "input_json" and event.index in tool_ids:
+            return ToolInputDelta(round_, event.index, tool_ids[event.index], event.value)
+    elif isinstance(event, BlockStart) and isinstance(event.block, ToolUseBlock):
+        tool_ids[event.index] = event.block.id
+        return ToolCallStarted(round_, event.index, event.block.id, event.block.name)
+    return None

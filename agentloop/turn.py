@@ -19,16 +19,13 @@ from agentloop.events import (
     Event,
     ModelResponded,
     ModelStreamEvent,
-    TextDelta,
-    ThinkingDelta,
     ToolCallReady,
-    ToolCallStarted,
-    ToolInputDelta,
     ToolResultEvent,
+    friendly_event,
 )
 from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, ToolUseBlock
-from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
+from agentloop.providers.base import BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
 from agentloop.run import CANCELLED_MESSAGE, RunState
 from agentloop.tools import ToolCall, ToolResult, sendable
@@ -135,22 +132,10 @@ class Turn:
                     )
                 if eager:
                     self.start(call)
-        elif self.emit is None:
-            return
-        elif isinstance(event, BlockDelta):
-            if event.kind == "text":
-                await self.emit(TextDelta(self.round, event.index, event.value))
-            elif event.kind == "thinking":
-                await self.emit(ThinkingDelta(self.round, event.index, event.value))
-            elif event.kind == "input_json" and event.index in self.ids:
-                await self.emit(
-                    ToolInputDelta(self.round, event.index, self.ids[event.index], event.value)
-                )
-        elif isinstance(event, BlockStart) and isinstance(event.block, ToolUseBlock):
-            self.ids[event.index] = event.block.id
-            await self.emit(
-                ToolCallStarted(self.round, event.index, event.block.id, event.block.name)
-            )
+        if self.emit is not None:
+            friendly = friendly_event(self.round, event, self.ids)
+            if friendly is not None:
+                await self.emit(friendly)
 
     def start(self, call: ToolCall) -> None:
         """Run `call` in a task of the turn's group (once)."""
@@ -164,16 +149,7 @@ class Turn:
         result = sendable(result)
         self.results[result.tool_use_id] = result
         if self.emit is not None:
-            await self.emit(
-                ToolResultEvent(
-                    self.round,
-                    result.tool_use_id,
-                    result.name,
-                    result.is_error,
-                    result.text,
-                    result.duration,
-                )
-            )
+            await self.emit(ToolResultEvent.of(self.round, result))
 
     # -- once the whole response is in
 
@@ -181,17 +157,23 @@ class Turn:
         """Add the response to the history and start (or answer) its remaining calls."""
         calls = self.run.add_response(response, self._not_runnable(response))
         self.responded = True
+        ready = []
         for call in calls:
             if call.id in self.started:
                 continue
             if self._handed_back(call):
                 await self._announce_wait(call)
-                continue
-            if call.error is not None:
+            elif call.error is not None:
                 await self.finished(ToolResult.error(call, call.error, ran=False))
-                continue
-            if self.emit is not None and call.id not in self.announced:
-                await self.emit(ToolCallReady(self.round, call.id, call.name, call.input, False))
+            else:
+                if self.emit is not None and call.id not in self.announced:
+                    await self.emit(
+                        ToolCallReady(self.round, call.id, call.name, call.input, False)
+                    )
+                ready.append(call)
+        # Every event first, then every start: what the calls' tasks do never lands
+        # between two of the turn's own events (a durable engine records those in order).
+        for call in ready:
             self.start(call)
         return calls
 

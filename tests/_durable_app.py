@@ -9,6 +9,8 @@ the run `RUN_ID` and prints what happened on stdout, one line each:
 - `EFFECT <item>` when the tool has made its effect (with `DURABLE_HANG=<item>` in the
   environment, that call then hangs, waiting to be killed);
 - `WAITING` when the run waits for external results (`DURABLE_WAIT=1`);
+- `DELTA <text>` for each `TextDelta` of the run's events (`DURABLE_STREAM=1`: the run is
+  read with `run_stream`, its model's answers paced by `paced_script`);
 - `RESULT <json>` and `REQUESTS <n>` (model requests this process sent) at the end.
 """
 
@@ -25,7 +27,8 @@ from typing import Any
 import anyio
 
 from agentloop import Agent, AnthropicProvider, RunContext, tool
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.events import TextDelta
+from agentloop.testing import MessagesServer, Paced, reply, tool_call
 
 EXTERNAL = {
     "name": "ask_user",
@@ -46,6 +49,11 @@ def script(request: dict[str, Any]) -> dict[str, Any]:
             calls.append(tool_call("ask_user", {"question": "Colour?"}, id="toolu_ask"))
         return reply("Recording both.", *calls, usage={"input_tokens": 30, "output_tokens": 7})
     return reply("Both recorded.", usage={"input_tokens": 50, "output_tokens": 3})
+
+
+def paced_script(request: dict[str, Any]) -> Paced:
+    """`script`'s answer, streamed with pauses: a model still writing it for a while."""
+    return Paced(script(request), block_delay=0.4)
 
 
 def ledger_once(path: Path, key: str, result: str) -> str:
@@ -97,10 +105,17 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
     from agentloop.durable.dbos import DurableAgent
     from agentloop.durable.records import result_to_json
 
-    async with MessagesServer(script) as server:
+    streams = os.environ.get("DURABLE_STREAM") == "1"
+    async with MessagesServer(paced_script if streams else script) as server:
         durable = DurableAgent(make_agent(server))
         launch()  # recovers a run an earlier process left unfinished
         wait = os.environ.get("DURABLE_WAIT") == "1"
+        arguments: dict[str, Any] = {
+            "run_id": run_id,
+            "deps": {"ledger": str(Path(workdir) / "ledger.jsonl")},
+            "external_tools": [EXTERNAL] if wait else (),
+            "wait_for_external": timedelta(seconds=60) if wait else None,
+        }
 
         async def announce_wait() -> None:
             if await durable.waiting(run_id, wait_seconds=30) is not None:
@@ -109,13 +124,15 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
         async with anyio.create_task_group() as group:
             if wait:
                 group.start_soon(announce_wait)
-            result = await durable.run(
-                "Record a and b.",
-                run_id=run_id,
-                deps={"ledger": str(Path(workdir) / "ledger.jsonl")},
-                external_tools=[EXTERNAL] if wait else (),
-                wait_for_external=timedelta(seconds=60) if wait else None,
-            )
+            if streams:
+                async with durable.run_stream("Record a and b.", **arguments) as stream:
+                    async for event in stream:
+                        if isinstance(event, TextDelta):
+                            print(f"DELTA {event.text}", flush=True)
+                assert stream.result is not None
+                result = stream.result
+            else:
+                result = await durable.run("Record a and b.", **arguments)
         print("RESULT " + json.dumps(result_to_json(result)), flush=True)
         print(f"REQUESTS {len(server.model.requests)}", flush=True)
 

@@ -12,6 +12,8 @@ from agentloop import Agent, AnthropicProvider, OpenAIChatProvider
 from agentloop.testing import ChatCompletionsServer, MessagesServer, SteppedProvider
 
 ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
+pytest_plugins = ("_dbos",)  # DBOS's fixtures: `database`, `launch`, `postgres`
+
 OPENAI = [
     pytest.param("openai-json", id="openai-json"),
     pytest.param("openai-sse", id="openai-sse"),

@@ -10,24 +10,16 @@ DBOS runs on asyncio, so these tests do too.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import _durable_app as app
 import anyio
 import pytest
-from _gateway import free_port
+from _dbos import child
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -47,57 +39,6 @@ from agentloop.result import RunResult
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable
-
-APP = Path(__file__).parent / "_durable_app.py"
-
-
-def _postgres_bin() -> Path | None:
-    """Where PostgreSQL's server programs are, if it is installed."""
-    found = shutil.which("pg_ctl")
-    if found is not None:
-        return Path(found).resolve().parent
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    return versions[-1].parent if versions else None
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    """A PostgreSQL server of this module's own, in a temporary directory; its base URL."""
-    bin_dir = _postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
-    home = Path(tempfile.mkdtemp(prefix="agentloop-pg-"))
-    # The server refuses to run as root: as root, run it as the `postgres` user.
-    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if as_user:
-        shutil.chown(home, "postgres")
-    data, port = home / "data", free_port()
-    run = partial(subprocess.run, check=True, stdout=subprocess.DEVNULL, timeout=120)
-    run([*as_user, bin_dir / "initdb", "-D", data, "-U", "postgres", "--auth=trust"])
-    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
-    pg_ctl = [*as_user, bin_dir / "pg_ctl", "-D", data, "-l", home / "log"]
-    run([*pg_ctl, "-o", options, "-w", "start"])  # -w: returns once it accepts connections
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}"
-    finally:
-        run([*pg_ctl, "-m", "immediate", "stop"])
-        shutil.rmtree(home, ignore_errors=True)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh DBOS system database: a SQLite file, or a new database on PostgreSQL."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    base = request.getfixturevalue("postgres")
-    return f"{base}/agentloop_{uuid.uuid4().hex[:12]}"  # DBOS creates it
-
-
-@pytest.fixture
-def launch(database: str) -> Iterator[Callable[[], None]]:
-    """`launch()` DBOS on `database`, once the test's durable agents are registered."""
-    yield lambda: (DBOS(config=app.dbos_config(database)), DBOS.launch())[-1]
-    DBOS.destroy(destroy_registry=True)
 
 
 def _log(result: Any) -> list[tuple[Any, ...]]:
@@ -213,53 +154,13 @@ async def test_inside_a_workflow_of_your_own_the_steps_are_its_steps(
     ]
 
 
-async def _lines(process: anyio.abc.Process) -> AsyncIterator[str]:
-    assert process.stdout is not None
-    buffer = b""
-    async for chunk in process.stdout:
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.decode()
-
-
-async def _child(
-    database: str, run_id: str, workdir: Path, until: str | None = None, **env: str
-) -> dict[str, str]:
-    """Run tests/_durable_app.py; killed with SIGKILL at the line starting with `until`.
-
-    Returns its output lines by their first word.
-    """
-    seen: dict[str, str] = {}
-    environment = {**os.environ, **env}
-    process = await anyio.open_process(
-        [sys.executable, str(APP), database, run_id, str(workdir)],
-        env=environment,
-        stderr=subprocess.DEVNULL,
-    )
-    async with process:
-        with anyio.fail_after(60):
-            async for line in _lines(process):
-                word, _, rest = line.partition(" ")
-                seen[word] = rest
-                if until is not None and word == until:
-                    process.send_signal(signal.SIGKILL)
-                    break
-            await process.wait()
-    if until is None:
-        assert process.returncode == 0, seen
-    else:
-        assert process.returncode == -signal.SIGKILL
-    return seen
-
-
 async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
     tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
 ) -> None:
     # B has made its effect and hangs: the process dies before its step is recorded.
-    crashed = await _child(database, "crash-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
+    crashed = await child(database, "crash-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
     assert crashed["EFFECT"] == "b"
-    recovered = await _child(database, "crash-1", tmp_path)
+    recovered = await child(database, "crash-1", tmp_path)
     # The first process sent round 1; the second replays it and sends round 2 only.
     assert recovered["REQUESTS"] == "1"
     result = result_from_json(json.loads(recovered["RESULT"]))
@@ -278,7 +179,7 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
 async def test_a_run_waits_for_external_results_across_a_restart(
     tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:
-    crashed = await _child(database, "wait-1", tmp_path, until="WAITING", DURABLE_WAIT="1")
+    crashed = await child(database, "wait-1", tmp_path, until="WAITING", DURABLE_WAIT="1")
     assert "WAITING" in crashed
     # DBOS recovers the run on an event loop of its own: an in-process model, so that no
     # HTTP connection outlives the test on that loop.

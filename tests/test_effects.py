@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentloop import Agent, RunContext, tool
+from agentloop.effects import OnEvent, Send
 from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.testing import ScriptedProvider, reply, tool_call
 from agentloop.tools import ToolCall, ToolResult
@@ -41,12 +42,12 @@ class Recorder:
         self.order: list[str] = []
 
     async def model(
-        self, request: ModelRequest, round_: int, send: Callable[[], Awaitable[ModelResponse]]
+        self, request: ModelRequest, round_: int, send: Send, stream: OnEvent | None
     ) -> ModelResponse:
         key = f"model:{round_}"
         self.order.append(key)
         if not self.replaying:
-            self.record[key] = (await send()).to_json()
+            self.record[key] = (await send(stream)).to_json()
         return ModelResponse.from_json(self.record[key])
 
     async def tool(

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, Generic
 
 import anyio
@@ -30,21 +32,28 @@ from dbos import error as dbos_errors
 from agentloop.agent import Agent
 from agentloop.approval import Decision
 from agentloop.durable.records import result_from_json, result_to_json
+from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
+from agentloop.effects import OnEvent, Send
 from agentloop.errors import ConfigurationError, DecisionError, ResumeError
+from agentloop.events import ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
 from agentloop.messages import ContentBlock, Message
+from agentloop.progress import events_to
 from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import OutputT, RunResult
 from agentloop.resume import plan
 from agentloop.run import RunState
-from agentloop.tools import ToolCall, ToolDefinition, ToolResult
+from agentloop.tools import ToolCall, ToolDefinition, ToolResult, sendable
 
 __all__ = ("DurableAgent",)
 
 
 _POLL_SECONDS = 0.1
 """How often a caller attached to a run another process executes looks for its result."""
+
+_STREAM_POLL_SECONDS = 0.05
+"""How often a reader of a run's events looks for more (on SQLite; Postgres notifies)."""
 
 
 class DurableAgent(Generic[OutputT]):
@@ -104,16 +113,29 @@ class DurableAgent(Generic[OutputT]):
         self.tool_step_name = f"agentloop.{name}.tool"
         """The DBOS step of each tool call."""
 
-        async def model_step(send: Callable[[], Awaitable[ModelResponse]]) -> dict[str, Any]:
-            return (await send()).to_json()
+        async def model_step(send: Send, round_: int, run_id: str | None) -> dict[str, Any]:
+            if run_id is None:  # the run does not stream
+                return (await send(None)).to_json()
+            async with await _publisher(run_id, round_, "model") as publisher:
+                response = await send(publisher.model_event)
+            return response.to_json()
 
-        async def tool_step(run: Callable[[], Awaitable[ToolResult]]) -> dict[str, Any]:
-            return (await run()).to_json()
+        async def tool_step(
+            run: Callable[[], Awaitable[ToolResult]], round_: int, run_id: str | None, call_id: str
+        ) -> dict[str, Any]:
+            if run_id is None:
+                return (await run()).to_json()
+            async with await _publisher(run_id, round_, f"tool:{call_id}") as publisher:
+                with events_to(publisher.put):
+                    result = await run()
+                publisher.put(ToolResultEvent.of(round_, sendable(result)))
+            return result.to_json()
 
         async def workflow(request: dict[str, Any]) -> dict[str, Any]:
             run_id = DBOS.workflow_id
             assert run_id is not None  # DBOS runs this function as a workflow only
-            execution = _Execution(self, request, _Steps(self), _Mailbox(run_id))
+            steps = _Steps(self, run_id, request.get("stream", False), request["output_type"])
+            execution = _Execution(self, request, steps, _Mailbox(run_id), steps.publisher)
             return await execution.result(run_id)
 
         self._model_step = DBOS.step(name=self.model_step_name)(model_step)
@@ -168,6 +190,84 @@ class DurableAgent(Generic[OutputT]):
             ProviderError, ToolCallFailed, UsageLimitExceeded, OutputValidationError:
                 as for `Agent.run`, recorded as the workflow's error.
         """
+        if prompt is None and history is None and run_id is not None:
+            return await self.result(run_id, output_type=output_type)
+        request = self._request(
+            prompt, history, deps, external_tools, usage_limits, output_type, wait_for_external
+        )
+        parent = DBOS.workflow_id
+        if parent is not None:
+            inline_id = parent if run_id is None else run_id
+            steps = _Steps(self, inline_id, False, output_type)
+            execution = _Execution(self, request, steps, _Mailbox(inline_id), None)
+            return self._decode(await execution.result(inline_id), output_type)
+        handle = await self._start(request, run_id)
+        return await self._result_of(handle, output_type)
+
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        prompt: str | Sequence[ContentBlock] | None = None,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Message | Mapping[str, Any]] | None = None,
+        deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        usage_limits: UsageLimits | None = None,
+        output_type: Any = None,
+        wait_for_external: timedelta | None = None,
+    ) -> AsyncIterator[DurableStream[Any]]:
+        """Run durably as `run` does, with the run's events as they are published.
+
+        ```python
+        async with durable.run_stream("Charge order 42", run_id="order-42") as stream:
+            async for event in stream:
+                ...
+        print(stream.result.text)
+        ```
+
+        The events come through a DBOS stream of the run's workflow, from whichever
+        process executes it (see `agentloop.durable.streams` for what they are). With
+        `run_id` of a run that exists and no prompt or history, this attaches to that
+        run and reads its events from the first. Leaving the block stops reading; the
+        run goes on (`cancel` stops it).
+
+        The arguments are those of `run`. Call it outside a workflow.
+
+        Raises:
+            ConfigurationError: inside a workflow, or as `run` raises it.
+        """
+        if DBOS.workflow_id is not None:
+            raise ConfigurationError("run_stream starts a workflow: call it outside one")
+        if prompt is None and history is None and run_id is not None:
+            handle, output_type = await self._existing(run_id, output_type)
+        else:
+            request = self._request(
+                prompt, history, deps, external_tools, usage_limits, output_type, wait_for_external
+            )
+            handle = await self._start(request | {"stream": True}, run_id)
+        run_id = handle.get_workflow_id()
+        items = DBOS.read_stream_async(
+            run_id, _stream_key(run_id), polling_interval_sec=_STREAM_POLL_SECONDS
+        )
+        events = read_events(items, self._output_type(output_type))
+        try:
+            yield DurableStream(run_id, events, partial(self._result_of, handle, output_type))
+        finally:
+            await events.aclose()
+            await items.aclose()
+
+    def _request(
+        self,
+        prompt: str | Sequence[ContentBlock] | None,
+        history: Sequence[Message | Mapping[str, Any]] | None,
+        deps: Any,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
+        usage_limits: UsageLimits | None,
+        output_type: Any,
+        wait_for_external: timedelta | None,
+    ) -> dict[str, Any]:
+        """The workflow's input: the run's arguments as values DBOS records."""
         if wait_for_external is not None and (
             not isinstance(wait_for_external, timedelta) or wait_for_external <= timedelta(0)
         ):
@@ -176,9 +276,7 @@ class DurableAgent(Generic[OutputT]):
             raise ConfigurationError(
                 f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
             )
-        if prompt is None and history is None and run_id is not None:
-            return await self.result(run_id, output_type=output_type)
-        request = {
+        return {
             "messages": History.start(history, prompt).dump(),
             "external_tools": [
                 t.to_wire() if isinstance(t, ToolDefinition) else dict(t) for t in external_tools
@@ -188,21 +286,20 @@ class DurableAgent(Generic[OutputT]):
             "wait": None if wait_for_external is None else wait_for_external.total_seconds(),
             "deps": deps,
         }
-        parent = DBOS.workflow_id
-        if parent is not None:
-            inline_id = parent if run_id is None else run_id
-            execution = _Execution(self, request, _Steps(self), _Mailbox(inline_id))
-            return self._decode(await execution.result(inline_id), output_type)
+
+    async def _start(
+        self, request: dict[str, Any], run_id: str | None
+    ) -> WorkflowHandleAsync[dict[str, Any]]:
+        """Start the run's workflow (or get the one of that id)."""
         try:
-            json.dumps(deps)
+            json.dumps(request["deps"])
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(
                 f"deps are recorded with the run, so they must be JSON values ({exc}); "
                 "make live objects with DurableAgent(deps_factory=...)"
             ) from exc
         with SetWorkflowID(run_id) if run_id is not None else _no_id():
-            handle = await DBOS.start_workflow_async(self._workflow, request)
-        return await self._result_of(handle, output_type)
+            return await DBOS.start_workflow_async(self._workflow, request)
 
     async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
         """The result of the run `run_id`, waiting for it if it is under way.
@@ -214,13 +311,20 @@ class DurableAgent(Generic[OutputT]):
             ConfigurationError: there is no run `run_id`.
             ProviderError, ToolCallFailed, ...: the run's error, as `run` raises it.
         """
+        handle, output_type = await self._existing(run_id, output_type)
+        return await self._result_of(handle, output_type)
+
+    async def _existing(
+        self, run_id: str, output_type: Any
+    ) -> tuple[WorkflowHandleAsync[dict[str, Any]], Any]:
+        """The handle of the run `run_id`, and its output type (`output_type`, or its own)."""
         status = await DBOS.get_workflow_status_async(run_id)
         if status is None or status.input is None:
             raise ConfigurationError(f"there is no run {run_id!r}")
         if output_type is None:
             output_type = status.input["args"][0]["output_type"]
         handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)
-        return await self._result_of(handle, output_type)
+        return handle, output_type
 
     async def _result_of(
         self, handle: WorkflowHandleAsync[dict[str, Any]], output_type: Any
@@ -307,7 +411,7 @@ class DurableAgent(Generic[OutputT]):
         )
         with anyio.CancelScope() as scope:
             replay = _Replay(self, recorded, scope)
-            execution = _Execution(self, request, replay, replay)
+            execution = _Execution(self, request, replay, replay, None)
             data = await execution.result(run_id)
         if scope.cancelled_caught:
             data = execution.cancelled()
@@ -345,18 +449,33 @@ def _event(run_id: str) -> str:
 
 
 class _Steps:
-    """The effects of a run in a workflow: each one a DBOS step."""
+    """The effects of a run in a workflow: each one a DBOS step.
 
-    def __init__(self, durable: DurableAgent[Any]) -> None:
+    When the run streams, each step publishes its own events, and `publisher` the loop's.
+    """
+
+    def __init__(
+        self, durable: DurableAgent[Any], run_id: str, streams: bool, output_type: Any
+    ) -> None:
         self.durable = durable
+        self.run_id = run_id
+        self.publisher: RunPublisher | None = None
+        if streams:
+            write = partial(_write, run_id)
+            self.publisher = RunPublisher(write, durable._output_type(output_type))
 
     async def model(
         self,
         request: ModelRequest,
         round_: int,
-        send: Callable[[], Awaitable[ModelResponse]],
+        send: Send,
+        stream: OnEvent | None,
     ) -> ModelResponse:
-        return ModelResponse.from_json(await self.durable._model_step(send))
+        # The step streams to the run's stream, never to the turn: its calls start after
+        # the response, as they do when the recorded response is replayed.
+        streams = stream is not None and self.publisher is not None
+        data = await self.durable._model_step(send, round_, self.run_id if streams else None)
+        return ModelResponse.from_json(data)
 
     async def tool(
         self,
@@ -364,9 +483,29 @@ class _Steps:
         round_: int,
         run: Callable[[], Awaitable[ToolResult]],
     ) -> ToolResult:
+        streams = self.publisher is not None
+        if self.publisher is not None:
+            self.publisher.stepped.add(call.id)
         # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run)
+        step = self.durable._tool_step(run, round_, self.run_id if streams else None, call.id)
         return ToolResult.from_json(await step)
+
+
+def _stream_key(run_id: str) -> str:
+    return f"agentloop.events:{run_id}"
+
+
+async def _write(run_id: str, item: dict[str, Any]) -> None:
+    await DBOS.write_stream_async(_stream_key(run_id), item)
+
+
+async def _publisher(run_id: str, round_: int, step: str) -> StepPublisher:
+    """The publisher of a step's events; its attempt counts the workflow's executions."""
+    workflow_id = DBOS.workflow_id
+    assert workflow_id is not None  # called in a step
+    status = await DBOS.get_workflow_status_async(workflow_id)
+    attempt = (status.recovery_attempts if status is not None else None) or 1
+    return StepPublisher(partial(_write, run_id), round_, step, attempt)
 
 
 class _Mailbox:
@@ -415,7 +554,8 @@ class _Replay:
         self,
         request: ModelRequest,
         round_: int,
-        send: Callable[[], Awaitable[ModelResponse]],
+        send: Send,
+        stream: OnEvent | None,
     ) -> ModelResponse:
         return ModelResponse.from_json(await self._next(self.durable.model_step_name))
 
@@ -442,6 +582,7 @@ class _Execution:
     request: Mapping[str, Any]
     effects: Any
     mailbox: Any
+    emit: RunPublisher | None
     current: RunState | None = None
 
     async def result(self, run_id: str) -> dict[str, Any]:
@@ -462,7 +603,7 @@ class _Execution:
         )
         self.current = run
         run.perform_with(self.effects, run_id)
-        result = await drive(None)
+        result = await drive(self.emit)
         wait = request["wait"]
         while wait is not None and result.state is not None:
             await self.mailbox.publish(result_to_json(result, output_type))
@@ -479,9 +620,11 @@ class _Execution:
             await self.mailbox.publish(None)
             self.current = run
             run.perform_with(self.effects, run_id)
-            result = await drive(None)
+            result = await drive(self.emit)
         if wait is not None:
             await self.mailbox.publish(None)
+        if self.emit is not None:
+            await DBOS.close_stream_async(_stream_key(run_id))
         return result_to_json(result, output_type)
 
     def cancelled(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.worker import Worker
 
 from agentloop import Agent, errors
+from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError, ResumeError
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
@@ -396,7 +397,8 @@ class TemporalEffects:
         self,
         request: ModelRequest,
         round_: int,
-        send: Callable[[], Awaitable[ModelResponse]],
+        send: Send,
+        stream: OnEvent | None,
     ) -> ModelResponse:
         """The response, from the activity `model:{round_}`."""
         if round_ > 1 and self.durable.continue_now():
