@@ -21,7 +21,7 @@ import anyio
 
 from agentloop import Agent, RunContext, tool
 from agentloop.durable.temporal import TemporalAgent
-from agentloop.testing import reply, tool_call
+from agentloop.testing import Paced, reply, tool_call
 
 NAME = "ledger"
 
@@ -36,6 +36,11 @@ def ledger_script(body: dict[str, Any]) -> dict[str, Any]:
             tool_call("record", {"item": "b"}, id="toolu_rec_b"),
         )
     return reply("Recorded.")
+
+
+def paced_ledger_script(body: dict[str, Any]) -> Paced:
+    """`ledger_script`'s answer, streamed with pauses: a model still writing for a while."""
+    return Paced(ledger_script(body), block_delay=0.5)
 
 
 def read_ledger(path: Path) -> list[dict[str, str]]:

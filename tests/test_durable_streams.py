@@ -18,6 +18,7 @@ import _durable_app as app
 import anyio
 import pytest
 from _dbos import child
+from _events import STREAMED, by_kind, comparable, without_eager
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -177,51 +178,6 @@ def _agent(server: MessagesServer) -> Agent:
     return Agent(provider=AnthropicProvider(server.client()), tools=[measure], name="measurer")
 
 
-STREAMED = (ModelStreamEvent, TextDelta, ThinkingDelta, ToolCallStarted, ToolInputDelta)
-
-
-def _without_eager(events: list[Event]) -> list[Any]:
-    """The events of a plain stream as a durable run publishes them: no call starts early.
-
-    Its calls are ready once the response is in, with `eager=False`; the rest is as it was.
-    """
-    shown = []
-    for event in events:
-        if isinstance(event, ToolCallReady):
-            continue
-        shown.append(event)
-        if isinstance(event, ModelResponded):
-            shown += [
-                ToolCallReady(event.round, u.id, u.name, u.input, False)
-                for u in event.response.tool_uses
-            ]
-    return shown
-
-
-def _by_kind(events: list[Any]) -> list[Any]:
-    """What must be equal whatever order parallel calls finish in: their results by id."""
-    results = sorted((e for e in events if isinstance(e, ToolResultEvent)), key=str)
-    progress = sorted((e for e in events if isinstance(e, ToolProgress)), key=str)
-    rest = [e for e in events if not isinstance(e, (ToolResultEvent, ToolProgress))]
-    return [_plain(e) for e in rest] + [_plain(e) for e in results + progress]
-
-
-def _plain(event: Any) -> Any:
-    """`event` without what differs between two equal runs (ids, headers, durations)."""
-    if isinstance(event, ModelStreamEvent) and isinstance(event.event, MessageStart):
-        return ("message_start", event.round)
-    if isinstance(event, ModelResponded):
-        response = event.response
-        return ("responded", response.content, response.stop_reason, response.usage)
-    if isinstance(event, RunStarted):
-        return RunStarted("")
-    if isinstance(event, ToolResultEvent):
-        return (event.tool_use_id, event.output, event.is_error)
-    if isinstance(event, RunFinished):
-        return ("finished", event.result.messages, event.result.usage, event.result.text)
-    return event
-
-
 async def test_a_streamed_durable_run_publishes_a_plain_run_s_events(
     tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
 ) -> None:
@@ -235,12 +191,12 @@ async def test_a_streamed_durable_run_publishes_a_plain_run_s_events(
     assert stream.result is not None and plain.result is not None
     assert stream.result.messages == plain.result.messages
     assert stream.result.usage == plain.result.usage and stream.result.text == "Both are 3 m."
-    assert _by_kind(events) == _by_kind(_without_eager(expected))
+    assert by_kind(events) == by_kind(without_eager(expected))
     # In their order: the run, each request, its response streamed, its calls, the end.
     assert isinstance(events[0], RunStarted) and events[0].run_id == "stream-1"
     assert isinstance(events[-1], RunFinished) and events[-1].result == stream.result
-    assert [_plain(e) for e in events if isinstance(e, STREAMED)] == [
-        _plain(e) for e in expected if isinstance(e, STREAMED)
+    assert [comparable(e) for e in events if isinstance(e, STREAMED)] == [
+        comparable(e) for e in expected if isinstance(e, STREAMED)
     ]
     kinds = [type(e).__name__ for e in events if not isinstance(e, STREAMED)]
     assert kinds[:4] == ["RunStarted", "RequestStarted", "ModelResponded", "ToolCallReady"]
@@ -325,8 +281,8 @@ async def test_a_process_killed_while_the_model_streams_leaves_a_restart_in_the_
     async with app.make_agent(serve(app.script)).run_stream(
         "Record a and b.", deps=plain_deps
     ) as plain:
-        expected = _without_eager([event async for event in plain])
-    assert _by_kind(before[:2] + after) == _by_kind(expected)
+        expected = without_eager([event async for event in plain])
+    assert by_kind(before[:2] + after) == by_kind(expected)
     assert stream.result is not None and plain.result is not None
     assert stream.result.messages == plain.result.messages
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]

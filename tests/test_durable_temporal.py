@@ -28,7 +28,13 @@ from pydantic import BaseModel
 
 temporalio = pytest.importorskip("temporalio", reason="the `temporal` extra is not installed")
 
-from _temporal_app import ledger_script, make_durable_agent, read_ledger  # noqa: E402
+from _events import STREAMED, by_kind, comparable, without_eager  # noqa: E402
+from _temporal_app import (  # noqa: E402
+    ledger_script,
+    make_durable_agent,
+    paced_ledger_script,
+    read_ledger,
+)
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import (  # noqa: E402
     Client,
@@ -49,8 +55,18 @@ from agentloop.durable.temporal import (  # noqa: E402
     without_sdk_retries,
 )
 from agentloop.errors import AuthenticationError, HistoryError  # noqa: E402
+from agentloop.events import (  # noqa: E402
+    RequestStarted,
+    RunFinished,
+    RunStarted,
+    StepRestarted,
+    TextDelta,
+    ToolProgress,
+    ToolResultEvent,
+)
 from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
+from agentloop.progress import report_progress  # noqa: E402
 from agentloop.result import RunResult  # noqa: E402
 from agentloop.testing import (  # noqa: E402
     Fault,
@@ -240,8 +256,8 @@ async def test_a_durable_run_equals_a_plain_run_and_replays(
             return Reversed()
 
     class ReorderedAgent(TemporalAgent):
-        def effects(self) -> TemporalEffects:
-            return ReversedEffects(self)
+        def effects(self, publisher: Any = None) -> TemporalEffects:
+            return ReversedEffects(self, publisher)
 
     reordered = ReorderedAgent(Agent(provider=ScriptedProvider([]), tools=TOOLS), name="eq")
     with pytest.raises(NondeterminismError):
@@ -579,3 +595,144 @@ async def test_a_long_run_continues_as_new_and_ends_as_a_plain_run(
     assert len(sizes) > 3
     print(sizes, sum(sizes), len(json.dumps(result.messages)))
     assert max(sizes) < 5_000_000 < sum(sizes)
+
+
+# -- streamed runs
+
+
+@tool
+async def measure(item: str) -> str:
+    """Measure an item, saying how far it got."""
+    report_progress(1, 2, f"measuring {item}")
+    return f"{item} is 3 m"
+
+
+def measuring(body: dict[str, Any]) -> dict[str, Any]:
+    if not any(m["role"] == "assistant" for m in body["messages"]):
+        calls = [tool_call("measure", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+        return reply("Measuring both.", *calls)
+    return reply("Both are 3 m.")
+
+
+async def test_a_streamed_run_publishes_a_plain_run_s_events(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    async with Agent(client=serve(measuring).client(), tools=[measure]).run_stream("Go.") as plain:
+        expected = [event async for event in plain]
+    agent = Agent(client=serve(measuring).client(), tools=[measure])
+    durable = TemporalAgent(agent, name="streamed")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        async with durable.run_stream(client, "Go.", run_id=id_, task_queue=queue) as stream:
+            events = [event async for event in stream]
+        # Attached again by its id, the run's events are read from the first.
+        async with durable.run_stream(client, run_id=id_, task_queue=queue) as again:
+            assert [event async for event in again] == events
+    assert stream.result is not None and plain.result is not None
+    same_run(stream.result, plain.result)
+    assert again.result == stream.result
+    assert by_kind(events) == by_kind(without_eager(expected))
+    assert [comparable(e) for e in events if isinstance(e, STREAMED)] == [
+        comparable(e) for e in expected if isinstance(e, STREAMED)
+    ]
+    assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunFinished)
+    assert events[-1].result == stream.result
+    progress = [e for e in events if isinstance(e, ToolProgress)]
+    assert sorted(p.message or "" for p in progress) == ["measuring a", "measuring b"]
+    history = await client.get_workflow_handle(id_).fetch_history()
+    assert (
+        await Replayer(workflows=[durable.workflow]).replay_workflow(history)
+    ).replay_failure is None
+
+
+async def test_a_worker_killed_while_the_model_streams_leaves_a_restart_in_the_events(
+    temporal_address: str,
+    client: Client,
+    queue: str,
+    tmp_path: Path,
+    serve: Callable[..., MessagesServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = serve(paced_ledger_script)
+    env = {
+        "AGENTLOOP_TEST_MODEL_URL": server.base_url,
+        "AGENTLOOP_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "AGENTLOOP_TEST_HONOUR_KEY": "1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    durable = make_durable_agent()
+    command = [sys.executable, "-m", "agentloop.durable.temporal", "worker"]
+    command += ["_temporal_app:durable_agent", "--address", temporal_address]
+    command += ["--task-queue", queue, "--max-cached-workflows", "0"]
+    id_ = run_id()
+    events: list[Any] = []
+    async with await anyio.open_process(
+        command, env={**os.environ, **env}, cwd=ROOT / "tests", stderr=subprocess.DEVNULL
+    ) as first:
+        async with durable.run_stream(
+            client, "Record a and b.", run_id=id_, task_queue=queue
+        ) as stream:
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, TextDelta):  # the worker still streams the tool calls
+                    break
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+            # Another worker takes the model request over once its heartbeat is missed.
+            async with durable.worker(client, task_queue=queue):
+                events += [event async for event in stream]
+    await durable.agent.provider.client.close()  # type: ignore[attr-defined]
+    restarts = [e for e in events if isinstance(e, StepRestarted)]
+    assert restarts == [StepRestarted(1, None, 2)]
+    cut = events.index(restarts[0])
+    before, after = events[:cut], events[cut + 1 :]
+    assert [type(e).__name__ for e in before if not isinstance(e, STREAMED)] == [
+        "RunStarted",
+        "RequestStarted",
+    ]
+
+    @tool
+    async def record(item: str) -> str:
+        """Record an item (the plain run's, with no ledger)."""
+        return f"recorded {item}"
+
+    plain_agent = Agent(client=serve(ledger_script).client(), tools=[record])
+    async with plain_agent.run_stream("Record a and b.") as plain:
+        expected = without_eager([event async for event in plain])
+    # From the restart on, the events are those of a run that never stopped.
+    assert by_kind(before[:2] + after) == by_kind(expected)
+    assert stream.result is not None and stream.result.text == "Recorded."
+    assert [type(e).__name__ for e in after if not isinstance(e, STREAMED)][:2] == [
+        "ModelResponded",
+        "ToolCallReady",
+    ]
+    texts = [e.text for e in after if isinstance(e, TextDelta)]
+    assert texts == ["Recording.", "Recorded."]  # rounds 1 and 2, each once
+    keys = sorted(e["key"] for e in read_ledger(tmp_path / "ledger.jsonl"))
+    assert keys == [f"{id_}:toolu_rec_a", f"{id_}:toolu_rec_b"]
+
+
+async def test_a_streamed_long_run_keeps_its_reader_across_continuations(
+    client: Client, queue: str
+) -> None:
+    rounds = 30
+    agent = Agent(provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50)
+    durable = TemporalAgent(agent, name="long_streamed", max_history_bytes=2_000_000)
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        async with durable.run_stream(client, "Read.", run_id=id_, task_queue=queue) as stream:
+            events = [event async for event in stream]
+    assert stream.result is not None and stream.result.text == "Read them all."
+    chain = 0
+    run: str | None = (await client.get_workflow_handle(id_).describe()).run_id
+    while run:
+        chain += 1
+        first = (await history_events(client.get_workflow_handle(id_, run_id=run)))[0]
+        run = first.workflow_execution_started_event_attributes.continued_execution_run_id
+    assert chain > 2  # the run continued as new, and its reader followed it
+    # A live reader misses nothing: every request, every result, one end.
+    assert [e.round for e in events if isinstance(e, RequestStarted)] == list(range(1, rounds + 2))
+    assert len([e for e in events if isinstance(e, ToolResultEvent)]) == rounds
+    assert [type(e).__name__ for e in events].count("RunFinished") == 1
+    assert isinstance(events[-1], RunFinished) and events[-1].result == stream.result

@@ -201,16 +201,25 @@ class RunPublisher:
     main task, so a replay meets them in the same order.
     """
 
-    def __init__(self, write: Write, output_type: Any = str) -> None:
-        """Publish with `write`; outputs and results are of `output_type`."""
+    def __init__(self, write: Write, output_type: Any = str, *, continued: bool = False) -> None:
+        """Publish with `write`; outputs and results are of `output_type`.
+
+        `continued`: the run goes on from an earlier workflow run (Temporal's continue-as-new),
+        which published its `RunStarted`, and the `RequestStarted` of the request it left
+        to this one to send: neither is published again.
+        """
         self.write = write
         self.output_type = output_type
+        self.continued = continued
         self.stepped: set[str] = set()
         """The ids of the calls whose steps publish their results."""
 
     async def __call__(self, event: Event) -> None:
         """Publish `event` (unless its step does)."""
         if isinstance(event, ToolResultEvent) and event.tool_use_id in self.stepped:
+            return
+        if self.continued and isinstance(event, (RunStarted, RequestStarted)):
+            self.continued = not isinstance(event, RequestStarted)
             return
         data = event_to_json(event, self.output_type)
         await self.write(

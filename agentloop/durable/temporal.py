@@ -19,9 +19,11 @@ import asyncio
 import importlib
 import math
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -30,21 +32,37 @@ from pydantic_core import to_jsonable_python
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.workflow_streams import (
+    WorkflowStream,
+    WorkflowStreamClient,
+    WorkflowStreamItem,
+    WorkflowStreamState,
+)
+from temporalio.converter import value_to_type
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.worker import Worker
 
 from agentloop import Agent, errors
+from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError, ResumeError
+from agentloop.events import ToolResultEvent
+from agentloop.progress import events_to
 from agentloop.providers.anthropic import AnthropicProvider
-from agentloop.providers.base import ModelRequest, ModelResponse, Provider, retry_after
+from agentloop.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StreamingProvider,
+    retry_after,
+)
 from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
 from agentloop.resume import plan
 from agentloop.run import RunState
 from agentloop.state import PausedRun
-from agentloop.tools import ToolCall, ToolResult
+from agentloop.tools import ToolCall, ToolResult, sendable
 
 __all__ = (
     "DurableAgent",
@@ -101,6 +119,7 @@ class TemporalAgent:
         heartbeat_timeout: timedelta = timedelta(seconds=30),
         retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
         max_history_bytes: int = 4_000_000,
+        stream_batch_interval: timedelta = timedelta(milliseconds=100),
     ) -> None:
         """Make the workflow and activities of `agent`'s runs.
 
@@ -122,6 +141,9 @@ class TemporalAgent:
                 (authentication, credit, a bad request) are never retried.
             max_history_bytes: When the workflow's history passes this size (or Temporal
                 suggests it), the run continues as a new workflow run, carrying its state.
+            stream_batch_interval: How long an activity of a streamed run (`run_stream`)
+                gathers its events before it sends them to the workflow's stream (each
+                batch is one signal in the workflow's history).
         """
         self.agent = agent
         self.name = name or agent.name
@@ -133,6 +155,7 @@ class TemporalAgent:
         self.heartbeat_timeout = heartbeat_timeout
         self.retry_policy = retry_policy
         self.max_history_bytes = max_history_bytes
+        self.stream_batch_interval = stream_batch_interval
         self.workflow_name = f"agentloop.{self.name}"
         self.model_activity_name = f"agentloop.{self.name}.model"
         self.tool_activity_name = f"agentloop.{self.name}.tool"
@@ -168,53 +191,94 @@ class TemporalAgent:
         )
 
     async def model_activity(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Activity: send one request (`ModelRequest.to_dict`), return the response's JSON."""
+        """Activity: send one request (`ModelRequest.to_dict`), return the response's JSON.
+
+        In a streamed run, the response's events go to the workflow's stream as they come.
+        """
         request = ModelRequest.from_dict(data["request"])
+        provider = self.provider
+
+        async def send() -> ModelResponse:
+            if not data.get("stream") or not isinstance(provider, StreamingProvider):
+                return await provider.complete(request)
+            async with self._publisher(data["round"], "model") as publisher:
+                return await provider.stream(request, publisher.model_event)
+
         try:
-            response = await _heartbeating(
-                self.heartbeat_timeout, lambda: self.provider.complete(request)
-            )
+            response = await _heartbeating(self.heartbeat_timeout, send)
         except ProviderError as exc:
             raise _application_error(exc) from exc
         return response.to_json()
 
     async def tool_activity(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Activity: run one call through the agent's registry, return the result's JSON."""
+        """Activity: run one call through the agent's registry, return the result's JSON.
+
+        In a streamed run, the call's progress and result go to the workflow's stream.
+        """
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self.agent.tool_concurrency)
         call = ToolCall(data["id"], data["name"], data["input"])
+        round_ = data["round"]
         context = ExecutionContext(
             data["run_id"],
-            data["round"],
+            round_,
             self._limiter,
             self.agent.tool_timeout,
             self.deps,
             self.agent.tool_limiter,
         )
-        result = await _heartbeating(
-            self.heartbeat_timeout, lambda: self.agent.registry.run_call(call, context)
-        )
+
+        async def run() -> ToolResult:
+            if not data.get("stream"):
+                return await self.agent.registry.run_call(call, context)
+            async with self._publisher(round_, f"tool:{call.id}") as publisher:
+                with events_to(publisher.put):
+                    result = await self.agent.registry.run_call(call, context)
+                publisher.put(ToolResultEvent.of(round_, sendable(result)))
+            return result
+
+        result = await _heartbeating(self.heartbeat_timeout, run)
         return result.to_json()
+
+    @asynccontextmanager
+    async def _publisher(self, round_: int, step: str) -> AsyncIterator[StepPublisher]:
+        """Where an activity publishes its events: its workflow's stream, batched."""
+        stream = WorkflowStreamClient.from_within_activity(
+            batch_interval=self.stream_batch_interval
+        )
+        topic = stream.topic(_TOPIC)
+
+        async def write(item: dict[str, Any]) -> None:
+            topic.publish(item)
+
+        async with stream, StepPublisher(write, round_, step, activity.info().attempt) as publisher:
+            yield publisher
 
     # -- the workflow side
 
-    def effects(self) -> TemporalEffects:
-        """The effects of a run inside the workflow: activities."""
-        return TemporalEffects(self)
+    def effects(self, publisher: RunPublisher | None = None) -> TemporalEffects:
+        """The effects of a run inside the workflow: activities (`publisher`: its events')."""
+        return TemporalEffects(self, publisher)
 
-    async def run_workflow(self, state: _WorkflowState, data: dict[str, Any]) -> dict[str, Any]:
+    async def run_workflow(self, flow: AgentWorkflow, data: dict[str, Any]) -> dict[str, Any]:
         """The workflow's body: the loop, its waits for external results, its continuations."""
         run_id = workflow.info().workflow_id
+        state = flow.state
+        emit = None
+        if data.get("stream"):
+            emit = flow.publisher(self.agent.output_type, continued="carry" in data)
         run: RunState | None = None
         try:
-            run, drive = await self._start(data, run_id)
+            run, drive = await self._start(data, run_id, emit)
             while True:
                 try:
-                    result = await drive(None)
+                    result = await drive(emit)
                 except _ContinueAsNew:
                     carry = _carry(run, data)
+                    stream = None if emit is None else await flow.close_stream()
                     workflow.continue_as_new(
                         {"carry": carry, "wait_for_external": data.get("wait_for_external")}
+                        | {"stream": data.get("stream", False), "stream_state": stream}
                     )
                 wait = data.get("wait_for_external")
                 if result.stop_reason != "tool_use" or not wait or result.approvals:
@@ -231,7 +295,7 @@ class TemporalAgent:
                 state.pending = None
                 assert result.state is not None and state.answers is not None
                 run = self.agent._resumed_run(result.state, None, state.answers, self.deps)
-                run.perform_with(self.effects(), run_id)
+                run.perform_with(self.effects(emit), run_id)
                 drive = _driver(self.agent, run)
         except asyncio.CancelledError:
             if run is None or run.outcome is None:
@@ -248,7 +312,7 @@ class TemporalAgent:
             ) from exc
 
     async def _start(
-        self, data: dict[str, Any], run_id: str
+        self, data: dict[str, Any], run_id: str, emit: RunPublisher | None
     ) -> tuple[RunState, Callable[[Any], Awaitable[RunResult[Any]]]]:
         carry = data.get("carry")
         if carry is None:
@@ -277,7 +341,7 @@ class TemporalAgent:
                     cost=carry["cost"],
                 )
             )
-        run.perform_with(self.effects(), run_id)
+        run.perform_with(self.effects(emit), run_id)
         return run, drive
 
     def continue_now(self) -> bool:
@@ -300,13 +364,16 @@ class TemporalAgent:
         external_tools: Sequence[Mapping[str, Any]] = (),
         wait_for_external: timedelta | None = None,
         task_queue: str | None = None,
+        stream: bool = False,
     ) -> WorkflowHandle[Any, Any]:
         """Start the run `run_id`, or get the handle of the run of that id started before.
 
         A run id is used once: asking again, even after the run finished, attaches to
-        that run rather than starting a second one.
+        that run rather than starting a second one. With `stream`, the run publishes its
+        events (see `run_stream`).
         """
         data = {
+            "stream": stream,
             "prompt": prompt,
             "history": None if history is None else list(history),
             "external_tools": [dict(t) for t in external_tools],
@@ -354,6 +421,56 @@ class TemporalAgent:
         )
         return await result_of(handle, self.agent.output_type)
 
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        client: Client,
+        prompt: str | None = None,
+        *,
+        run_id: str,
+        history: Sequence[Mapping[str, Any]] | None = None,
+        external_tools: Sequence[Mapping[str, Any]] = (),
+        wait_for_external: timedelta | None = None,
+        task_queue: str | None = None,
+    ) -> AsyncIterator[DurableStream[Any]]:
+        """Start (or attach to) the run `run_id`, with its events as they are published.
+
+        ```python
+        async with durable.run_stream(client, "Weather in Paris?", run_id="w-1") as stream:
+            async for event in stream:
+                ...
+        print(stream.result.text)
+        ```
+
+        The events come through the workflow's stream (`temporalio.contrib.
+        workflow_streams`), published by the workflow and by its activities wherever
+        they run (see `agentloop.durable.streams` for what they are). Attaching to a run
+        reads its events from the first (from its latest continuation, when it has
+        continued as a new run). Leaving the block stops reading; the run goes on.
+
+        Raises:
+            AgentloopError: iterating, after the events, when the run failed (as `run`).
+        """
+        handle = await self.start(
+            client,
+            prompt,
+            run_id=run_id,
+            history=history,
+            external_tools=external_tools,
+            wait_for_external=wait_for_external,
+            task_queue=task_queue,
+            stream=True,
+        )
+        subscription = WorkflowStreamClient.create(client, run_id).subscribe(
+            _TOPIC, poll_cooldown=_POLL_COOLDOWN
+        )
+        events = read_events(_data(subscription), self.agent.output_type)
+        try:
+            yield DurableStream(run_id, events, partial(result_of, handle, self.agent.output_type))
+        finally:
+            await events.aclose()
+            await subscription.aclose()  # type: ignore[attr-defined]
+
 
 DurableAgent = TemporalAgent
 """The same class, under the name each durable engine's module gives its agent."""
@@ -389,9 +506,12 @@ _ERROR_FIELDS = ("status_code", "request_id", "body", "headers", "limit", "bound
 class TemporalEffects:
     """A run's effects inside its workflow: each one an activity (see `agentloop.effects`)."""
 
-    def __init__(self, durable: TemporalAgent) -> None:
-        """Effects of `durable`'s workflow."""
+    def __init__(self, durable: TemporalAgent, publisher: RunPublisher | None = None) -> None:
+        """Effects of `durable`'s workflow; `publisher` publishes the events of a streamed run."""
         self.durable = durable
+        self.publisher = publisher
+        self.requests = 0
+        """Model requests made through these effects (in this workflow run)."""
 
     async def model(
         self,
@@ -401,13 +521,19 @@ class TemporalEffects:
         stream: OnEvent | None,
     ) -> ModelResponse:
         """The response, from the activity `model:{round_}`."""
-        if round_ > 1 and self.durable.continue_now():
+        # Each workflow run sends one request at least: a run whose carried state alone is
+        # past the limit still gets on, rather than continuing as new again and again.
+        if self.requests > 0 and self.durable.continue_now():
             raise _ContinueAsNew
+        self.requests += 1
         durable = self.durable
         try:
+            # The activity streams to the run's stream, never to the turn: its calls start
+            # after the response, as they do when the recorded response is replayed.
+            streams = stream is not None and self.publisher is not None
             data = await workflow.execute_activity(
                 durable.model_activity_name,
-                {"request": request.to_dict()},
+                {"request": request.to_dict(), "round": round_, "stream": streams},
                 activity_id=f"model:{round_}",
                 start_to_close_timeout=durable.model_timeout,
                 heartbeat_timeout=durable.heartbeat_timeout,
@@ -431,10 +557,12 @@ class TemporalEffects:
             # every replay.
             return await run()
         run_id = workflow.info().workflow_id
+        if self.publisher is not None:
+            self.publisher.stepped.add(call.id)
         data = await workflow.execute_activity(
             durable.tool_activity_name,
             {"run_id": run_id, "round": round_, "id": call.id, "name": call.name}
-            | {"input": call.input},
+            | {"input": call.input, "stream": self.publisher is not None},
             activity_id=f"tool:{round_}:{call.id}",
             start_to_close_timeout=durable.tool_timeout,
             heartbeat_timeout=durable.heartbeat_timeout,
@@ -506,13 +634,43 @@ class AgentWorkflow:
 
     durable: TemporalAgent
 
-    def __init__(self) -> None:
-        """A new run's workflow."""
+    @workflow.init
+    def __init__(self: AgentWorkflow, data: dict[str, Any]) -> None:
+        """A run's workflow, and its stream of events (as its last run left it, if any).
+
+        (Temporal wants the parameters of `__init__` and of `run` alike, `self` included.)
+        """
         self.state = _WorkflowState()
+        carried = data.get("stream_state")
+        stream_state = None if carried is None else value_to_type(WorkflowStreamState, carried)
+        self.stream = WorkflowStream(stream_state)
+        self.stream_start = 0 if stream_state is None else stream_state.base_offset
+        """Where the events of this workflow run begin in the stream."""
 
     async def run(self, data: dict[str, Any]) -> dict[str, Any]:
         """The run: see `TemporalAgent.run_workflow` (each subclass marks it `workflow.run`)."""
-        return await self.durable.run_workflow(self.state, data)
+        return await self.durable.run_workflow(self, data)
+
+    def publisher(self, output_type: Any, *, continued: bool) -> RunPublisher:
+        """The publisher of the run's own events, to the workflow's stream."""
+        topic = self.stream.topic(_TOPIC)
+
+        async def write(item: dict[str, Any]) -> None:
+            topic.publish(item)
+
+        return RunPublisher(write, output_type, continued=continued)
+
+    async def close_stream(self) -> WorkflowStreamState:
+        """The stream as the next workflow run takes it over (see `run_workflow`).
+
+        Readers waiting get what there is, and the next run carries this run's events (not
+        those of earlier runs): a reader that has not caught up with them when the run
+        continues reads them from the next, where the stream goes on with the same offsets.
+        """
+        self.stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.stream.truncate(self.stream_start)
+        return replace(self.stream.get_state(), publishers={})
 
     @workflow.update(name="external_results")
     async def external_results(self, results: dict[str, Any]) -> None:
@@ -548,6 +706,18 @@ def _workflow_class(durable: TemporalAgent) -> type[AgentWorkflow]:
     return workflow.defn(name=durable.workflow_name, sandboxed=False)(
         type(name, (AgentWorkflow,), namespace)
     )
+
+
+_TOPIC = "agentloop"
+"""The topic of a run's events in its workflow's stream."""
+
+_POLL_COOLDOWN = timedelta(milliseconds=50)
+"""The least time between two polls of a reader that has caught up with the stream."""
+
+
+async def _data(items: AsyncIterator[WorkflowStreamItem[Any]]) -> AsyncIterator[Any]:
+    async for item in items:
+        yield item.data
 
 
 def _driver(agent: Agent[Any], run: RunState) -> Callable[[Any], Awaitable[RunResult[Any]]]:

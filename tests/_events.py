@@ -1,0 +1,65 @@
+"""Comparing the events of two runs: a plain streamed run's and a durable one's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentloop.events import (
+    Event,
+    ModelResponded,
+    ModelStreamEvent,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    ToolInputDelta,
+    ToolProgress,
+    ToolResultEvent,
+)
+from agentloop.providers.base import MessageStart
+
+STREAMED = (ModelStreamEvent, TextDelta, ThinkingDelta, ToolCallStarted, ToolInputDelta)
+
+
+def without_eager(events: list[Event]) -> list[Any]:
+    """The events of a plain stream as a durable run publishes them: no call starts early.
+
+    Its calls are ready once the response is in, with `eager=False`; the rest is as it was.
+    """
+    shown = []
+    for event in events:
+        if isinstance(event, ToolCallReady):
+            continue
+        shown.append(event)
+        if isinstance(event, ModelResponded):
+            shown += [
+                ToolCallReady(event.round, u.id, u.name, u.input, False)
+                for u in event.response.tool_uses
+            ]
+    return shown
+
+
+def by_kind(events: list[Any]) -> list[Any]:
+    """What must be equal whatever order parallel calls finish in: their results by id."""
+    results = sorted((e for e in events if isinstance(e, ToolResultEvent)), key=str)
+    progress = sorted((e for e in events if isinstance(e, ToolProgress)), key=str)
+    rest = [e for e in events if not isinstance(e, (ToolResultEvent, ToolProgress))]
+    return [comparable(e) for e in rest] + [comparable(e) for e in results + progress]
+
+
+def comparable(event: Any) -> Any:
+    """`event` without what differs between two equal runs (ids, headers, durations)."""
+    if isinstance(event, ModelStreamEvent) and isinstance(event.event, MessageStart):
+        return ("message_start", event.round)
+    if isinstance(event, ModelResponded):
+        response = event.response
+        return ("responded", response.content, response.stop_reason, response.usage)
+    if isinstance(event, RunStarted):
+        return RunStarted("")
+    if isinstance(event, ToolResultEvent):
+        return (event.tool_use_id, event.output, event.is_error)
+    if isinstance(event, RunFinished):
+        return ("finished", event.result.messages, event.result.usage, event.result.text)
+    return event
