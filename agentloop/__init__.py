@@ -37,6 +37,7 @@ if typing.TYPE_CHECKING:
     from .events import RoundFinished as RoundFinished
     from .events import RunFinished as RunFinished
     from .events import RunStarted as RunStarted
+    from .events import StepRestarted as StepRestarted
     from .events import TextDelta as TextDelta
     from .events import ThinkingDelta as ThinkingDelta
     from .events import ToolCallReady as ToolCallReady
@@ -111,6 +112,7 @@ _MODULES = {
     "RepairReport": "repairs",
     "RequestStarted": "events",
     "RoundFinished": "events",
+    "StepRestarted": "events",
     "RunContext": "tools",
     "ModelRetry": "errors",
     "OutputValidationError": "errors",
@@ -194,6 +196,7 @@ __all__ = (
     "Session",
     "SessionConflict",
     "SessionError",
+    "StepRestarted",
     "StopReason",
     "TextBlock",
     "TextDelta",

@@ -61,6 +61,7 @@ PUBLIC = (
     "Session",
     "SessionConflict",
     "SessionError",
+    "StepRestarted",
     "StopReason",
     "TextBlock",
     "TextDelta",
