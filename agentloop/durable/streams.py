@@ -304,7 +304,8 @@ async def read_events(
             continue
         latest[(round_, step)] = attempt
         if seen is not None and attempt > seen:
-            tool_ids[round_] = {} if step == "model" else tool_ids.get(round_, {})
+            if step == "model":
+                tool_ids[round_] = {}  # the response streams again from its first block
             call = None if step == "model" else step.removeprefix("tool:")
             yield StepRestarted(round_, call, attempt)
         for data in item["events"]:
