@@ -46,15 +46,17 @@ from temporalio.common import RetryPolicy  # noqa: E402
 from temporalio.worker import Replayer, Worker  # noqa: E402
 from temporalio.workflow import NondeterminismError  # noqa: E402
 
-from agentloop import Agent, RunContext, tool  # noqa: E402
+from agentloop import Agent, Approve, Deny, RunContext, tool  # noqa: E402
 from agentloop.durable.temporal import (  # noqa: E402
     TemporalAgent,
     TemporalEffects,
     WorkflowTasks,
+    decision_from_json,
+    decision_to_json,
     result_of,
     without_sdk_retries,
 )
-from agentloop.errors import AuthenticationError, HistoryError  # noqa: E402
+from agentloop.errors import AuthenticationError, DecisionError, HistoryError  # noqa: E402
 from agentloop.events import (  # noqa: E402
     RequestStarted,
     RunFinished,
@@ -519,6 +521,61 @@ async def test_a_run_waits_for_exactly_its_external_results(client: Client, queu
         ("toolu_look", "value of weather"),
     ]
     lint_history(parse_history(result.messages))
+
+
+async def test_a_run_waits_for_approvals_and_goes_on_with_the_decisions(
+    client: Client, queue: str
+) -> None:
+    ran: list[tuple[str, int]] = []
+
+    @tool(requires_approval=lambda ctx, input: input["amount"] > 100)
+    def refund(order: str, amount: int) -> str:
+        """Refund an order."""
+        ran.append((order, amount))
+        return f"refunded {amount} on {order}"
+
+    calls = [
+        tool_call("refund", {"order": "A1", "amount": 20}, id="toolu_small"),
+        tool_call("refund", {"order": "B2", "amount": 500}, id="toolu_big"),
+        tool_call("refund", {"order": "C3", "amount": 900}, id="toolu_huge"),
+    ]
+    provider = ScriptedProvider([reply(*calls), reply("Done what I could.")])
+    durable = TemporalAgent(Agent(provider=provider, tools=[refund]), name="refunds")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        handle = await durable.start(
+            client,
+            "Refund A1, B2 and C3",
+            run_id=id_,
+            wait_for_external=timedelta(minutes=5),
+            task_queue=queue,
+        )
+        await _waiting(handle)
+        waiting = await durable.waiting(client, id_)
+        assert waiting is not None and waiting.stop_reason == "approval_required"
+        assert [a.tool_use_id for a in waiting.approvals] == ["toolu_big", "toolu_huge"]
+        with pytest.raises(DecisionError):  # an answer of the wrong kind
+            await durable.send_results(client, id_, {"toolu_big": "done", "toolu_huge": "x"})
+        with pytest.raises(DecisionError):  # not every waiting call
+            await durable.send_results(client, id_, decisions={"toolu_big": Approve()})
+        await durable.send_results(
+            client,
+            id_,
+            decisions={"toolu_big": Approve({"order": "B2", "amount": 450}), "toolu_huge": Deny()},
+        )
+        result = await result_of(handle)
+        assert await durable.waiting(client, id_) is None
+    assert result.stop_reason == "end_turn" and result.text == "Done what I could."
+    assert ran == [("A1", 20), ("B2", 450)]
+    assert [(r.tool_use_id, r.is_error) for r in result.tool_calls] == [
+        ("toolu_small", False),
+        ("toolu_big", False),
+        ("toolu_huge", True),
+    ]
+    lint_history(parse_history(result.messages))
+    assert decision_from_json(decision_to_json(Deny("no"))) == Deny("no")
+    with pytest.raises(ValueError):
+        decision_from_json({"maybe": True})
 
 
 async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(

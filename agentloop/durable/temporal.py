@@ -30,7 +30,12 @@ import anyio
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 from temporalio import activity, workflow
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.workflow_streams import (
     WorkflowStream,
@@ -43,9 +48,10 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.worker import Worker
 
 from agentloop import Agent, errors
+from agentloop.approval import Approve, Decision, Deny
 from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
-from agentloop.errors import AgentloopError, ProviderError, ResumeError
+from agentloop.errors import AgentloopError, DecisionError, ProviderError
 from agentloop.events import ToolResultEvent
 from agentloop.progress import events_to
 from agentloop.providers.anthropic import AnthropicProvider
@@ -69,6 +75,8 @@ __all__ = (
     "TemporalAgent",
     "TemporalEffects",
     "WorkflowTasks",
+    "decision_from_json",
+    "decision_to_json",
     "main",
     "result_of",
     "without_sdk_retries",
@@ -281,10 +289,13 @@ class TemporalAgent:
                         | {"stream": data.get("stream", False), "stream_state": stream}
                     )
                 wait = data.get("wait_for_external")
-                if result.stop_reason != "tool_use" or not wait or result.approvals:
+                if result.state is None or not wait:
                     return result_to_json(result)
-                state.pending = {p["id"] for p in result.pending}
+                state.pending = {p["id"] for p in result.pending} | {
+                    a.tool_use_id for a in result.approvals
+                }
                 state.paused = result.state
+                state.waiting = result_to_json(result)
                 state.answers = None
                 try:
                     await workflow.wait_condition(
@@ -292,9 +303,10 @@ class TemporalAgent:
                     )
                 except asyncio.TimeoutError:
                     return result_to_json(result)
-                state.pending = None
-                assert result.state is not None and state.answers is not None
-                run = self.agent._resumed_run(result.state, None, state.answers, self.deps)
+                state.pending = state.waiting = None
+                assert state.answers is not None
+                results, decisions = state.answers
+                run = self.agent._resumed_run(result.state, decisions, results, self.deps)
                 run.perform_with(self.effects(emit), run_id)
                 drive = _driver(self.agent, run)
         except asyncio.CancelledError:
@@ -420,6 +432,40 @@ class TemporalAgent:
             task_queue=task_queue,
         )
         return await result_of(handle, self.agent.output_type)
+
+    async def waiting(self, client: Client, run_id: str) -> RunResult[Any] | None:
+        """The paused result of the run `run_id` while it waits for answers, else None.
+
+        Its `pending` and `approvals` say what it waits for (`run(wait_for_external=...)`).
+        """
+        data = await client.get_workflow_handle(run_id).query("waiting")
+        return None if data is None else result_from_json(data, self.agent.output_type)
+
+    async def send_results(
+        self,
+        client: Client,
+        run_id: str,
+        results: Mapping[str, Any] | None = None,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> None:
+        """Answer the calls the run `run_id` waits for: external results, approval decisions.
+
+        The workflow checks the answers as `Agent.resume` checks them (exactly the waiting
+        ids, each with an answer of its kind) before it takes them.
+
+        Raises:
+            DecisionError: the run is not waiting, or the answers do not fit the waiting
+                calls; nothing was taken, the run goes on waiting.
+        """
+        answers = {
+            "results": dict(results or {}),
+            "decisions": {id_: decision_to_json(d) for id_, d in (decisions or {}).items()},
+        }
+        try:
+            await client.get_workflow_handle(run_id).execute_update("answers", answers)
+        except WorkflowUpdateFailedError as exc:
+            raise DecisionError(str(exc.cause or exc)) from exc
 
     @asynccontextmanager
     async def run_stream(
@@ -622,11 +668,13 @@ class _WorkflowState:
     """What the workflow's update handler shares with its body."""
 
     pending: set[str] | None = None
-    """The ids of the external calls the run waits for (None: it waits for none)."""
+    """The ids of the calls the run waits for (None: it waits for none)."""
     paused: dict[str, Any] | None = None
     """The waiting run's state (`RunResult.state`)."""
-    answers: dict[str, Any] | None = None
-    """Their results, once an update gave them."""
+    waiting: dict[str, Any] | None = None
+    """The waiting run's paused result, as JSON (the `waiting` query's answer)."""
+    answers: tuple[dict[str, Any], dict[str, Decision]] | None = None
+    """The results and decisions an update gave, once it did."""
 
 
 class AgentWorkflow:
@@ -675,22 +723,67 @@ class AgentWorkflow:
     @workflow.update(name="external_results")
     async def external_results(self, results: dict[str, Any]) -> None:
         """The results of the external calls the run waits for, by `tool_use` id."""
-        self.state.answers = results
+        self.state.answers = (results, {})
 
     @external_results.validator
     def check_external_results(self, results: dict[str, Any]) -> None:
         """Refuse results that do not answer exactly the calls waiting."""
+        self._check(results, {})
+
+    @workflow.update(name="answers")
+    async def answers(self, answers: dict[str, Any]) -> None:
+        """Results (`"results"`) and approval decisions (`"decisions"`, `decision_to_json`)."""
+        self.state.answers = (answers.get("results") or {}, _decisions(answers))
+
+    @answers.validator
+    def check_answers(self, answers: dict[str, Any]) -> None:
+        """Refuse answers that do not answer exactly the calls waiting, each in its kind."""
+        try:
+            decisions = _decisions(answers)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"decisions must be decision_to_json values: {exc}") from exc
+        self._check(answers.get("results") or {}, decisions)
+
+    def _check(self, results: dict[str, Any], decisions: dict[str, Decision]) -> None:
         pending = self.state.pending
         if pending is None:
-            raise ValueError("the run waits for no external results")
-        if set(results) != pending:
-            raise ValueError(
-                f"results must answer exactly the calls {sorted(pending)}, not {sorted(results)}"
-            )
+            raise ValueError("the run waits for no results or decisions")
+        if set(results) | set(decisions) != pending:
+            answered = sorted(set(results) | set(decisions))
+            raise ValueError(f"the answers must be for exactly {sorted(pending)}, not {answered}")
         try:  # the checks `Agent.resume` makes (results that are not tool results, ...)
-            plan(self.state.paused, None, results, self.durable.agent.registry)
-        except ResumeError as exc:
+            plan(self.state.paused, decisions, results, self.durable.agent.registry)
+        except AgentloopError as exc:
             raise ValueError(str(exc)) from exc
+
+    @workflow.query(name="waiting")
+    def waiting(self) -> dict[str, Any] | None:
+        """The paused result of the run while it waits for answers, else None."""
+        return self.state.waiting
+
+
+def decision_to_json(decision: Decision) -> dict[str, Any]:
+    """An approval decision as JSON values: `{"approve": input or None}`, `{"deny": reason}`."""
+    if isinstance(decision, Approve):
+        return {"approve": decision.input}
+    return {"deny": decision.reason}
+
+
+def decision_from_json(data: Mapping[str, Any]) -> Decision:
+    """The decision `decision_to_json` wrote.
+
+    Raises:
+        ValueError: `data` is not a decision.
+    """
+    if set(data) == {"approve"}:
+        return Approve(data["approve"])
+    if set(data) == {"deny"} and isinstance(data["deny"], str):
+        return Deny(data["deny"])
+    raise ValueError(f"not a decision: {data!r}"[:200])
+
+
+def _decisions(answers: Mapping[str, Any]) -> dict[str, Decision]:
+    return {id_: decision_from_json(d) for id_, d in (answers.get("decisions") or {}).items()}
 
 
 def _workflow_class(durable: TemporalAgent) -> type[AgentWorkflow]:
