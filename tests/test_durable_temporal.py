@@ -578,6 +578,34 @@ async def test_a_run_waits_for_approvals_and_goes_on_with_the_decisions(
         decision_from_json({"maybe": True})
 
 
+async def test_a_run_cancelled_while_it_waits_ends_cancelled_with_its_state(
+    client: Client, queue: str
+) -> None:
+    provider = ScriptedProvider(ask_then_answer)
+    agent = Agent(provider=provider, tools=[lookup])
+    durable = TemporalAgent(agent, name="cancel_waiting")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        handle = await durable.start(
+            client,
+            "Weather?",
+            run_id=id_,
+            external_tools=[EXTERNAL],
+            wait_for_external=timedelta(minutes=5),
+            task_queue=queue,
+        )
+        await _waiting(handle)
+        await handle.cancel()
+        result = await result_of(handle)
+    assert result.stop_reason == "cancelled" and result.state is not None
+    assert [p["id"] for p in result.pending] == ["toolu_ask"]
+    # The state it kept still resumes, in a plain run.
+    resumed = await Agent(provider=ScriptedProvider(ask_then_answer), tools=[lookup]).resume(
+        result.state, results={"toolu_ask": "Paris"}
+    )
+    assert resumed.stop_reason == "end_turn" and resumed.text == "Thanks."
+
+
 async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(
     client: Client, queue: str
 ) -> None:

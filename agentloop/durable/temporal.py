@@ -312,7 +312,9 @@ class TemporalAgent:
         except asyncio.CancelledError:
             if run is None or run.outcome is None:
                 raise
-            return result_to_json(run.outcome)
+            # Cancelled mid-turn (its calls answered as cancelled), or while it waited for
+            # answers: then it ends as it paused, its state kept for `Agent.resume`.
+            return result_to_json(replace(run.outcome, stop_reason="cancelled"))
         except AgentloopError as exc:
             partial = None if exc.result is None else result_to_json(exc.result)
             fields = {name: getattr(exc, name) for name in _ERROR_FIELDS if hasattr(exc, name)}
