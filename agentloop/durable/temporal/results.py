@@ -1,0 +1,47 @@
+"""A run's result, or its failure, through the result of its workflow.
+
+The workflow returns the run's result as JSON values (`agentloop.durable.records`); a run
+that failed fails its workflow with an `ApplicationError` named after the agentloop error,
+carrying the error's fields and the partial result. `result_of` turns either back into
+what `Agent.run` gives or raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from agentloop import errors
+from agentloop.durable.records import result_from_json
+from agentloop.errors import AgentloopError
+from agentloop.result import RunResult
+
+__all__ = ("ERROR_FIELDS", "result_of")
+
+ERROR_FIELDS = ("status_code", "request_id", "body", "headers", "limit", "bound", "value", "sent")
+"""The attributes of an agentloop error that travel with a failed workflow (JSON values)."""
+
+
+async def result_of(handle: WorkflowHandle[Any, Any], output_type: Any = str) -> RunResult[Any]:
+    """The result of a run's workflow; its failure raised as the agentloop error it was.
+
+    `output_type` is the agent's (`Agent.output_type`): the output is read back as one.
+    """
+    try:
+        data = await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if not isinstance(cause, ApplicationError):
+            raise
+        error_class = getattr(errors, cause.type or "", None)
+        if not (isinstance(error_class, type) and issubclass(error_class, AgentloopError)):
+            raise
+        details = cause.details[0] if cause.details else {}
+        details = details if isinstance(details, dict) else {}
+        error = error_class(cause.message, **details.get("fields", {}))
+        partial = details.get("result")
+        error.result = None if partial is None else result_from_json(partial, output_type)
+        raise error from exc
+    return result_from_json(data, output_type)
