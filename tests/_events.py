@@ -10,6 +10,7 @@ from agentloop.events import (
     ModelStreamEvent,
     RunFinished,
     RunStarted,
+    StepRestarted,
     TextDelta,
     ThinkingDelta,
     ToolCallReady,
@@ -63,3 +64,19 @@ def comparable(event: Any) -> Any:
     if isinstance(event, RunFinished):
         return ("finished", event.result.messages, event.result.usage, event.result.text)
     return event
+
+
+def around_the_restart(events: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The events before and after the one `StepRestarted`: round 1's model request's.
+
+    Before it, only the run's start, round 1's request and what its first attempt streamed.
+    """
+    restarts = [e for e in events if isinstance(e, StepRestarted)]
+    assert restarts == [StepRestarted(1, None, 2)]
+    cut = events.index(restarts[0])
+    before, after = events[:cut], events[cut + 1 :]
+    assert [type(e).__name__ for e in before if not isinstance(e, STREAMED)] == [
+        "RunStarted",
+        "RequestStarted",
+    ]
+    return before, after

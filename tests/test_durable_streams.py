@@ -18,7 +18,7 @@ import _durable_app as app
 import anyio
 import pytest
 from _dbos import child
-from _events import STREAMED, by_kind, comparable, without_eager
+from _events import STREAMED, around_the_restart, by_kind, comparable, without_eager
 from dbos import DBOS
 from pydantic import BaseModel
 
@@ -267,14 +267,7 @@ async def test_a_process_killed_while_the_model_streams_leaves_a_restart_in_the_
     launch()
     async with durable.run_stream(run_id="kill-1") as stream:
         events = [event async for event in stream]
-    restarts = [e for e in events if isinstance(e, StepRestarted)]
-    assert restarts == [StepRestarted(1, None, 2)]
-    cut = events.index(restarts[0])
-    before, after = events[:cut], events[cut + 1 :]
-    assert [type(e).__name__ for e in before if not isinstance(e, STREAMED)] == [
-        "RunStarted",
-        "RequestStarted",
-    ]
+    before, after = around_the_restart(events)
     assert any(isinstance(e, TextDelta) for e in before)  # what the dead process streamed
     # From the restart on, the events are those of a run that never stopped.
     plain_deps = {"ledger": str(tmp_path / "plain.jsonl")}

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 temporalio = pytest.importorskip("temporalio", reason="the `temporal` extra is not installed")
 
-from _events import STREAMED, by_kind, comparable, without_eager  # noqa: E402
+from _events import STREAMED, around_the_restart, by_kind, comparable, without_eager  # noqa: E402
 from _temporal_app import (  # noqa: E402
     ledger_script,
     make_durable_agent,
@@ -61,7 +61,6 @@ from agentloop.events import (  # noqa: E402
     RequestStarted,
     RunFinished,
     RunStarted,
-    StepRestarted,
     TextDelta,
     ToolProgress,
     ToolResultEvent,
@@ -768,14 +767,7 @@ async def test_a_worker_killed_while_the_model_streams_leaves_a_restart_in_the_e
             async with durable.worker(client, task_queue=queue):
                 events += [event async for event in stream]
     await durable.agent.provider.client.close()  # type: ignore[attr-defined]
-    restarts = [e for e in events if isinstance(e, StepRestarted)]
-    assert restarts == [StepRestarted(1, None, 2)]
-    cut = events.index(restarts[0])
-    before, after = events[:cut], events[cut + 1 :]
-    assert [type(e).__name__ for e in before if not isinstance(e, STREAMED)] == [
-        "RunStarted",
-        "RequestStarted",
-    ]
+    before, after = around_the_restart(events)
 
     @tool
     async def record(item: str) -> str:

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, fields
-from typing import Any, Generic
+from typing import Any, Generic, get_args
 
 import anyio
 from pydantic import TypeAdapter
 
 from agentloop.durable.records import result_from_json, result_to_json
 from agentloop.events import (
-    ApprovalRequested,
     Event,
     ModelResponded,
     ModelStreamEvent,
@@ -44,12 +43,6 @@ from agentloop.events import (
     RunFinished,
     RunStarted,
     StepRestarted,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallReady,
-    ToolCallStarted,
-    ToolInputDelta,
-    ToolProgress,
     ToolResultEvent,
     friendly_event,
 )
@@ -76,28 +69,7 @@ __all__ = (
 Write = Callable[[dict[str, Any]], Awaitable[None]]
 """Publishes one item to the run's stream."""
 
-_EVENTS: dict[str, type[Any]] = {
-    cls.__name__: cls
-    for cls in (
-        RunStarted,
-        RequestStarted,
-        TextDelta,
-        ThinkingDelta,
-        ToolCallStarted,
-        ToolInputDelta,
-        ToolCallReady,
-        ApprovalRequested,
-        ToolProgress,
-        ToolResultEvent,
-        ModelStreamEvent,
-        ModelResponded,
-        RoundFinished,
-        PartialOutput,
-        OutputReady,
-        StepRestarted,
-        RunFinished,
-    )
-}
+_EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in get_args(Event)}
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
 
 
