@@ -1,6 +1,7 @@
 """Durable runs: what each engine adds per round to a plain `Agent.run`.
 
     python -m benchmarks.durable [--rounds 10] [--runs 5] [--repeats 5] [--engine NAME ...]
+    python -m benchmarks.durable --stream ...     # the same runs, streamed
 
 A run has `--rounds` model requests: each but the last asks for two parallel calls of
 instant tools, the last ends the run. The model is a scripted function of the request in
@@ -17,6 +18,11 @@ are interleaved (plain, dbos-sqlite, ..., then again) `--repeats` times, so a ma
 that slows down slows every engine alike. The table gives the median and the spread
 (min to max) of ms per round over all timed runs, the overhead over plain in ms per
 round, and the ratio of medians. Writes `benchmarks/RESULTS-durable.md`.
+
+With `--stream`, every run is streamed and its events read: `Agent.run_stream` for
+plain, `run_stream` for the engines (their events through a DBOS stream or a Temporal
+workflow stream), over a model that streams each response (`SteppedProvider`). Writes
+`benchmarks/RESULTS-durable-stream.md`.
 """
 
 from __future__ import annotations
@@ -44,9 +50,16 @@ from typing import Any
 import anyio
 
 from agentloop import Agent, tool
-from agentloop.testing import ScriptedModel, ScriptedProvider, reply, tool_call
+from agentloop.testing import (
+    ScriptedModel,
+    ScriptedProvider,
+    SteppedProvider,
+    reply,
+    tool_call,
+)
 
 RESULTS = Path(__file__).with_name("RESULTS-durable.md")
+STREAM_RESULTS = Path(__file__).with_name("RESULTS-durable-stream.md")
 ENGINES = ("plain", "dbos-sqlite", "dbos-postgres", "temporal")
 NOTES = """\
 What a round costs each engine: DBOS records three steps (the request, two calls), each a
@@ -89,9 +102,10 @@ def script(rounds: int) -> Any:
     return answer
 
 
-def bench_agent(rounds: int) -> Agent:
+def bench_agent(rounds: int, stream: bool = False) -> Agent:
     # No linting of each request by the scripted model: only the loop and the engine count.
-    provider = ScriptedProvider(ScriptedModel(script(rounds), lint=False))
+    model = ScriptedModel(script(rounds), lint=False)
+    provider = SteppedProvider(model) if stream else ScriptedProvider(model)
     return Agent(
         "claude-scripted", provider=provider, tools=[lookup, store], max_rounds=rounds, name="bench"
     )
@@ -112,46 +126,66 @@ async def _timed(run: Any, runs: int, rounds: int) -> list[float]:
     return seconds
 
 
-async def plain(rounds: int, runs: int, where: str) -> list[float]:
-    agent = bench_agent(rounds)
+async def _read(stream: Any) -> Any:
+    """Every event of a streamed run; its result."""
+    async with stream as events:
+        async for _ in events:
+            pass
+    return events.result
+
+
+async def plain(rounds: int, runs: int, where: str, stream: bool) -> list[float]:
+    agent = bench_agent(rounds, stream)
+    if stream:
+        return await _timed(lambda: _read(agent.run_stream("go")), runs, rounds)
     return await _timed(lambda: agent.run("go"), runs, rounds)
 
 
-async def dbos(rounds: int, runs: int, where: str) -> list[float]:
+async def dbos(rounds: int, runs: int, where: str, stream: bool) -> list[float]:
     from dbos import DBOS
 
     from agentloop.durable.dbos import DurableAgent
 
-    durable = DurableAgent(bench_agent(rounds))
+    durable = DurableAgent(bench_agent(rounds, stream))
     DBOS(config={"name": "bench", "system_database_url": where, "log_level": "WARNING"})
     DBOS.launch()
+
+    def run() -> Any:
+        run_id = f"bench-{uuid.uuid4().hex}"
+        if stream:
+            return _read(durable.run_stream("go", run_id=run_id))
+        return durable.run("go", run_id=run_id)
+
     try:
-        return await _timed(
-            lambda: durable.run("go", run_id=f"bench-{uuid.uuid4().hex}"), runs, rounds
-        )
+        return await _timed(run, runs, rounds)
     finally:
         DBOS.destroy()
 
 
-async def temporal(rounds: int, runs: int, where: str) -> list[float]:
+async def temporal(rounds: int, runs: int, where: str, stream: bool) -> list[float]:
     from temporalio.client import Client
 
     from agentloop.durable.temporal import TemporalAgent
 
     queue = f"bench-{uuid.uuid4().hex}"
-    durable = TemporalAgent(bench_agent(rounds), task_queue=queue)
+    durable = TemporalAgent(bench_agent(rounds, stream), task_queue=queue)
     client = await Client.connect(where)
+
+    def run() -> Any:
+        run_id = f"bench-{uuid.uuid4().hex}"
+        if stream:
+            return _read(durable.run_stream(client, "go", run_id=run_id))
+        return durable.run(client, "go", run_id=run_id)
+
     async with durable.worker(client):
-        return await _timed(
-            lambda: durable.run(client, "go", run_id=f"bench-{uuid.uuid4().hex}"), runs, rounds
-        )
+        return await _timed(run, runs, rounds)
 
 
 WORKERS = {"plain": plain, "dbos-sqlite": dbos, "dbos-postgres": dbos, "temporal": temporal}
 
 
-def worker(engine: str, rounds: int, runs: int, where: str) -> None:
-    seconds = anyio.run(WORKERS[engine], rounds, runs, where)
+def worker(engine: str, rounds: int, runs: int, where: str, stream: bool) -> None:
+    seconds = anyio.run(WORKERS[engine], rounds, runs, where, stream)
     print(json.dumps({"seconds": seconds}))
 
 
@@ -236,10 +270,12 @@ def _available(module: str) -> bool:
 # ---------------------------------------------------------------- measuring
 
 
-def _worker_seconds(engine: str, rounds: int, runs: int, target: str) -> list[float]:
+def _worker_seconds(engine: str, rounds: int, runs: int, target: str, stream: bool) -> list[float]:
     """One worker's timed runs; a worker that dies is reported and run once more."""
     command = [sys.executable, "-m", "benchmarks.durable", "--worker", engine,
                "--rounds", str(rounds), "--runs", str(runs), "--where", target]  # fmt: skip
+    if stream:
+        command.append("--stream")
     for attempt in (1, 2):
         out = subprocess.run(command, capture_output=True, text=True)
         if out.returncode == 0:
@@ -250,7 +286,9 @@ def _worker_seconds(engine: str, rounds: int, runs: int, target: str) -> list[fl
     raise RuntimeError(f"the {engine} worker failed twice")
 
 
-def measure(engines: list[str], rounds: int, runs: int, repeats: int) -> dict[str, Any]:
+def measure(
+    engines: list[str], rounds: int, runs: int, repeats: int, stream: bool
+) -> dict[str, Any]:
     per_round: dict[str, list[float]] = {e: [] for e in engines}
     skipped: dict[str, str] = {}
     with (
@@ -275,7 +313,7 @@ def measure(engines: list[str], rounds: int, runs: int, repeats: int) -> dict[st
                     target = f"sqlite:///{tmp}/bench-{repeat}.sqlite"
                 elif engine == "dbos-postgres":
                     target = f"{target}/bench_{repeat}"
-                seconds = _worker_seconds(engine, rounds, runs, target)
+                seconds = _worker_seconds(engine, rounds, runs, target, stream)
                 per_round[engine] += [s / rounds for s in seconds]
                 median = statistics.median(seconds) / rounds * 1000
                 print(f"repeat {repeat + 1}/{repeats} {engine}: {median:.2f} ms/round", flush=True)
@@ -321,31 +359,37 @@ def main() -> None:
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--where", default="", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="write RESULTS-durable.md")
+    parser.add_argument("--stream", action="store_true", help="streamed runs (see above)")
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.rounds, args.runs, args.where)
+        worker(args.worker, args.rounds, args.runs, args.where, args.stream)
         return
     engines = args.engine or list(ENGINES)
     if "plain" not in engines:
         engines.insert(0, "plain")
     load = os.getloadavg()
-    measured = measure(engines, args.rounds, args.runs, args.repeats)
+    measured = measure(engines, args.rounds, args.runs, args.repeats, args.stream)
     rows = table(measured)
     print("\n".join(rows))
     if args.write or args.engine is None:
         command = (
             f"python -m benchmarks.durable --rounds {args.rounds} --runs {args.runs} "
-            f"--repeats {args.repeats}"
+            f"--repeats {args.repeats}" + (" --stream" if args.stream else "")
         )
-        RESULTS.write_text(
-            "# Benchmarks: durable runs\n\n"
+        streamed = (
+            " Every run streamed, its events read (a model that streams each response)."
+            if args.stream
+            else ""
+        )
+        (STREAM_RESULTS if args.stream else RESULTS).write_text(
+            "# Benchmarks: durable runs" + (", streamed" if args.stream else "") + "\n\n"
             f"`{command}`: {args.repeats} interleaved worker processes per engine, "
             f"{args.runs} timed runs each (after one warm-up run) of {args.rounds} rounds; "
             "a round is one model request and two parallel calls of instant tools (the "
             f"last round: the request that ends the run). {_versions()}, "
             f"{time.strftime('%Y-%m-%d')}, load average {load[0]:.1f} before and "
             f"{os.getloadavg()[0]:.1f} after. On a shared 2-core machine: read the times "
-            "as ranges.\n\n" + "\n".join(rows) + "\n\n" + NOTES
+            "as ranges." + streamed + "\n\n" + "\n".join(rows) + "\n\n" + NOTES
         )
 
 

@@ -113,19 +113,22 @@ class DurableAgent(Generic[OutputT]):
         self.tool_step_name = f"agentloop.{name}.tool"
         """The DBOS step of each tool call."""
 
-        async def model_step(send: Send, round_: int, run_id: str | None) -> dict[str, Any]:
-            if run_id is None:  # the run does not stream
+        async def model_step(send: Send, round_: int, writer: _Writer | None) -> dict[str, Any]:
+            if writer is None:  # the run does not stream
                 return (await send(None)).to_json()
-            async with await _publisher(run_id, round_, "model") as publisher:
+            async with await writer.publisher(round_, "model") as publisher:
                 response = await send(publisher.model_event)
             return response.to_json()
 
         async def tool_step(
-            run: Callable[[], Awaitable[ToolResult]], round_: int, run_id: str | None, call_id: str
+            run: Callable[[], Awaitable[ToolResult]],
+            round_: int,
+            writer: _Writer | None,
+            call_id: str,
         ) -> dict[str, Any]:
-            if run_id is None:
+            if writer is None:
                 return (await run()).to_json()
-            async with await _publisher(run_id, round_, f"tool:{call_id}") as publisher:
+            async with await writer.publisher(round_, f"tool:{call_id}") as publisher:
                 with events_to(publisher.put):
                     result = await run()
                 publisher.put(ToolResultEvent.of(round_, sendable(result)))
@@ -459,10 +462,11 @@ class _Steps:
     ) -> None:
         self.durable = durable
         self.run_id = run_id
+        self.writer: _Writer | None = None
         self.publisher: RunPublisher | None = None
         if streams:
-            write = partial(_write, run_id)
-            self.publisher = RunPublisher(write, durable._output_type(output_type))
+            self.writer = _Writer(run_id)
+            self.publisher = RunPublisher(self.writer, durable._output_type(output_type))
 
     async def model(
         self,
@@ -473,9 +477,8 @@ class _Steps:
     ) -> ModelResponse:
         # The step streams to the run's stream, never to the turn: its calls start after
         # the response, as they do when the recorded response is replayed.
-        streams = stream is not None and self.publisher is not None
-        data = await self.durable._model_step(send, round_, self.run_id if streams else None)
-        return ModelResponse.from_json(data)
+        writer = self.writer if stream is not None else None
+        return ModelResponse.from_json(await self.durable._model_step(send, round_, writer))
 
     async def tool(
         self,
@@ -483,11 +486,10 @@ class _Steps:
         round_: int,
         run: Callable[[], Awaitable[ToolResult]],
     ) -> ToolResult:
-        streams = self.publisher is not None
         if self.publisher is not None:
             self.publisher.stepped.add(call.id)
         # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run, round_, self.run_id if streams else None, call.id)
+        step = self.durable._tool_step(run, round_, self.writer, call.id)
         return ToolResult.from_json(await step)
 
 
@@ -495,17 +497,34 @@ def _stream_key(run_id: str) -> str:
     return f"agentloop.events:{run_id}"
 
 
-async def _write(run_id: str, item: dict[str, Any]) -> None:
-    await DBOS.write_stream_async(_stream_key(run_id), item)
+class _Writer:
+    """Writes the items of a run's events to its DBOS stream, one write at a time.
 
+    The parallel calls of a turn publish at once; one write at a time keeps them from
+    competing for the stream's next offset (on Postgres, a conflict DBOS retries late).
+    A writer serves one execution of the run's workflow (`_Execution`).
+    """
 
-async def _publisher(run_id: str, round_: int, step: str) -> StepPublisher:
-    """The publisher of a step's events; its attempt counts the workflow's executions."""
-    workflow_id = DBOS.workflow_id
-    assert workflow_id is not None  # called in a step
-    status = await DBOS.get_workflow_status_async(workflow_id)
-    attempt = (status.recovery_attempts if status is not None else None) or 1
-    return StepPublisher(partial(_write, run_id), round_, step, attempt)
+    def __init__(self, run_id: str) -> None:
+        self.key = _stream_key(run_id)
+        self.lock = anyio.Lock()
+        self._attempt: int | None = None
+
+    async def __call__(self, item: dict[str, Any]) -> None:
+        async with self.lock:
+            await DBOS.write_stream_async(self.key, item)
+
+    async def publisher(self, round_: int, step: str) -> StepPublisher:
+        """The publisher of a step's events (called in the step).
+
+        Its attempt is the workflow's: how many times it was executed (recovered) so far.
+        """
+        if self._attempt is None:
+            workflow_id = DBOS.workflow_id
+            assert workflow_id is not None  # called in a step
+            status = await DBOS.get_workflow_status_async(workflow_id)
+            self._attempt = (status.recovery_attempts if status is not None else None) or 1
+        return StepPublisher(self, round_, step, self._attempt)
 
 
 class _Mailbox:
