@@ -190,8 +190,10 @@ class RunPublisher:
         """Publish `event` (unless its step does)."""
         if isinstance(event, ToolResultEvent) and event.tool_use_id in self.stepped:
             return
-        if self.continued and isinstance(event, (RunStarted, RequestStarted)):
-            self.continued = not isinstance(event, RequestStarted)
+        if self.continued and isinstance(event, RunStarted):
+            return
+        if self.continued and isinstance(event, RequestStarted):
+            self.continued = False  # the requests after this one are this run's own
             return
         data = event_to_json(event, self.output_type)
         await self.write(
