@@ -240,14 +240,14 @@ async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) ->
 
         await until(answered, ATTEMPT_SECONDS)
 
-    # No workflow cache: no sticky queue for the next worker to wait out after a kill,
-    # and every workflow task replays the run from its history.
     arguments: dict[str, Any] = {
         "run_id": run_id,
         "external_tools": [APPROVE] if external else (),
         "wait_for_external": timedelta(minutes=5) if external else None,
     }
     events: list[Event] | None = None
+    # No workflow cache: no sticky queue for the next worker to wait out after a kill,
+    # and every workflow task replays the run from its history.
     async with durable.worker(client, max_cached_workflows=0), anyio.create_task_group() as tasks:
         if external:
             tasks.start_soon(answer)
