@@ -32,7 +32,7 @@ import anyio
 import anyio.lowlevel
 
 from agentloop import Agent, RunContext, ToolError, tool
-from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.providers.base import BlockDelta, ModelRequest, ModelResponse, StreamEvent
 from agentloop.result import RunResult
 from agentloop.testing import reply, tool_call
 
@@ -207,7 +207,9 @@ class Crash:
     completed (and recorded, where the engine tells); `external-wait` while the run waits
     for the external results; `event:<n>` at the n-th observable moment of this process
     (a response, a call's start, effect or finish, a slow call's wait; seeded random
-    points).
+    points); `mid-stream:<round>` (a run read as a stream) when this process's reader
+    reads back a streamed event of that round's response: the response holds after its
+    first delta until then, so its model step dies midway with part of it published.
     """
 
     def __init__(self, spec: str = "") -> None:
@@ -227,6 +229,17 @@ class Crash:
         if due or (self.point == point and self.where == where):
             die()
 
+    def read(self, point: str, where: str) -> None:
+        """Die if this is the crash point (a moment of the reader: not counted)."""
+        if self.point == point and self.where == where:
+            die()
+
+    async def hold(self, point: str, where: str) -> None:
+        """If this is the crash point, wait for the process to die there (see `read`)."""
+        if self.point == point and self.where == where:
+            with anyio.fail_after(WAIT_LIMIT):
+                await anyio.sleep_forever()
+
 
 def die() -> None:
     """SIGKILL this process."""
@@ -235,7 +248,11 @@ def die() -> None:
 
 
 class CrashingProvider:
-    """A provider that may die right after a response arrived (`after-model:<round>`)."""
+    """A provider that may die right after a response arrived (`after-model:<round>`).
+
+    It streams as its inner provider does (a streamed run's model step publishes the
+    response's events as they arrive, before the crash).
+    """
 
     def __init__(self, inner: Any, crash: Crash) -> None:
         self.inner = inner
@@ -244,9 +261,32 @@ class CrashingProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         response: ModelResponse = await self.inner.complete(request)
-        round_ = 1 + sum(1 for m in request.messages if m.role == "assistant")
-        self.crash.at("after-model", str(round_))
+        self._arrived(request)
         return response
+
+    async def stream(
+        self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
+    ) -> ModelResponse:
+        deltas = 0
+
+        async def forward(event: StreamEvent) -> None:
+            nonlocal deltas
+            await on_event(event)
+            if isinstance(event, BlockDelta):
+                deltas += 1
+                if deltas == 1:
+                    await self.crash.hold("mid-stream", str(_round(request)))
+
+        response: ModelResponse = await self.inner.stream(request, forward)
+        self._arrived(request)
+        return response
+
+    def _arrived(self, request: ModelRequest) -> None:
+        self.crash.at("after-model", str(_round(request)))
+
+
+def _round(request: ModelRequest) -> int:
+    return 1 + sum(1 for m in request.messages if m.role == "assistant")
 
 
 # ---------------------------------------------------------------- the ledger and the tools

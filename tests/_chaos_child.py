@@ -12,6 +12,11 @@ It may die on the way: at the crash point `AGENTLOOP_CHAOS_CRASH` names, or by t
 parent's SIGKILL. Started again with the same arguments, a durable engine carries the run
 on from its record.
 
+With `AGENTLOOP_CHAOS_STREAM=1`, a durable engine's run is started (or attached to) with
+`run_stream` and every event is read, from the stream's first item: the attempt that
+completes the run has read the events of every attempt, and writes them to
+FOLDER/events.json (a JSON list of `agentloop.durable.streams.event_to_json` values).
+
 Engines: `direct` (a plain `Agent.run`, no engine: what a restart without one does), and
 the durable engines of `agentloop.durable` (`dbos`: the system database's URL comes from
 `AGENTLOOP_CHAOS_DB`).
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +53,33 @@ from _chaos import (
 )
 
 from agentloop import AnthropicProvider
+from agentloop.durable.streams import event_to_json
 from agentloop.errors import DecisionError
+from agentloop.events import Event, ModelStreamEvent
 from agentloop.result import RunResult
 
+STREAM_ENV = "AGENTLOOP_CHAOS_STREAM"
+"""Set to 1: the run is read with `run_stream`, its events written to events.json."""
 
-async def run_direct(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+Played = tuple[RunResult[Any], list[Event] | None]
+"""A run's result, and the events it streamed (None when it was not read as a stream)."""
+
+
+def streams() -> bool:
+    return os.environ.get(STREAM_ENV) == "1"
+
+
+async def read_all(stream: AsyncIterator[Event], crash: Crash) -> list[Event]:
+    """Every event of a run's stream (dying at `mid-stream:<round>` on reading one)."""
+    events = []
+    async for event in stream:
+        events.append(event)
+        if isinstance(event, ModelStreamEvent):
+            crash.read("mid-stream", str(event.round))
+    return events
+
+
+async def run_direct(folder: Path, run_id: str, prompt: str, base_url: str) -> Played:
     """A plain run: nothing survives this process (its run id is new every time)."""
     import anthropic
 
@@ -63,10 +91,10 @@ async def run_direct(folder: Path, run_id: str, prompt: str, base_url: str) -> R
     if result.pending:
         crash.at("external-wait")
         result = await agent.resume(result.state, results=external_results(seed))
-    return result
+    return result, None
 
 
-async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Played:
     """A DBOS workflow on SQLite in FOLDER, or on a database of its own in PostgreSQL."""
     from datetime import timedelta
 
@@ -117,18 +145,25 @@ async def run_dbos(folder: Path, run_id: str, prompt: str, base_url: str) -> Run
         except DecisionError:
             pass  # no longer waiting: the answer an earlier attempt sent got there
 
+    arguments: dict[str, Any] = {
+        "run_id": run_id,
+        "external_tools": [APPROVE] if external else (),
+        "wait_for_external": timedelta(minutes=5) if external else None,
+    }
+    events: list[Event] | None = None
     async with anyio.create_task_group() as tasks:
         if external:
             tasks.start_soon(answer)
-        result = await durable.run(
-            prompt,
-            run_id=run_id,
-            external_tools=[APPROVE] if external else (),
-            wait_for_external=timedelta(minutes=5) if external else None,
-        )
+        if streams():
+            async with durable.run_stream(prompt, **arguments) as stream:
+                events = await read_all(stream, crash)
+            assert stream.result is not None
+            result = stream.result
+        else:
+            result = await durable.run(prompt, **arguments)
         tasks.cancel_scope.cancel()
     DBOS.destroy()
-    return result
+    return result, events
 
 
 def temporal_agent(agent: Any, run_id: str) -> Any:
@@ -143,7 +178,7 @@ def temporal_agent(agent: Any, run_id: str) -> Any:
     )
 
 
-async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) -> RunResult[Any]:
+async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) -> Played:
     """A Temporal workflow on the dev server at `AGENTLOOP_CHAOS_TEMPORAL`; this process is
     its worker (its only one: the run has a task queue of its own) and its client."""
     from datetime import timedelta
@@ -205,20 +240,26 @@ async def run_temporal(folder: Path, run_id: str, prompt: str, base_url: str) ->
 
         await until(answered, ATTEMPT_SECONDS)
 
+    arguments: dict[str, Any] = {
+        "run_id": run_id,
+        "external_tools": [APPROVE] if external else (),
+        "wait_for_external": timedelta(minutes=5) if external else None,
+    }
+    events: list[Event] | None = None
     # No workflow cache: no sticky queue for the next worker to wait out after a kill,
     # and every workflow task replays the run from its history.
     async with durable.worker(client, max_cached_workflows=0), anyio.create_task_group() as tasks:
         if external:
             tasks.start_soon(answer)
-        result = await durable.run(
-            client,
-            prompt,
-            run_id=run_id,
-            external_tools=[APPROVE] if external else (),
-            wait_for_external=timedelta(minutes=5) if external else None,
-        )
+        if streams():
+            async with durable.run_stream(client, prompt, **arguments) as stream:
+                events = await read_all(stream, crash)
+            assert stream.result is not None
+            result = stream.result
+        else:
+            result = await durable.run(client, prompt, **arguments)
         tasks.cancel_scope.cancel()
-    return result
+    return result, events
 
 
 ENGINES = {"direct": run_direct, "dbos": run_dbos, "temporal": run_temporal}
@@ -239,7 +280,8 @@ def attempt(
     env: dict[str, str] | None = None,
     stderr: str | None = None,
 ) -> None:
-    """Play the run on `engine` until it completes (result.json) or this process dies.
+    """Play the run on `engine` until it completes (result.json, and events.json when it
+    was read as a stream) or this process dies.
 
     `env` is set first (the crash point, the engine's server); `stderr` is where this
     process writes its errors.
@@ -249,10 +291,16 @@ def attempt(
         os.dup2(fd, 2)
         sys.stderr = open(2, "w", closefd=False)
     os.environ.update(env or {})
-    result = anyio.run(ENGINES[engine], Path(folder), run_id, prompt, base_url)
-    out = Path(folder) / "result.json"
-    out.with_suffix(".tmp").write_text(json.dumps(summary(result)))
-    os.replace(out.with_suffix(".tmp"), out)
+    result, events = anyio.run(ENGINES[engine], Path(folder), run_id, prompt, base_url)
+    if events is not None:
+        _write(Path(folder) / "events.json", [event_to_json(e) for e in events])
+    _write(Path(folder) / "result.json", summary(result))
+
+
+def _write(path: Path, data: Any) -> None:
+    """Write `data` to `path` as JSON, whole or not at all."""
+    path.with_suffix(".tmp").write_text(json.dumps(data))
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 # ---------------------------------------------------------------- the fork server

@@ -27,17 +27,24 @@ STREAMED = (ModelStreamEvent, TextDelta, ThinkingDelta, ToolCallStarted, ToolInp
 def without_eager(events: list[Event]) -> list[Any]:
     """The events of a plain stream as a durable run publishes them: no call starts early.
 
-    Its calls are ready once the response is in, with `eager=False`; the rest is as it was.
+    The calls of a response that were ready (not those handed back to the caller, nor
+    those whose input was bad) are ready once the response is in, with `eager=False`;
+    the rest is as it was.
     """
+    ready = {e.tool_use_id for e in events if isinstance(e, ToolCallReady)}
+    responded = {
+        u.id for e in events if isinstance(e, ModelResponded) for u in e.response.tool_uses
+    }
     shown = []
     for event in events:
-        if isinstance(event, ToolCallReady):
+        if isinstance(event, ToolCallReady) and event.tool_use_id in responded:
             continue
         shown.append(event)
         if isinstance(event, ModelResponded):
             shown += [
                 ToolCallReady(event.round, u.id, u.name, u.input, False)
                 for u in event.response.tool_uses
+                if u.id in ready
             ]
     return shown
 

@@ -9,8 +9,13 @@ been asked again only for responses a crash kept from being recorded. The negati
 control (`tally`, which ignores the key) and the engine-less `direct` child show that
 these checks fail when they should.
 
+Some runs are read as streams (`run_stream`, by every attempt, from the stream's first
+item): once the events of each attempt a `StepRestarted` supersedes are dropped, the
+events the completing attempt read must equal those of an uninterrupted
+`Agent.run_stream` of the same script (`stream_problems`).
+
 `AGENTLOOP_CHAOS_RUNS=200` plays that many seeded random runs per engine (one test each)
-instead of the default two.
+instead of the default two, and as many streamed ones instead of the default one.
 """
 
 from __future__ import annotations
@@ -42,15 +47,25 @@ from _chaos import (
     read_lines,
     summary,
 )
-from _chaos_child import ATTEMPT_SECONDS, ForkServer, temporal_agent
+from _chaos_child import ATTEMPT_SECONDS, STREAM_ENV, ForkServer, temporal_agent
 from _durable_engines import (  # the servers are session fixtures
     ENGINES,
     Engine,
     postgres_server,  # noqa: F401
     temporal_server,  # noqa: F401
 )
+from _events import STREAMED, by_kind, without_eager
 
 from agentloop import AnthropicProvider
+from agentloop.durable.streams import event_from_json
+from agentloop.events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    StepRestarted,
+    ToolProgress,
+    ToolResultEvent,
+)
 from agentloop.testing import MessagesServer, ScriptedProvider
 
 # A run may take a dozen attempts; a session's servers stop in its last test's teardown.
@@ -58,6 +73,7 @@ pytestmark = [pytest.mark.durable, pytest.mark.timeout(300)]
 
 MAX_ATTEMPTS = 12
 RANDOM_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "2"))
+RANDOM_STREAMED_RUNS = int(os.environ.get("AGENTLOOP_CHAOS_RUNS", "1"))
 
 
 # ---------------------------------------------------------------- playing a run
@@ -74,6 +90,8 @@ class Played:
     result: dict[str, Any]
     kills: int
     requests: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] | None = None
+    """What the completing attempt read from the run's stream (a streamed run)."""
 
     @property
     def ledger(self) -> list[dict[str, Any]]:
@@ -107,11 +125,13 @@ def play(
     external: bool = False,
     crashes: Sequence[str] = (),
     kill_after: Sequence[float | None] = (),
+    stream: bool = False,
 ) -> Played:
     """Play one run in child processes until one completes it.
 
     Attempt n dies at `crashes[n]` (a `Crash` spec) and/or is killed by this process after
-    `kill_after[n]` seconds; later attempts run undisturbed.
+    `kill_after[n]` seconds; later attempts run undisturbed. `stream`: each attempt reads
+    the run with `run_stream`.
     """
     folder.mkdir(parents=True)
     run_id = f"chaos-{seed}-{uuid.uuid4().hex[:8]}"
@@ -120,7 +140,7 @@ def play(
     for n in range(MAX_ATTEMPTS):
         crash = crashes[n] if n < len(crashes) else ""
         timed = kill_after[n] if n < len(kill_after) else None
-        env = {**engine.env, CRASH_ENV: crash}
+        env = {**engine.env, CRASH_ENV: crash, STREAM_ENV: "1" if stream else ""}
         stderr = str(folder / f"stderr-{n}.txt")
         pid = forks.start(engine.name, str(folder), run_id, prompt, server[0].base_url, env, stderr)
         code = forks.wait(timed if timed is not None else ATTEMPT_SECONDS)
@@ -136,7 +156,10 @@ def play(
         pytest.fail(f"run {run_id} did not complete in {MAX_ATTEMPTS} attempts")
     requests = [r for r in read_lines(server[1]) if (r["seed"], r["external"]) == (seed, external)]
     result = json.loads((folder / "result.json").read_text())
-    return Played(seed, external, run_id, folder, result, kills, requests)
+    events = None
+    if stream:
+        events = [event_from_json(e) for e in json.loads((folder / "events.json").read_text())]
+    return Played(seed, external, run_id, folder, result, kills, requests, events)
 
 
 def _tail(folder: Path, n: int) -> str:
@@ -165,6 +188,108 @@ def reference(seed: int, external: bool, folder: Path) -> dict[str, Any]:
 
         _references[seed, external] = anyio.run(run)
     return _references[seed, external]
+
+
+_stream_references: dict[tuple[int, bool], list[Any]] = {}
+
+
+def reference_events(seed: int, external: bool, folder: Path) -> list[Any]:
+    """The events of an uninterrupted plain `Agent.run_stream` of the same script (then
+    `Agent.resume_stream` with the external results), as a durable run publishes them:
+    each call ready once its response is whole (`without_eager`)."""
+    if (seed, external) not in _stream_references:
+        folder.mkdir(parents=True, exist_ok=True)
+
+        async def run() -> list[Event]:
+            with MessagesServer(ChaosModel(folder)) as server:
+                client = server.client()
+                agent = chaos_agent(AnthropicProvider(client), World(folder, Crash()))
+                prompt = prompt_for(seed, external=external)
+                async with agent.run_stream(
+                    prompt, external_tools=[APPROVE] if external else ()
+                ) as stream:
+                    events = [event async for event in stream]
+                if external:
+                    paused = stream.result
+                    assert paused is not None and paused.pending and paused.state is not None
+                    async with agent.resume_stream(
+                        paused.state, results=external_results(seed)
+                    ) as resumed:
+                        events += [event async for event in resumed]
+                await client.close()
+            return events
+
+        _stream_references[seed, external] = without_eager(anyio.run(run))
+    return _stream_references[seed, external]
+
+
+def without_superseded(events: list[Event]) -> list[Event]:
+    """`events` without those of each attempt a `StepRestarted` supersedes, nor the restarts.
+
+    `StepRestarted(r, None, a)` voids the round-r model events before it (the response's
+    stream events and what is derived from them); `StepRestarted(r, call, a)` voids that
+    call's progress and result before it.
+    """
+    kept: list[Event | None] = list(events)
+    for n, event in enumerate(events):
+        if not isinstance(event, StepRestarted):
+            continue
+        kept[n] = None
+        for m in range(n):
+            earlier = kept[m]
+            if event.tool_use_id is None:
+                void = isinstance(earlier, STREAMED) and earlier.round == event.round
+            else:
+                void = (
+                    isinstance(earlier, (ToolProgress, ToolResultEvent))
+                    and earlier.tool_use_id == event.tool_use_id
+                )
+            if void:
+                kept[m] = None
+    return [e for e in kept if e is not None]
+
+
+def stream_problems(
+    events: list[Event], expected: list[Any], messages: list[Any], runs: int
+) -> list[str]:
+    """Everything that shows a streamed durable run's events were not those of an
+    uninterrupted run (empty: they were).
+
+    `events`: what the durable run's reader read; `expected`: `reference_events`;
+    `messages`: the durable run's result's; `runs`: how many times the loop ran (and so
+    started and finished: 2 when the run waited for external results).
+    """
+    found = []
+    shown = without_superseded(events)
+    if by_kind(shown) != by_kind(expected):
+        difference = _first_difference(by_kind(shown), by_kind(expected))
+        found.append(f"the events differ from the uninterrupted run's: {difference}")
+    for kind in (RunStarted, RunFinished):
+        count = sum(1 for e in events if isinstance(e, kind))
+        if count != runs:
+            found.append(f"{count} {kind.__name__} events for {runs} runs of the loop")
+    last = events[-1] if events else None
+    if not isinstance(last, RunFinished):
+        found.append(f"the last event is {type(last).__name__}, not RunFinished")
+    elif json.loads(json.dumps(summary(last.result)["messages"])) != messages:
+        found.append("the last RunFinished's messages are not the run's result's")
+    return found
+
+
+def _first_difference(seen: list[Any], expected: list[Any]) -> str:
+    n = next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b), None)
+    if n is None:
+        return f"{len(seen)} events where {len(expected)} were expected"
+    return f"event {n}: {str(seen[n])[:300]} where {str(expected[n])[:300]} was expected"
+
+
+def check_stream(played: Played, folder: Path) -> None:
+    """The streamed run's events are an uninterrupted run's (see `stream_problems`)."""
+    assert played.events is not None
+    expected = reference_events(played.seed, played.external, folder)
+    runs = 2 if played.external else 1
+    found = stream_problems(played.events, expected, played.result["messages"], runs)
+    assert found == [], f"seed {played.seed}: {found}"
 
 
 def problems(played: Played, expected: dict[str, Any]) -> list[str]:
@@ -272,6 +397,49 @@ def test_the_checks_catch_a_restart_without_an_engine(
     assert any("model requests" in p for p in found)
 
 
+def differ(found: list[str]) -> bool:
+    """Whether `found` is exactly: the events differ."""
+    return len(found) == 1 and found[0].startswith("the events differ from")
+
+
+def test_the_stream_check_catches_a_duplicated_result_or_a_superseded_delta(
+    tmp_path: Path,
+) -> None:
+    """`stream_problems` on an uninterrupted run's events, tampered with: it must object."""
+    events = reference_events(28, True, tmp_path / "ref")
+    finished = [e for e in events if isinstance(e, RunFinished)]
+    messages = json.loads(json.dumps(summary(finished[-1].result)["messages"]))
+    assert stream_problems(events, events, messages, 2) == []
+    # An attempt of round 1's model step that died, then the restart: not a problem.
+    first_round = [e for e in events if isinstance(e, STREAMED) and e.round == 1]
+    cut = events.index(first_round[0])
+    died = first_round[: len(first_round) // 2]
+    restarted = [*events[:cut], *died, StepRestarted(1, None, 2), *events[cut:]]
+    assert stream_problems(restarted, events, messages, 2) == []
+    # The same deltas of a superseded attempt, left in (no restart said): a problem.
+    left_in = [*events[:cut], *died, *events[cut:]]
+    assert differ(stream_problems(left_in, events, messages, 2))
+    # A call's result published twice (no restart of its step said): a problem.
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
+    at = events.index(result)
+    twice = [*events[: at + 1], result, *events[at + 1 :]]
+    assert differ(stream_problems(twice, events, messages, 2))
+    # ...but published again by a restarted attempt of its step: not a problem.
+    retried = [*events[: at + 1], StepRestarted(result.round, result.tool_use_id, 2), result]
+    retried += events[at + 1 :]
+    assert stream_problems(retried, events, messages, 2) == []
+    # A run that finished once more, or whose last event is not its end: problems.
+    assert "3 RunFinished events for 2 runs of the loop" in stream_problems(
+        [*events, finished[-1]], events, messages, 2
+    )
+    assert "the last event is RoundFinished, not RunFinished" in stream_problems(
+        [e for e in events if e is not finished[-1]], events, messages, 2
+    )
+    assert stream_problems(events, events, messages[:-1], 2) == [
+        "the last RunFinished's messages are not the run's result's"
+    ]
+
+
 # ---------------------------------------------------------------- the engines
 
 
@@ -354,4 +522,80 @@ def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
     )
     found = problems(played, reference(seed, external, tmp_path / "ref"))
     assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
+    replays(engine, played)
+
+
+# ---------------------------------------------------------------- streamed runs
+
+
+STREAMED_CRASH_POINTS = [
+    pytest.param(23, False, lambda s: ["mid-stream:2"], id="mid-stream"),
+    pytest.param(24, False, lambda s: ["after-model:2"], id="after-model"),
+    pytest.param(25, False, lambda s: [f"mid-tool:{first(s, 'note')}"], id="mid-tool"),
+    pytest.param(26, False, lambda s: ["between:1"], id="between-completions"),
+    pytest.param(27, True, lambda s: ["external-wait"], id="external-wait"),
+]
+
+
+@pytest.mark.parametrize(("seed", "external", "crashes"), STREAMED_CRASH_POINTS)
+def test_a_streamed_run_killed_at_a_crash_point_streams_an_uninterrupted_run_s_events(
+    forks: ForkServer,
+    engine: Engine,
+    model_server: tuple[MessagesServer, Path],
+    tmp_path: Path,
+    seed: int,
+    external: bool,
+    crashes: Any,
+) -> None:
+    planned = crashes(seed)
+    played = play(
+        forks,
+        engine,
+        model_server,
+        tmp_path / "run",
+        seed,
+        external=external,
+        crashes=planned,
+        stream=True,
+    )
+    assert played.kills == len(planned)
+    assert problems(played, reference(seed, external, tmp_path / "ref")) == []
+    check_stream(played, tmp_path / "ref-stream")
+    if planned == ["mid-stream:2"]:
+        # What the dead model step streamed was read back, so its restart is said; a
+        # reader that ignored the restart would show the dead attempt's deltas.
+        assert played.events is not None
+        assert [e.round for e in played.events if isinstance(e, StepRestarted)] == [2]
+        ignored = [e for e in played.events if not isinstance(e, StepRestarted)]
+        expected = reference_events(seed, external, tmp_path / "ref-stream")
+        assert differ(stream_problems(ignored, expected, played.result["messages"], 1))
+    replays(engine, played)
+
+
+@pytest.mark.parametrize("n", range(RANDOM_STREAMED_RUNS))
+def test_streamed_runs_killed_at_seeded_random_moments_stream_an_uninterrupted_run_s_events(
+    forks: ForkServer,
+    engine: Engine,
+    model_server: tuple[MessagesServer, Path],
+    tmp_path: Path,
+    n: int,
+) -> None:
+    rng = random.Random(4723 + n)
+    seed = 500 + n
+    external = rng.random() < 0.3
+    crashes, timed = random_crashes(rng)
+    played = play(
+        forks,
+        engine,
+        model_server,
+        tmp_path / "run",
+        seed,
+        external=external,
+        crashes=crashes,
+        kill_after=timed,
+        stream=True,
+    )
+    found = problems(played, reference(seed, external, tmp_path / "ref"))
+    assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
+    check_stream(played, tmp_path / "ref-stream")
     replays(engine, played)
