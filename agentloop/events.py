@@ -218,8 +218,8 @@ class StepRestarted:
 
     Only a durable run's stream (`agentloop.durable`) has these. When the worker running a
     step dies (or the step fails and is retried), the step runs again from its start, and
-    the events its earlier attempt streamed (the model's deltas of that round, or a tool's
-    progress) did not make it into the run: drop the text shown for them.
+    the events its earlier attempt streamed (the model's deltas of that round, or a tool
+    call's progress and result) did not make it into the run: drop what was shown for them.
     """
 
     round: int
