@@ -498,16 +498,23 @@ def test_the_negative_control_ignoring_its_key_has_its_effect_twice(
     replays(engine, played)
 
 
-@pytest.mark.parametrize("n", range(RANDOM_RUNS))
+RANDOM = [pytest.param(n, False, id=f"run-{n}") for n in range(RANDOM_RUNS)] + [
+    pytest.param(n, True, id=f"streamed-{n}") for n in range(RANDOM_STREAMED_RUNS)
+]
+
+
+@pytest.mark.parametrize(("n", "stream"), RANDOM)
 def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
     forks: ForkServer,
     engine: Engine,
     model_server: tuple[MessagesServer, Path],
     tmp_path: Path,
     n: int,
+    stream: bool,
 ) -> None:
-    rng = random.Random(2311 + n)
-    seed = 100 + n
+    """Read with `run_stream` (`stream`), its events are an uninterrupted run's too."""
+    rng = random.Random((4723 if stream else 2311) + n)
+    seed = (500 if stream else 100) + n
     external = rng.random() < 0.3
     crashes, timed = random_crashes(rng)
     played = play(
@@ -519,9 +526,12 @@ def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
         external=external,
         crashes=crashes,
         kill_after=timed,
+        stream=stream,
     )
     found = problems(played, reference(seed, external, tmp_path / "ref"))
     assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
+    if stream:
+        check_stream(played, tmp_path / "ref-stream")
     replays(engine, played)
 
 
@@ -569,33 +579,4 @@ def test_a_streamed_run_killed_at_a_crash_point_streams_an_uninterrupted_run_s_e
         ignored = [e for e in played.events if not isinstance(e, StepRestarted)]
         expected = reference_events(seed, external, tmp_path / "ref-stream")
         assert differ(stream_problems(ignored, expected, played.result["messages"], 1))
-    replays(engine, played)
-
-
-@pytest.mark.parametrize("n", range(RANDOM_STREAMED_RUNS))
-def test_streamed_runs_killed_at_seeded_random_moments_stream_an_uninterrupted_run_s_events(
-    forks: ForkServer,
-    engine: Engine,
-    model_server: tuple[MessagesServer, Path],
-    tmp_path: Path,
-    n: int,
-) -> None:
-    rng = random.Random(4723 + n)
-    seed = 500 + n
-    external = rng.random() < 0.3
-    crashes, timed = random_crashes(rng)
-    played = play(
-        forks,
-        engine,
-        model_server,
-        tmp_path / "run",
-        seed,
-        external=external,
-        crashes=crashes,
-        kill_after=timed,
-        stream=True,
-    )
-    found = problems(played, reference(seed, external, tmp_path / "ref"))
-    assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
-    check_stream(played, tmp_path / "ref-stream")
     replays(engine, played)
