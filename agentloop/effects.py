@@ -13,9 +13,9 @@ function returned (or, on a replay, what it returned the first time).
 
 A streamed run's model request also comes with the turn's handler of streamed events:
 `DIRECT` streams to it, so the turn reports deltas and starts tool calls as their blocks
-close. A durable engine streams elsewhere (to its own stream of events, `agentloop.durable.
-streams`) or not at all: the turn then sees the response only when it is whole, as it
-does on a replay, and starts every call after it, in `tool_use` order.
+close. A durable engine streams elsewhere (to its own stream of the run's events, see
+`agentloop.durable.streams`) or not at all: the turn then sees the response only when it
+is whole, as it does on a replay, and starts every call after it, in `tool_use` order.
 
 An `Effects` may also say what a turn's calls run in, with a `task_group()` method
 returning `CallTasks`; without one (as `DIRECT`), they run in an anyio task group. An
