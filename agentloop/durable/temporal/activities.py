@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from temporalio import activity
@@ -21,6 +21,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from agentloop import errors
+from agentloop.agent import Agent
 from agentloop.durable.streams import StepPublisher
 from agentloop.durable.temporal.workflow import TOPIC
 from agentloop.errors import ProviderError
@@ -38,10 +39,22 @@ from agentloop.providers.openai import OpenAIChatProvider
 from agentloop.registry import ExecutionContext
 from agentloop.tools import ToolCall, ToolResult, sendable
 
-if TYPE_CHECKING:
-    from agentloop.durable.temporal.agent import TemporalAgent
 
-__all__ = ("RETRIED", "run_call", "send_request", "without_sdk_retries")
+class ActivityOwner(Protocol):
+    """What the activities read from the `TemporalAgent` a worker holds."""
+
+    agent: Agent[Any]
+    provider: Provider
+    deps: Any
+    heartbeat_timeout: timedelta
+    stream_batch_interval: timedelta
+
+    def call_limiter(self) -> anyio.CapacityLimiter:
+        """The cap on the tool calls this worker runs at once."""
+        ...
+
+
+__all__ = ("RETRIED", "ActivityOwner", "run_call", "send_request", "without_sdk_retries")
 
 _T = TypeVar("_T")
 
@@ -54,7 +67,7 @@ RETRIED = (
 """Provider errors an activity is retried for (after `retry-after`, when the API says)."""
 
 
-async def send_request(durable: TemporalAgent, data: dict[str, Any]) -> dict[str, Any]:
+async def send_request(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, Any]:
     """Activity: send one request (`ModelRequest.to_dict`), return the response's JSON.
 
     In a streamed run, the response's events go to the workflow's stream as they come.
@@ -75,7 +88,7 @@ async def send_request(durable: TemporalAgent, data: dict[str, Any]) -> dict[str
     return response.to_json()
 
 
-async def run_call(durable: TemporalAgent, data: dict[str, Any]) -> dict[str, Any]:
+async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, Any]:
     """Activity: run one call through the agent's registry, return the result's JSON.
 
     In a streamed run, the call's progress and result go to the workflow's stream.
@@ -106,7 +119,7 @@ async def run_call(durable: TemporalAgent, data: dict[str, Any]) -> dict[str, An
 
 @asynccontextmanager
 async def _publisher(
-    durable: TemporalAgent, round_: int, step: str
+    durable: ActivityOwner, round_: int, step: str
 ) -> AsyncIterator[StepPublisher]:
     """Where an activity publishes its events: its workflow's stream, batched."""
     stream = WorkflowStreamClient.from_within_activity(batch_interval=durable.stream_batch_interval)

@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.converter import value_to_type
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -36,13 +37,35 @@ from agentloop.run import RunState
 from agentloop.state import PausedRun
 from agentloop.tools import ToolCall, ToolResult
 
-if TYPE_CHECKING:
-    from agentloop.durable.temporal.agent import TemporalAgent
+
+class WorkflowOwner(Protocol):
+    """What the workflow reads from the `TemporalAgent` whose runs it runs."""
+
+    agent: Agent[Any]
+    name: str
+    deps: Any
+    workflow_name: str
+    model_activity_name: str
+    tool_activity_name: str
+    model_timeout: timedelta
+    tool_timeout: timedelta
+    heartbeat_timeout: timedelta
+    retry_policy: RetryPolicy
+
+    def effects(self, publisher: RunPublisher | None = None) -> TemporalEffects:
+        """A run's effects in the workflow (`publisher`: its events')."""
+        ...
+
+    def continue_now(self) -> bool:
+        """Whether the workflow should continue as a new run before its next request."""
+        ...
+
 
 __all__ = (
     "TOPIC",
     "AgentWorkflow",
     "TemporalEffects",
+    "WorkflowOwner",
     "WorkflowTasks",
     "decision_from_json",
     "decision_to_json",
@@ -55,7 +78,7 @@ TOPIC = "agentloop"
 
 
 async def run_workflow(
-    durable: TemporalAgent, flow: AgentWorkflow, data: dict[str, Any]
+    durable: WorkflowOwner, flow: AgentWorkflow, data: dict[str, Any]
 ) -> dict[str, Any]:
     """The workflow's body: the loop, its waits for external results, its continuations."""
     run_id = workflow.info().workflow_id
@@ -117,7 +140,7 @@ async def run_workflow(
 
 
 async def _start(
-    durable: TemporalAgent, data: dict[str, Any], run_id: str, emit: RunPublisher | None
+    durable: WorkflowOwner, data: dict[str, Any], run_id: str, emit: RunPublisher | None
 ) -> tuple[RunState, Callable[[Any], Awaitable[RunResult[Any]]]]:
     carry = data.get("carry")
     if carry is None:
@@ -153,7 +176,7 @@ async def _start(
 class TemporalEffects:
     """A run's effects inside its workflow: each one an activity (see `agentloop.effects`)."""
 
-    def __init__(self, durable: TemporalAgent, publisher: RunPublisher | None = None) -> None:
+    def __init__(self, durable: WorkflowOwner, publisher: RunPublisher | None = None) -> None:
         """Effects of `durable`'s workflow; `publisher` publishes the events of a streamed run."""
         self.durable = durable
         self.publisher = publisher
@@ -281,7 +304,7 @@ class _WorkflowState:
 class AgentWorkflow:
     """The workflow of a `TemporalAgent`'s runs; each agent has a subclass (`durable` set)."""
 
-    durable: TemporalAgent
+    durable: WorkflowOwner
 
     @workflow.init
     def __init__(self: AgentWorkflow, data: dict[str, Any]) -> None:
@@ -297,7 +320,7 @@ class AgentWorkflow:
         """Where the events of this workflow run begin in the stream."""
 
     async def run(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The run: see `TemporalAgent.run_workflow` (each subclass marks it `workflow.run`)."""
+        """The run: see `run_workflow` (each subclass marks it `workflow.run`)."""
         return await run_workflow(self.durable, self, data)
 
     def publisher(self, output_type: Any, *, continued: bool) -> RunPublisher:
@@ -387,7 +410,7 @@ def _decisions(answers: Mapping[str, Any]) -> dict[str, Decision]:
     return {id_: decision_from_json(d) for id_, d in (answers.get("decisions") or {}).items()}
 
 
-def workflow_class(durable: TemporalAgent) -> type[AgentWorkflow]:
+def workflow_class(durable: WorkflowOwner) -> type[AgentWorkflow]:
     """The workflow class of `durable`'s runs."""
     name = f"AgentWorkflow_{durable.name.replace('.', '_')}"
 
