@@ -296,6 +296,28 @@ async def test_a_typed_output_comes_back_typed(client: Client, queue: str, mode:
 # -- a worker killed after a tool's effect, before its activity is recorded
 
 
+def _app_worker(
+    address: str,
+    queue: str,
+    model_url: str,
+    ledger: Path,
+    honour_key: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[TemporalAgent, list[str], dict[str, str]]:
+    """tests/_temporal_app.py's agent here, and the command and environment of its worker."""
+    env = {
+        "AGENTLOOP_TEST_MODEL_URL": model_url,
+        "AGENTLOOP_TEST_LEDGER": str(ledger),
+        "AGENTLOOP_TEST_HONOUR_KEY": "1" if honour_key else "0",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    command = [sys.executable, "-m", "agentloop.durable.temporal", "worker"]
+    command += ["_temporal_app:durable_agent", "--address", address]
+    command += ["--task-queue", queue, "--max-cached-workflows", "0"]
+    return make_durable_agent(), command, {**os.environ, **env}
+
+
 async def _kill_mid_tool(
     address: str,
     client: Client,
@@ -305,23 +327,13 @@ async def _kill_mid_tool(
     monkeypatch: pytest.MonkeyPatch,
     honour_key: bool,
 ) -> tuple[RunResult[Any], list[dict[str, str]]]:
-    server = serve(ledger_script)
     ledger = tmp_path / "ledger.jsonl"
-    env = {
-        "AGENTLOOP_TEST_MODEL_URL": server.base_url,
-        "AGENTLOOP_TEST_LEDGER": str(ledger),
-        "AGENTLOOP_TEST_HONOUR_KEY": "1" if honour_key else "0",
-    }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    durable = make_durable_agent()
-    command = [sys.executable, "-m", "agentloop.durable.temporal", "worker"]
-    command += ["_temporal_app:durable_agent", "--address", address]
-    command += ["--task-queue", queue, "--max-cached-workflows", "0"]
+    base_url = serve(ledger_script).base_url
+    durable, command, env = _app_worker(address, queue, base_url, ledger, honour_key, monkeypatch)
     id_ = run_id()
     async with await anyio.open_process(
         command,
-        env={**os.environ, **env, "AGENTLOOP_TEST_HANG_AFTER_EFFECT": "1"},
+        env={**env, "AGENTLOOP_TEST_HANG_AFTER_EFFECT": "1"},
         cwd=ROOT / "tests",
         stderr=subprocess.DEVNULL,
     ) as first:
@@ -737,22 +749,15 @@ async def test_a_worker_killed_while_the_model_streams_leaves_a_restart_in_the_e
     serve: Callable[..., MessagesServer],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server = serve(paced_ledger_script)
-    env = {
-        "AGENTLOOP_TEST_MODEL_URL": server.base_url,
-        "AGENTLOOP_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
-        "AGENTLOOP_TEST_HONOUR_KEY": "1",
-    }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    durable = make_durable_agent()
-    command = [sys.executable, "-m", "agentloop.durable.temporal", "worker"]
-    command += ["_temporal_app:durable_agent", "--address", temporal_address]
-    command += ["--task-queue", queue, "--max-cached-workflows", "0"]
+    base_url = serve(paced_ledger_script).base_url
+    ledger = tmp_path / "ledger.jsonl"
+    durable, command, env = _app_worker(
+        temporal_address, queue, base_url, ledger, True, monkeypatch
+    )
     id_ = run_id()
     events: list[Any] = []
     async with await anyio.open_process(
-        command, env={**os.environ, **env}, cwd=ROOT / "tests", stderr=subprocess.DEVNULL
+        command, env=env, cwd=ROOT / "tests", stderr=subprocess.DEVNULL
     ) as first:
         async with durable.run_stream(
             client, "Record a and b.", run_id=id_, task_queue=queue
@@ -786,7 +791,7 @@ async def test_a_worker_killed_while_the_model_streams_leaves_a_restart_in_the_e
     ]
     texts = [e.text for e in after if isinstance(e, TextDelta)]
     assert texts == ["Recording.", "Recorded."]  # rounds 1 and 2, each once
-    keys = sorted(e["key"] for e in read_ledger(tmp_path / "ledger.jsonl"))
+    keys = sorted(e["key"] for e in read_ledger(ledger))
     assert keys == [f"{id_}:toolu_rec_a", f"{id_}:toolu_rec_b"]
 
 
