@@ -116,7 +116,8 @@ class Turn:
             if isinstance(block, ToolUseBlock) and event.complete and block.id not in self.started:
                 call = call_of(block)
                 if self._handed_back(call):
-                    await self._announce_wait(call)
+                    # Announced once the whole response is in: a limit it crosses, or
+                    # its stop reason, may yet refuse the call (see `respond`).
                     return
                 tool = self.registry.get(call.name)
                 left = self.run.meter.calls_left()  # a tool_calls limit: start none over it
@@ -187,12 +188,9 @@ class Turn:
         return self.waits[call.id]
 
     async def _announce_wait(self, call: ToolCall) -> None:
-        """Report a call that waits for approval (once)."""
+        """Report a call that waits for approval."""
         waiting = self._waiting(call)
-        if self.emit is None or waiting is None or waiting.kind != "approval":
-            return
-        if call.id not in self.announced:
-            self.announced.add(call.id)
+        if self.emit is not None and waiting is not None and waiting.kind == "approval":
             await self.emit(
                 ApprovalRequested(self.round, call.id, call.name, call.input, waiting.reason)
             )

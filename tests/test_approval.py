@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from _approval import CLIENT_TOOL, lookup, make_agent, ran, refund
@@ -21,6 +22,9 @@ from agentloop import (
     ConfigurationError,
     RunContext,
     ToolCallReady,
+    ToolResultEvent,
+    UsageLimitExceeded,
+    UsageLimits,
     tool,
 )
 from agentloop.testing import MessagesServer, reply, tool_call
@@ -168,17 +172,35 @@ async def test_run_stream_reports_the_call_that_waits(
     server = serve([reply(big, other)])
     async with make_agent(server.client(), stream=stream).run_stream("Refund B2") as events:
         seen = [e async for e in events if isinstance(e, (ApprovalRequested, ToolCallReady))]
-    assert seen == [
-        ApprovalRequested(
-            1,
-            big["id"],
-            "refund",
-            {"order": "B2", "amount": 500},
-            "tool 'refund' requires approval: amount 500 is over the limit of 100",
-        ),
-        ToolCallReady(1, other["id"], "lookup", {"order": "B2"}, True),
-    ]
+    asked = ApprovalRequested(
+        1,
+        big["id"],
+        "refund",
+        {"order": "B2", "amount": 500},
+        "tool 'refund' requires approval: amount 500 is over the limit of 100",
+    )
+    ready = ToolCallReady(1, other["id"], "lookup", {"order": "B2"}, True)
+    # `lookup` is ready (and starts) as its block closes; the approval is asked once
+    # the whole response is in, when nothing can refuse the call any more.
+    assert seen == [ready, asked]
     assert events.result is not None and events.result.stop_reason == "approval_required"
+
+
+@pytest.mark.parametrize("stream", FORMATS)
+async def test_a_call_refused_for_a_limit_is_never_announced_as_waiting(
+    serve: Callable[..., MessagesServer], stream: bool
+) -> None:
+    big = tool_call("refund", {"order": "B2", "amount": 500})
+    server = serve([reply(big, usage={"input_tokens": 5, "output_tokens": 50})])
+    agent = make_agent(server.client(), stream=stream, usage_limits=UsageLimits(output_tokens=10))
+    seen: list[Any] = []
+    with pytest.raises(UsageLimitExceeded):
+        async with agent.run_stream("Refund B2") as events:
+            async for event in events:
+                if isinstance(event, (ApprovalRequested, ToolResultEvent)):
+                    seen.append(event)
+    assert seen == [ToolResultEvent(1, big["id"], "refund", True, ANY, 0.0)]
+    assert "output_tokens" in seen[0].output and ran == []
 
 
 async def test_external_and_approval_calls_wait_together(
