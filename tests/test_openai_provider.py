@@ -801,6 +801,28 @@ async def test_a_tool_choice_the_server_refuses_is_left_out(serve_chat: Any) -> 
     assert "tool_choice" not in server.requests[0]
 
 
+async def test_a_system_message_inside_the_conversation_stays_one(serve_chat: Any) -> None:
+    earlier = [
+        {"role": "user", "content": "Draft a reply."},
+        {"role": "assistant", "content": [text("Here is a draft.")]},
+        {"role": "system", "content": [text("Answer in French from now on.")]},
+    ]
+    server = serve_chat([reply("ok")])
+    await agent_over(server, False).run("Shorter, please.", history=earlier)
+    sent = server.requests[0]["messages"]
+    assert sent[2:] == [
+        {"role": "system", "content": "Answer in French from now on."},
+        {"role": "user", "content": "Shorter, please."},
+    ]
+    # A server that takes one system message hears it as user text, and does not refuse.
+    single = serve_chat([reply("ok")], single_system=True)
+    await agent_over(single, False, compat="llamacpp").run("Shorter, please.", history=earlier)
+    assert single.requests[0]["messages"][2] == {
+        "role": "user",
+        "content": "Answer in French from now on.",
+    }
+
+
 async def test_one_system_message_for_a_server_that_takes_one(serve_chat: Any) -> None:
     system = [{"type": "text", "text": "Rule one."}, {"type": "text", "text": "Rule two."}]
     refusing = serve_chat([reply("never")], single_system=True)

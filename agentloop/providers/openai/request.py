@@ -132,7 +132,10 @@ def to_chat_messages(
     with `content` and `tool_calls`; each `tool_result` becomes a `tool` message, in call
     order, before the user text that follows it; an `is_error` result's text starts with
     `ERROR_PREFIX`; images in a tool result move to a user message after the `tool`
-    messages; thinking, redacted thinking and server-tool blocks are left out.
+    messages; a message of role `system` inside the conversation stays a system message
+    in its place (its text), or becomes user text for a server that takes one system
+    message only (`ChatCompat.single_system`); thinking, redacted thinking and
+    server-tool blocks are left out.
 
     Raises:
         HistoryError: a user message holds a block the format cannot carry.
@@ -182,6 +185,8 @@ def _converter(compat: ChatCompat) -> Callable[[Message], _Converted]:
         results: tuple[str, ...] = ()
         if message.role == "assistant":
             chat = _assistant(message, compat)
+        elif message.role == "system" and not compat.single_system:
+            chat = _system(message)
         else:
             chat, results = _user(message, compat)
         history_ids = tuple(u.id for u in message.tool_uses)
@@ -329,6 +334,14 @@ def _assistant(message: Message, compat: ChatCompat) -> tuple[dict[str, Any], ..
     if calls:
         chat["tool_calls"] = calls
     return (chat,)
+
+
+def _system(message: Message) -> tuple[dict[str, Any], ...]:
+    """A system message inside the conversation, kept in its place as the format allows."""
+    if isinstance(message.content, str):
+        return ({"role": "system", "content": message.content},)
+    texts = [b.text for b in message.content if isinstance(b, TextBlock) and b.text]
+    return ({"role": "system", "content": "\n\n".join(texts)},) if texts else ()
 
 
 def _user(
