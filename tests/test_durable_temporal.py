@@ -56,7 +56,12 @@ from agentloop.durable.temporal import (  # noqa: E402
     result_of,
     without_sdk_retries,
 )
-from agentloop.errors import AuthenticationError, DecisionError, HistoryError  # noqa: E402
+from agentloop.errors import (  # noqa: E402
+    AuthenticationError,
+    ConfigurationError,
+    DecisionError,
+    HistoryError,
+)
 from agentloop.events import (  # noqa: E402
     RequestStarted,
     RunFinished,
@@ -646,6 +651,36 @@ async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(
     lint_history(messages)
     answered = {b.tool_use_id for b in messages[-1].blocks}  # type: ignore[union-attr]
     assert answered == {u.id for u in messages[-2].tool_uses}
+
+
+async def test_workflow_options_reach_temporal(client: Client, queue: str) -> None:
+    agent = Agent(provider=ScriptedProvider([reply("Done.")]))
+    durable = TemporalAgent(agent, name="options")
+    options = {"task_timeout": timedelta(seconds=7), "memo": {"owner": "billing"}}
+    async with durable.worker(client, task_queue=queue):
+        handle = await durable.start(
+            client, "Go.", run_id=run_id(), task_queue=queue, workflow_options=options
+        )
+        assert (await result_of(handle)).text == "Done."
+    described = await handle.describe()
+    config = described.raw_description.execution_config
+    assert config.default_workflow_task_timeout.ToTimedelta() == timedelta(seconds=7)
+    assert await described.memo() == {"owner": "billing"}
+
+
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        pytest.param({"id": "other"}, "id: set by agentloop itself", id="own"),
+        pytest.param({"timeout": 3}, "timeout: not options of start_workflow", id="unknown"),
+    ],
+)
+async def test_workflow_options_it_cannot_take_are_refused(
+    client: Client, options: dict[str, Any], why: str
+) -> None:
+    durable = TemporalAgent(Agent(provider=ScriptedProvider([])), name="refused-options")
+    with pytest.raises(ConfigurationError, match=why):
+        await durable.start(client, "Go.", run_id=run_id(), workflow_options=options)
 
 
 # -- a long run stays under Temporal's payload limits

@@ -8,6 +8,7 @@ one module.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -35,7 +36,7 @@ from agentloop.durable.temporal.workflow import (
     decision_to_json,
     workflow_class,
 )
-from agentloop.errors import DecisionError
+from agentloop.errors import ConfigurationError, DecisionError
 from agentloop.result import RunResult
 
 __all__ = ("DEFAULT_RETRY_POLICY", "DurableAgent", "TemporalAgent")
@@ -182,13 +183,22 @@ class TemporalAgent:
         wait_for_external: timedelta | None = None,
         task_queue: str | None = None,
         stream: bool = False,
+        workflow_options: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any, Any]:
         """Start the run `run_id`, or get the handle of the run of that id started before.
 
         A run id is used once: asking again, even after the run finished, attaches to
         that run rather than starting a second one. With `stream`, the run publishes its
-        events (see `run_stream`).
+        events (see `run_stream`). `workflow_options` go to `Client.start_workflow` when
+        this call starts the run (`task_timeout`, `execution_timeout`, `memo`,
+        `search_attributes`, ...); the id, the task queue and the id policies are this
+        method's own.
+
+        Raises:
+            ConfigurationError: `workflow_options` names something `start_workflow` does
+                not take, or one of the arguments this method sets itself.
         """
+        options = _start_options(workflow_options)
         data = {
             "stream": stream,
             "prompt": prompt,
@@ -206,6 +216,7 @@ class TemporalAgent:
                 task_queue=task_queue or self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                **options,
             )
         except WorkflowAlreadyStartedError:
             return client.get_workflow_handle(run_id)
@@ -220,8 +231,11 @@ class TemporalAgent:
         external_tools: Sequence[Mapping[str, Any]] = (),
         wait_for_external: timedelta | None = None,
         task_queue: str | None = None,
+        workflow_options: Mapping[str, Any] | None = None,
     ) -> RunResult[Any]:
         """Start (or attach to) the run `run_id` and wait for its result.
+
+        `workflow_options` go to `Client.start_workflow`, as for `start`.
 
         Raises:
             AgentloopError: the run failed as `Agent.run` would have (the same class,
@@ -235,6 +249,7 @@ class TemporalAgent:
             external_tools=external_tools,
             wait_for_external=wait_for_external,
             task_queue=task_queue,
+            workflow_options=workflow_options,
         )
         return await result_of(handle, self.agent.output_type)
 
@@ -283,6 +298,7 @@ class TemporalAgent:
         external_tools: Sequence[Mapping[str, Any]] = (),
         wait_for_external: timedelta | None = None,
         task_queue: str | None = None,
+        workflow_options: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[DurableStream[Any]]:
         """Start (or attach to) the run `run_id`, with its events as they are published.
 
@@ -298,6 +314,7 @@ class TemporalAgent:
         they run (see `agentloop.durable.streams` for what they are). Attaching to a run
         reads its events from the first (from its latest continuation, when it has
         continued as a new run). Leaving the block stops reading; the run goes on.
+        `workflow_options` go to `Client.start_workflow`, as for `start`.
 
         Raises:
             AgentloopError: iterating, after the events, when the run failed (as `run`).
@@ -311,6 +328,7 @@ class TemporalAgent:
             wait_for_external=wait_for_external,
             task_queue=task_queue,
             stream=True,
+            workflow_options=workflow_options,
         )
         subscription = WorkflowStreamClient.create(client, run_id).subscribe(
             TOPIC, poll_cooldown=_POLL_COOLDOWN
@@ -325,6 +343,23 @@ class TemporalAgent:
 
 DurableAgent = TemporalAgent
 """The same class, under the name each durable engine's module gives its agent."""
+
+
+_OWN_START_OPTIONS = frozenset(
+    {"self", "workflow", "arg", "args", "id", "task_queue", "id_reuse_policy", "id_conflict_policy"}
+)
+
+
+def _start_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`options` for `Client.start_workflow`, refused when it does not take one of them."""
+    options = dict(options or {})
+    taken = set(inspect.signature(Client.start_workflow).parameters) - _OWN_START_OPTIONS
+    wrong = sorted(set(options) - taken)
+    if wrong:
+        own = sorted(set(wrong) & _OWN_START_OPTIONS)
+        why = "set by agentloop itself" if own == wrong else "not options of start_workflow"
+        raise ConfigurationError(f"workflow_options: {', '.join(wrong)}: {why}")
+    return options
 
 
 async def _data(items: AsyncIterator[WorkflowStreamItem[Any]]) -> AsyncIterator[Any]:
