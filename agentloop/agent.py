@@ -68,7 +68,7 @@ from agentloop.output import (
     resolve_mode,
 )
 from agentloop.partial import PartialOutputs
-from agentloop.pricing import cost_of
+from agentloop.pricing import table_provider
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -841,8 +841,7 @@ class Agent(Generic[OutputT]):
                 external_names=names,
                 approval_required=self.approval_required,
             ),
-            meter=Meter(limits, self.model),
-            price=partial(cost_of, self.model, provider=_provider_name(self.provider)),
+            meter=Meter(limits, self.model, table_provider(_provider_name(self.provider))),
             output=self._output_run(output_type),
         )
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_count
 from .errors import ConfigurationError, UsageLimitExceeded
-from .pricing import cost_of
+from .pricing import add_costs, cost_of
 from .result import Usage
 
 if TYPE_CHECKING:
@@ -193,41 +193,45 @@ def price(usage: Usage, model: str) -> float | None:
 
 @dataclass
 class Meter:
-    """One run's spending against its limits: cost and tool calls (tokens are the run's).
+    """One run's spending: its cost and tool calls (tokens are the run's), against its limits.
 
     The run's `Usage` is kept by the run itself; the meter adds what `Usage` does not
     hold: the cost in dollars (priced per response, as sub-runs may use other models)
-    and the tool calls run.
+    and the tool calls run. Its cost is the run's `RunResult.cost`: one total, so a cost
+    limit counts exactly what the result reports.
     """
 
     limits: UsageLimits | None
     model: str
-    cost: float | None = None
-    """Dollars spent so far, counted only under a `cost_usd` limit (None otherwise)."""
+    provider: str | None = None
+    """The provider id in the price table (None: found from the model id)."""
+    cost: float | None = field(init=False, default=None)
+    """Dollars spent so far, or None when a price is unknown."""
     tool_calls: int = 0
     """Tool calls run so far (sub-runs' included)."""
     refused: Breach | None = None
     """The limit a response crossed, once `refused_calls` refused its calls for it."""
 
     def __post_init__(self) -> None:
-        """Start counting dollars under a cost limit; refuse one the table cannot price."""
-        if self.limits is not None and self.limits.cost_usd is not None:
-            if price(Usage(input_tokens=1), self.model) is None:
-                raise ConfigurationError(
-                    f"UsageLimits.cost_usd needs a model genai-prices knows; it has no "
-                    f"price for {self.model!r}"
-                )
-            self.cost = 0.0
+        """Start counting dollars; refuse a cost limit the table cannot price."""
+        self.cost = self.price(Usage())  # 0.0, or None for a model the table does not know
+        if self.cost is None and self.limits is not None and self.limits.cost_usd is not None:
+            raise ConfigurationError(
+                f"UsageLimits.cost_usd needs a model genai-prices knows; it has no "
+                f"price for {self.model!r}"
+            )
+
+    def price(self, usage: Usage) -> float | None:
+        """What one response's `usage` of the run's model costs in US dollars, or None."""
+        return cost_of(self.model, usage, provider=self.provider) if self.model else None
 
     def add(self, usage: Usage) -> None:
         """Count the cost of one response of the run's model."""
-        if self.cost is not None:
-            self.add_cost(price(usage, self.model))
+        self.add_cost(self.price(usage))
 
     def add_cost(self, cost: float | None) -> None:
         """Count dollars spent on the run's behalf (None: unknown, so no longer counted)."""
-        if self.cost is not None:
-            self.cost = None if cost is None else self.cost + cost
+        self.cost = add_costs(self.cost, cost)
 
     def count_calls(self, n: int) -> None:
         """Count `n` tool calls run (or started)."""
@@ -273,7 +277,7 @@ class Meter:
             return {}
         cost = self.cost
         if cost is not None:
-            added = price(response.usage, self.model)
+            added = self.price(response.usage)
             cost = None if added is None else cost + added
         breach = _over(self.limits, usage + response.usage, self.tool_calls + len(ids), cost)
         if breach is None:
@@ -296,7 +300,7 @@ class Meter:
         reads = 1 if counted is None else counted
         cost = None
         if self.cost is not None and limits.cost_usd is not None:
-            least = price(Usage(input_tokens=reads, output_tokens=1), self.model)
+            least = self.price(Usage(input_tokens=reads, output_tokens=1))
             cost = None if least is None else self.cost + least
         checks: list[tuple[str, float | None, float | None]] = [
             ("requests", limits.requests, usage.requests + 1),

@@ -3,8 +3,9 @@
 The run prices each response as it arrives (`RunResult.cost` is their sum): a price table
 can depend on the size of one request (a higher rate past 200k input tokens), so usage
 summed over a run cannot be priced as one request. Cache reads and writes are priced as
-such, 1-hour writes apart from 5-minute ones. A model or provider the table does not
-know has no price: `None`, never a guess. The table is imported on first use (it takes a
+such, 1-hour writes apart from 5-minute ones. A model the table does not know has no
+price: `None`, never a guess. A provider the table does not know (a scripted one, a proxy)
+is priced by the model id alone (`table_provider`). The table is imported on first use (it takes a
 while), so `import agentloop` does not pay for it.
 """
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from genai_prices import Usage as PricedUsage
     from genai_prices.types import PriceCalculation
 
-__all__ = ("add_costs", "cost_of")
+__all__ = ("add_costs", "cost_of", "table_provider")
 
 
 def cost_of(model: str, usage: Usage, *, provider: str | None = "anthropic") -> float | None:
@@ -46,6 +47,19 @@ def cost_of(model: str, usage: Usage, *, provider: str | None = "anthropic") -> 
         cache_write_1h_tokens=usage.cache_creation_1h_input_tokens,
     )
     return float(_price(priced, model, provider).total_price)
+
+
+@cache
+def table_provider(name: str) -> str | None:
+    """`name` when the price table has a provider of that id, else None.
+
+    A run is priced with its provider's name (`AnthropicProvider.name` is "anthropic")
+    when the table knows it, and by its model id alone otherwise: a scripted provider or
+    a proxy of your own is priced as the model it names.
+    """
+    from genai_prices.data import providers
+
+    return name if any(p.id == name for p in providers) else None
 
 
 def add_costs(total: float | None, cost: float | None) -> float | None:

@@ -8,7 +8,7 @@ lets one agent serve any number of concurrent runs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -19,7 +19,6 @@ from .history import History
 from .limits import Meter
 from .messages import ContentBlock
 from .output import OutputRun
-from .pricing import add_costs
 from .providers.base import ModelResponse
 from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
 from .state import PausedRun, PendingCall, dump_state
@@ -47,7 +46,6 @@ class RunState:
         gate: Gate | None = None,
         meter: Meter | None = None,
         output: OutputRun | None = None,
-        price: Callable[[Usage], float | None] | None = None,
     ) -> None:
         """Start a run over `history`; `log` gets the run's id bound.
 
@@ -56,7 +54,6 @@ class RunState:
         `gate` says which calls wait (by default those of the external tools).
         `meter` holds the run's usage limits and counts its cost and tool calls.
         `output` reads a typed output (None: the output is the final text).
-        `price` gives one response's cost in US dollars (None: unknown).
         """
         self.id = uuid.uuid4().hex
         self.history = history
@@ -66,10 +63,6 @@ class RunState:
         self.external_names = external_names
         self.usage = Usage()
         self.meter = meter if meter is not None else Meter(None, "")
-        self.price = price
-        self.cost: float | None = price(Usage()) if price is not None else None
-        """The run's cost so far in US dollars (each response priced as it came), or None
-        when the price is unknown."""
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
@@ -114,6 +107,14 @@ class RunState:
         self.rounds += 1
         return self.rounds
 
+    @property
+    def cost(self) -> float | None:
+        """The run's cost so far in US dollars, or None when a price is unknown.
+
+        Each response is priced as it came (the meter's total, which a cost limit counts).
+        """
+        return self.meter.cost
+
     def stop_after_turn(self) -> None:
         """Let the turn under way finish, then stop before the next model request."""
         self.stopping = True
@@ -124,8 +125,6 @@ class RunState:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
         self.meter.add(response.usage)
-        if self.price is not None:
-            self.cost = add_costs(self.cost, self.price(response.usage))
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
@@ -135,8 +134,6 @@ class RunState:
         self.usage += usage
         self.meter.add_cost(cost)
         self.meter.count_calls(tool_calls)
-        if self.price is not None:
-            self.cost = add_costs(self.cost, cost)
 
     def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer a turn's calls in the history and log them."""
@@ -187,12 +184,11 @@ class RunState:
         self.calls = list(paused.tool_calls)
         self.container = paused.container
         self.paused = paused if paused.pending else None
-        if self.price is not None:
-            self.cost = paused.cost
-        # The limits hold over the whole run: count what it spent before the pause. The
-        # calls waiting for approval were counted when their response came (a call
-        # answered without running is counted too: the count errs on the safe side).
-        self.meter.add(paused.usage)
+        # The limits hold over the whole run: count what it spent before the pause (its
+        # responses priced one by one, as they came). The calls waiting for approval were
+        # counted when their response came (a call answered without running is counted
+        # too: the count errs on the safe side).
+        self.meter.add_cost(paused.cost)
         waiting = sum(1 for p in paused.pending if p.kind == "approval")
         self.meter.count_calls(len(paused.tool_calls) + waiting)
 

@@ -128,5 +128,3 @@ def postgres_server() -> Iterator[dict[str, str]]:
 def temporal_server(temporal_address: str) -> dict[str, str]:
     """Temporal's dev server (see tests/_temporal.py): the environment gives its address."""
     return {"AGENTLOOP_CHAOS_TEMPORAL": temporal_address}
-
-

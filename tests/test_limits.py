@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from agentloop import (
     Agent,
     AnthropicProvider,
+    Approve,
     ConfigurationError,
     OpenAIChatProvider,
     UsageLimitExceeded,
@@ -191,6 +192,40 @@ async def test_cost_limit_priced_by_genai_prices(serve: Any) -> None:
     assert len(server.requests) == 3 and counter.runs == 2
     assert exc.result is not None
     assert_valid(exc.result)
+
+
+async def test_a_resumed_run_counts_the_cost_its_result_reports(serve: Any) -> None:
+    # Two responses of 150k input tokens cost 2 x $0.45; priced as one 300k request, the
+    # long-context rate would make them $1.80 and a $1 limit would refuse the resume.
+    big = {"input_tokens": 150_000, "output_tokens": 10}
+    server = serve(
+        [
+            reply(tool_call("ping", {"n": 1}), usage=big),
+            reply(tool_call("guarded", {"n": 2}), usage=big),
+            reply("done", usage={"input_tokens": 1_000, "output_tokens": 10}),
+        ]
+    )
+    counter = Counter()
+
+    @tool(requires_approval=True)
+    def guarded(n: int) -> str:
+        """Needs a yes."""
+        return f"guarded {n}"
+
+    agent = Agent(
+        "claude-sonnet-4-5",
+        client=server.client(),
+        tools=[counter.tool, guarded],
+        usage_limits=UsageLimits(cost_usd=1.0),
+    )
+    paused = await agent.run("go")
+    assert paused.stop_reason == "approval_required"
+    assert paused.cost == pytest.approx(2 * price(Usage(**big), "claude-sonnet-4-5"))
+    decisions = {a.tool_use_id: Approve() for a in paused.approvals}
+    result = await agent.resume(paused.state, decisions=decisions)
+    assert result.text == "done" and len(server.requests) == 3
+    last = price(Usage(input_tokens=1_000, output_tokens=10), "claude-sonnet-4-5")
+    assert result.cost == pytest.approx(paused.cost + last)
 
 
 def test_price_counts_cache_reads_and_writes_at_their_rates() -> None:

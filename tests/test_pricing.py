@@ -107,6 +107,9 @@ async def test_an_unknown_model_gives_no_cost_never_a_guess() -> None:
     assert result.cost is None
 
 
-async def test_a_provider_the_table_does_not_know_gives_no_cost() -> None:
-    result = await Agent(SONNET, provider=ScriptedProvider([reply("ok")])).run("hi")
-    assert result.cost is None
+async def test_a_provider_the_table_does_not_know_is_priced_by_the_model_alone() -> None:
+    usage = {"input_tokens": 1_000, "output_tokens": 100}
+    result = await Agent(SONNET, provider=ScriptedProvider([reply("ok", usage=usage)])).run("hi")
+    assert result.cost == pytest.approx(cost_of(SONNET, Usage(**usage)))
+    unknown = await Agent("claude-scripted", provider=ScriptedProvider([reply("ok")])).run("hi")
+    assert unknown.cost is None
