@@ -469,3 +469,24 @@ async def test_a_paused_run_in_an_expired_session_resumes_as_an_unknown_one(
     assert str(expired) == str(unknown).replace("/never", "")
     assert "holds no paused run" in str(expired)
     assert ran == [] and len(server.model.requests) == 1
+
+
+async def test_a_paused_run_kept_elsewhere_resumes_into_a_new_session(
+    path: Path, clock: Clock, serve: Callable[..., MessagesServer]
+) -> None:
+    from _approval import make_agent, ran
+
+    from agentloop import Approve
+
+    call = tool_call("refund", {"order": "A1", "amount": 500})
+    server = serve([reply(call), reply("Refunded.")])
+    agent = make_agent(server.client())
+    session = SQLiteSession(path, "refunds", ttl=60, clock=clock)
+    paused = await agent.run("Refund A1", session=session)
+    kept = json.loads(json.dumps(paused.state))  # the service's own copy
+    clock.now += 60
+
+    ran.clear()
+    done = await agent.resume(kept, session=session, decisions={call["id"]: Approve()})
+    assert done.text == "Refunded." and ran == [("refund", {"order": "A1", "amount": 500})]
+    assert await session.load() == SessionSnapshot(done.messages, 1)
