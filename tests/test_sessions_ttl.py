@@ -8,6 +8,7 @@ date; Redis expires every key of a session at one deadline.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import threading
@@ -490,3 +491,37 @@ async def test_a_paused_run_kept_elsewhere_resumes_into_a_new_session(
     done = await agent.resume(kept, session=session, decisions={call["id"]: Approve()})
     assert done.text == "Refunded." and ran == [("refund", {"order": "A1", "amount": 500})]
     assert await session.load() == SessionSnapshot(done.messages, 1)
+
+
+# -- the command line
+
+
+async def agentloop_command(*args: str, **env: str) -> tuple[int, str, str]:
+    """`python -m agentloop ARGS` with no plugins and `env` added."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AGENTLOOP_"))}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "agentloop", *args],
+        env={**clean, "AGENTLOOP_PLUGINS": "", **env},
+        check=False,
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_the_command_line_gives_a_conversation_a_ttl(
+    path: Path, serve: Callable[..., MessagesServer]
+) -> None:
+    server = serve(echo)
+    env = {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.base_url}
+    where = ["--session", "trip", "--session-db", str(path)]
+    before = time.time()
+    code, _, err = await agentloop_command("run", "hi", *where, "--session-ttl", "3600", **env)
+    assert code == 0, err
+    after = time.time()
+    assert (await SQLiteSession(path, "trip", clock=lambda: before + 3599).load()).version == 1
+    assert await SQLiteSession(path, "trip", clock=lambda: after + 3600).load() == NEVER
+
+    code, out, err = await agentloop_command("run", "hi", "--session-ttl", "60")
+    assert (code, out) == (2, "")
+    assert err == "agentloop: error: --session-ttl needs --session NAME\n"
+    code, out, err = await agentloop_command("run", "hi", *where, "--session-ttl", "0")
+    assert code == 2 and "--session-ttl" in err and "seconds > 0" in err
