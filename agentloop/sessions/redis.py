@@ -120,7 +120,7 @@ class RedisSession:
                 if current != version:
                     raise conflict(self.session_id, version, current)
                 pipe.multi()
-            pipe.incr(self._version)
+            pipe.incr(self._version)  # first, so its reply (the new version) is replies[0]
             if texts:
                 pipe.rpush(self._messages, *texts)
             if state_text is not None:
