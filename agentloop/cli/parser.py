@@ -111,6 +111,13 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         help=f"where sessions are kept: a SQLite file or redis://HOST:PORT/DB (default: "
         f"${DEFAULT_SESSIONS_ENV}, else ~/.local/share/agentloop/sessions.db)",
     )
+    kept.add_argument(
+        "--session-ttl",
+        metavar="SECONDS",
+        type=seconds,
+        help="forget the conversation once it has not been written for SECONDS "
+        "(default: kept until cleared)",
+    )
     manager.call_each("agentloop_run_options", parser=run)
     run.set_defaults(handler=partial(run_command, manager=manager))
 

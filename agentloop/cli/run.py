@@ -109,10 +109,14 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
 def _session(args: argparse.Namespace) -> Session | None:
     """The session `--session` names, in the store of `--session-db` (or the default)."""
     if args.session is None:
-        if args.session_db is not None:
-            raise ConfigurationError("--session-db needs --session NAME")
+        for given, option in (
+            (args.session_db, "--session-db"),
+            (args.session_ttl, "--session-ttl"),
+        ):
+            if given is not None:
+                raise ConfigurationError(f"{option} needs --session NAME")
         return None
-    return open_session(args.session, args.session_db)
+    return open_session(args.session, args.session_db, ttl=args.session_ttl)
 
 
 async def _run(

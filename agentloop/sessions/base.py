@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, runtime_checkable
 
+from agentloop.checks import check_seconds
 from agentloop.errors import SessionConflict, SessionError
 
 __all__ = (
@@ -22,6 +24,7 @@ __all__ = (
     "SessionSnapshot",
     "Unchanged",
     "added_messages",
+    "check_ttl",
     "conflict",
     "decode",
     "encode",
@@ -104,6 +107,20 @@ class Session(Protocol):
     async def clear_state(self) -> None:
         """Forget the stored state (the messages stay)."""
         ...
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """A store's `ttl` option as seconds, or None for a session kept until cleared.
+
+    `math.inf` is None too.
+
+    Raises:
+        ConfigurationError: `ttl` is not None nor a number of seconds > 0.
+    """
+    if ttl is None:
+        return None
+    seconds = check_seconds("a session's ttl", ttl)
+    return None if seconds == math.inf else seconds
 
 
 def encode(value: Any) -> str:

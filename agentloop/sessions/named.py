@@ -30,7 +30,9 @@ def default_sessions_path() -> Path:
     return Path(data) / "agentloop" / "sessions.db"
 
 
-def open_session(session_id: str, where: str | os.PathLike[str] | None = None) -> Session:
+def open_session(
+    session_id: str, where: str | os.PathLike[str] | None = None, *, ttl: float | None = None
+) -> Session:
     """The session `session_id` in the store `where` names.
 
     Args:
@@ -38,15 +40,18 @@ def open_session(session_id: str, where: str | os.PathLike[str] | None = None) -
         where: A SQLite file path (`sqlite:///PATH` also works) or a Redis URL
             (`redis://HOST:PORT/DB`, `rediss://`, `unix://`). By default
             `$AGENTLOOP_SESSIONS`, else `default_sessions_path()`.
+        ttl: Seconds the session is kept after its last write; None (the default)
+            keeps it until cleared (see docs/sessions.md, "Sessions that expire").
 
     Raises:
-        ConfigurationError: `session_id` is empty.
+        ConfigurationError: `session_id` is empty, or `ttl` is not a number of
+            seconds > 0.
     """
     if where is None or str(where) == "":
         where = os.environ.get(DEFAULT_SESSIONS_ENV) or default_sessions_path()
     text = os.fspath(where)
     if text.startswith(_REDIS):
-        return RedisSession(text, session_id)
+        return RedisSession(text, session_id, ttl=ttl)
     if text.startswith("sqlite:///"):
         text = text.removeprefix("sqlite:///")
-    return SQLiteSession(Path(text).expanduser(), session_id)
+    return SQLiteSession(Path(text).expanduser(), session_id, ttl=ttl)
