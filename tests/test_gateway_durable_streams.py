@@ -1,0 +1,275 @@
+"""A durable gateway (`--durable dbos`) streams a streaming client's answer as it comes.
+
+The gateway is served here (uvicorn on a real socket) in front of a scripted upstream
+the gateway's SDK client talks to; the client is the real `anthropic` SDK or raw HTTP.
+The request that starts the durable run gets its SSE live, event for event what a
+gateway without `--durable` sends for the same conversation; a client that goes away
+leaves the run going.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import anyio
+import httpx2
+import pytest
+from _gateway import CLIENT_TOOL, gateway_on
+
+from agentloop import tool
+from agentloop.gateway.app import GatewayConfig
+from agentloop.testing import MessagesServer, reply, tool_call
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.durable]
+
+QUESTION = [{"role": "user", "content": "What is a?"}]
+HEADERS = {"x-api-key": "sk-a"}
+WAIT = 60.0
+"""Seconds the upstream holds an answer for the test at most (a failing test's bound)."""
+
+
+def answered_tools(body: Mapping[str, Any]) -> bool:
+    content = body["messages"][-1]["content"]
+    return isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+
+
+@asynccontextmanager
+async def served(
+    tmp: Path, answer: Callable[[dict[str, Any]], Any], *, durable: bool = True, **tools: Any
+) -> AsyncIterator[tuple[str, MessagesServer, list[str]]]:
+    """A gateway (durable or not) with a `lookup` tool; its URL, upstream, and lookups."""
+    looked_up: list[str] = []
+
+    @tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        if "before_lookup" in tools:
+            await tools["before_lookup"]()
+        looked_up.append(key)
+        return f"value-of-{key}"
+
+    upstream = MessagesServer(answer).start()
+    config = GatewayConfig(
+        upstream=upstream.base_url,
+        store=f"sqlite:///{tmp / 'sessions.db'}",
+        tools=[lookup],
+        durable=f"dbos:sqlite:///{tmp / 'dbos.sqlite'}" if durable else None,
+        ping_interval=0.05,
+    )
+    try:
+        async with gateway_on(config) as url:
+            yield url, upstream, looked_up
+    finally:
+        upstream.stop()
+
+
+async def test_deltas_reach_the_client_before_the_upstream_has_finished(tmp_path: Path) -> None:
+    let_go = threading.Event()  # set once the client has read round one's first delta
+
+    def answer(body: dict[str, Any]) -> Any:
+        if not answered_tools(body):
+            return reply("Looking it up.", tool_call("lookup", {"key": "a"}))
+        let_go.wait(WAIT)  # the hidden round's answer waits for the client
+        return reply("It is value-of-a.")
+
+    async with served(tmp_path, answer) as (url, upstream, looked_up):
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+        async with (
+            client,
+            client.messages.stream(model="m", max_tokens=50, messages=QUESTION) as stream,
+        ):
+            seen_early: list[str] = []
+            with anyio.fail_after(WAIT / 2):
+                async for event in stream:
+                    if event.type == "text":
+                        seen_early.append(event.text)
+                        break
+            # The upstream has not answered the hidden round: the run is not over.
+            assert not let_go.is_set() and len(upstream.recorded) <= 2
+            let_go.set()
+            message = await stream.get_final_message()
+            run_id = stream.response.headers.get("agentloop-run-id")
+    assert seen_early and "Looking it up.".startswith(seen_early[0])
+    assert [b.text for b in message.content if b.type == "text"] == [
+        "Looking it up.",
+        "It is value-of-a.",
+    ]
+    assert message.stop_reason == "end_turn"
+    assert run_id is not None and run_id.startswith("gw-")
+    assert looked_up == ["a"]
+    assert [r.body.get("stream") for r in upstream.recorded] == [True, True]
+
+
+THINKING = {"type": "thinking", "thinking": "The table first.", "signature": "sig-1"}
+
+
+def conversation(body: dict[str, Any]) -> Any:
+    """A hidden round (the gateway's lookup), then the client's own tool, then the end."""
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("tool_use_id") == "toolu_client" for b in last):
+        return reply("Thanks, that is all.")
+    if answered_tools(body):
+        return reply(THINKING, "Now yours.", tool_call("client_tool", {"x": 1}, id="toolu_client"))
+    return reply(THINKING, "Looking.", tool_call("lookup", {"key": "a"}, id="toolu_hidden"))
+
+
+def sse_events(raw: str) -> list[tuple[str, Any]]:
+    """The SSE events of a body, pings left out and message ids made equal."""
+    events = []
+    for frame in raw.split("\n\n"):
+        if not frame.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in frame.splitlines())
+        name, data = fields["event"], json.loads(fields["data"])
+        if name == "ping":
+            continue
+        if name == "message_start":
+            data["message"]["id"] = "msg"
+        events.append((name, data))
+    return events
+
+
+async def streamed(url: str, body: dict[str, Any]) -> tuple[httpx2.Response, str]:
+    async with (
+        httpx2.AsyncClient(timeout=60) as http,
+        http.stream("POST", url + "/v1/messages", json=body, headers=HEADERS) as response,
+    ):
+        text = "".join([chunk async for chunk in response.aiter_text()])
+    return response, text
+
+
+FIRST: dict[str, Any] = {
+    "model": "m",
+    "max_tokens": 2048,
+    "stream": True,
+    "thinking": {"type": "enabled", "budget_tokens": 1024},
+    "tools": [CLIENT_TOOL],
+    "messages": QUESTION,
+}
+
+
+async def outcome(folder: Path, *, durable: bool) -> dict[str, Any]:
+    """What a gateway sends a streaming client and stores, for `conversation`.
+
+    The client streams the first request, runs its tool and streams the follow-up.
+    """
+    await anyio.Path(folder).mkdir()
+    async with served(folder, conversation, durable=durable) as (url, upstream, looked_up):
+        response, text = await streamed(url, FIRST)
+        events = sse_events(text)
+        message = assembled(events)
+        result = {"type": "tool_result", "tool_use_id": "toolu_client", "content": "one"}
+        follow_up = {
+            **FIRST,
+            "messages": [
+                *QUESTION,
+                {"role": "assistant", "content": message["content"]},
+                {"role": "user", "content": [result]},
+            ],
+        }
+        _, follow_up_text = await streamed(url, follow_up)
+        continued = upstream.recorded[-1].body["messages"]
+    return {
+        "status": response.status_code,
+        "type": response.headers["content-type"],
+        "run_id": response.headers.get("agentloop-run-id"),
+        "looked_up": looked_up,
+        "raw": text,
+        "events": events,
+        "message": message,
+        "follow_up": sse_events(follow_up_text),
+        "continued": continued,
+    }
+
+
+async def test_the_durable_stream_is_the_plain_gateways_stream(tmp_path: Path) -> None:
+    # The plain one first: stopping DBOS shuts down the event loop's default executor.
+    plain = await outcome(tmp_path / "plain", durable=False)
+    durable = await outcome(tmp_path / "durable", durable=True)
+    assert durable["status"] == 200 and durable["type"].startswith("text/event-stream")
+    assert durable["run_id"] is not None and plain["run_id"] is None
+    assert durable["looked_up"] == ["a"]
+    # The client's tool is handed back; the gateway's call and its result are not shown.
+    assert [b["type"] for b in durable["message"]["content"]] == [
+        "thinking",
+        "text",
+        "thinking",
+        "text",
+        "tool_use",
+    ]
+    assert durable["message"]["content"][-1]["id"] == "toolu_client"
+    assert "toolu_hidden" not in durable["raw"]
+    # The session was stored: the follow-up went upstream with the hidden round.
+    continued = durable["continued"]
+    assert [m["role"] for m in continued] == ["user", "assistant", "user", "assistant", "user"]
+    assert continued[2]["content"][0]["tool_use_id"] == "toolu_hidden"
+    # Event for event, and session for session, what the gateway without --durable does.
+    same = ("events", "follow_up", "continued", "looked_up")
+    assert {k: durable[k] for k in same} == {k: plain[k] for k in same}
+
+
+def assembled(events: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The message a client builds from SSE events (content blocks whole)."""
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for name, data in events:
+        if name == "content_block_start":
+            blocks[data["index"]] = dict(data["content_block"])
+        elif name == "content_block_delta":
+            index, delta = data["index"], data["delta"]
+            block = blocks[index]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+            elif delta["type"] == "input_json_delta":
+                partial[index] = partial.get(index, "") + delta["partial_json"]
+    for index, text in partial.items():
+        blocks[index]["input"] = json.loads(text)
+    return {"content": [blocks[i] for i in sorted(blocks)]}
+
+
+async def test_a_client_that_goes_away_leaves_the_durable_run_going(tmp_path: Path) -> None:
+    client_gone = anyio.Event()
+    second_round = threading.Event()
+
+    def answer(body: dict[str, Any]) -> Any:
+        if not answered_tools(body):
+            return reply("Looking.", tool_call("lookup", {"key": "a"}))
+        second_round.set()
+        return reply("It is value-of-a.")
+
+    async def before_lookup() -> None:  # the call waits until the client has gone
+        with anyio.fail_after(WAIT):
+            await client_gone.wait()
+
+    body = {"model": "m", "max_tokens": 50, "stream": True, "messages": QUESTION}
+    async with served(tmp_path, answer, before_lookup=before_lookup) as (url, upstream, looked):
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            http.stream("POST", url + "/v1/messages", json=body, headers=HEADERS) as response,
+        ):
+            run_id = response.headers["agentloop-run-id"]
+            async for line in response.aiter_lines():
+                if line.startswith("event: content_block_delta"):
+                    break  # and the connection closes
+        client_gone.set()
+        # Nobody asks again: the run goes on by itself to its hidden round.
+        assert await anyio.to_thread.run_sync(second_round.wait, WAIT)
+        async with httpx2.AsyncClient(timeout=60) as http:
+            retry = await http.post(
+                url + "/v1/messages", json={**body, "stream": False}, headers=HEADERS
+            )
+        assert len(upstream.recorded) == 2  # the retry got the run's answer
+    assert retry.status_code == 200, retry.text
+    assert retry.headers["agentloop-run-id"] == run_id
+    assert [b["text"] for b in retry.json()["content"]] == ["Looking.", "It is value-of-a."]
+    assert looked == ["a"]
