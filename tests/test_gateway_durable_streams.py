@@ -4,7 +4,9 @@ The gateway is served here (uvicorn on a real socket) in front of a scripted ups
 the gateway's SDK client talks to; the client is the real `anthropic` SDK or raw HTTP.
 The request that starts the durable run gets its SSE live, event for event what a
 gateway without `--durable` sends for the same conversation; a client that goes away
-leaves the run going.
+leaves the run going. And the gateway's SSE of a durable run's events never shows the
+client two versions of one model request: when one it already got part of is sent again
+(`StepRestarted`), the answer ends with an `error` event.
 """
 
 from __future__ import annotations
@@ -20,11 +22,31 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-from _gateway import CLIENT_TOOL, gateway_on
+import uvicorn
+from _gateway import CLIENT_TOOL, free_port, gateway_on, wait_healthy_url
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from agentloop import tool
-from agentloop.gateway.app import GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop import Agent, tool
+from agentloop.durable.streams import DurableStream, event_to_json, read_events
+from agentloop.errors import APIConnectionError
+from agentloop.events import (
+    ModelResponded,
+    ModelStreamEvent,
+    RequestStarted,
+    RunStarted,
+    ToolProgress,
+    ToolResultEvent,
+)
+from agentloop.gateway.app import RUN_HEADER, GatewayConfig
+from agentloop.gateway.calls import Call
+from agentloop.gateway.streaming import StreamResponse
+from agentloop.messages import TextBlock, ToolUseBlock
+from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, MessageStart, ModelResponse
+from agentloop.result import RunResult
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.durable]
 
@@ -273,3 +295,169 @@ async def test_a_client_that_goes_away_leaves_the_durable_run_going(tmp_path: Pa
     assert retry.headers["agentloop-run-id"] == run_id
     assert [b["text"] for b in retry.json()["content"]] == ["Looking.", "It is value-of-a."]
     assert looked == ["a"]
+
+
+# --------------------------------------------------------------------------- a step sent again
+
+
+def item(round_: int, step: str, attempt: int, *events: Any) -> dict[str, Any]:
+    """One item of a durable run's stream, as its publishers write it."""
+    return {
+        "round": round_,
+        "step": step,
+        "attempt": attempt,
+        "events": [event_to_json(e) for e in events],
+    }
+
+
+def streamed_text(round_: int, text: str, *more: Any) -> list[ModelStreamEvent]:
+    """A response's stream events: its start, a text block, then `more` events."""
+    head = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "usage": {}}
+    block = TextBlock(text="")
+    return [
+        ModelStreamEvent(round_, event)
+        for event in (
+            MessageStart(head),
+            BlockStart(0, block),
+            BlockDelta(0, "text", text),
+            BlockStop(0, TextBlock(text=text)),
+            *more,
+        )
+    ]
+
+
+LOOKUP_CALL = tool_call("lookup", {"key": "a"}, id="toolu_g")
+LOOKUP = ToolUseBlock(**LOOKUP_CALL)
+
+
+def responded(round_: int, *blocks: Any) -> ModelResponded:
+    """The event of a whole response of `blocks` (text or tool_use wire blocks)."""
+    return ModelResponded(round_, ModelResponse.from_wire(reply(*blocks)))
+
+
+RESTARTS = {
+    # Round 1's model request sent again after the client got its first delta: the client
+    # cannot take that delta back.
+    "shown": [
+        item(1, "run", 0, RunStarted("run-1"), RequestStarted(1)),
+        item(1, "model", 1, *streamed_text(1, "Hel")),
+        item(1, "model", 2, *streamed_text(1, "Hello.")),
+        item(1, "run", 0, responded(1, "Hello.")),
+    ],
+    # The gateway's call run again, and round 2's request sent again before any of it was
+    # shown (its first attempt had only begun): the client sees one version of each.
+    "unseen": [
+        item(1, "run", 0, RunStarted("run-1"), RequestStarted(1)),
+        item(
+            1,
+            "model",
+            1,
+            *streamed_text(1, "Looking."),
+            ModelStreamEvent(1, BlockStart(1, LOOKUP)),
+            ModelStreamEvent(1, BlockStop(1, LOOKUP)),
+        ),
+        item(1, "run", 0, responded(1, "Looking.", LOOKUP_CALL)),
+        item(1, "tool:toolu_g", 1, ToolProgress(1, "toolu_g", "lookup", 0.5)),
+        item(1, "tool:toolu_g", 2, ToolResultEvent(1, "toolu_g", "lookup", False, "v", 0.0)),
+        item(2, "run", 0, RequestStarted(2)),
+        item(2, "model", 1, streamed_text(2, "ignored")[0]),
+        item(2, "model", 2, *streamed_text(2, "Found.")),
+        item(2, "run", 0, responded(2, "Found.")),
+    ],
+}
+
+
+@asynccontextmanager
+async def answering(response: Callable[[], Response]) -> AsyncIterator[str]:
+    """`response()` answers `POST /v1/messages`, served by uvicorn here; yields the URL."""
+
+    async def messages(request: Request) -> Response:
+        return response()
+
+    async def healthz(request: Request) -> Response:
+        return Response("ok")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        url = f"http://127.0.0.1:{port}"
+        await anyio.to_thread.run_sync(wait_healthy_url, url)
+        try:
+            yield url
+        finally:
+            server.should_exit = True
+
+
+@pytest.mark.parametrize("case", list(RESTARTS))
+async def test_a_step_sent_again_after_the_client_saw_it_ends_the_answer(case: str) -> None:
+    """A durable run's events with `StepRestarted` in them, through the gateway's SSE."""
+    finished: list[RunResult] = []
+    kept: list[Exception] = []
+    result = RunResult(text="Found.", stop_reason="end_turn", messages=[])
+
+    async def finish(call: Call, result: RunResult, responses: list[ModelResponse]) -> None:
+        finished.append(result)
+
+    async def keep_partial(call: Call, error: Exception) -> None:
+        kept.append(error)
+
+    async def items() -> AsyncIterator[dict[str, Any]]:
+        for each in RESTARTS[case]:
+            yield each
+
+    async def run_result() -> RunResult:
+        return result
+
+    @asynccontextmanager
+    async def events() -> AsyncIterator[DurableStream[Any]]:
+        yield DurableStream("run-1", read_events(items()), run_result)
+
+    def response() -> Response:
+        call = Call(
+            scope="sk-a",
+            agent=Agent(provider=ScriptedProvider([])),
+            history=[],
+            visible=[],
+            session=None,
+            notes={},
+            client_tools=[],
+            client_names=frozenset(),
+            stream=True,
+            request_id="req_1",
+            model="m",
+        )
+        return StreamResponse(
+            call,
+            finish=finish,
+            keep_partial=keep_partial,
+            deps=None,
+            ping_interval=0.05,
+            durable=events,
+            headers={RUN_HEADER: "run-1"},
+        )
+
+    async with answering(response) as url:
+        answer, text = await streamed(url, {"stream": True})
+    assert answer.status_code == 200 and answer.headers[RUN_HEADER] == "run-1"
+    events_sent = sse_events(text)
+    names = [name for name, _ in events_sent]
+    deltas = [d["delta"]["text"] for name, d in events_sent if name == "content_block_delta"]
+    if case == "shown":
+        assert deltas == ["Hel"]
+        assert names[-1] == "error" and names.count("message_start") == 1
+        error = events_sent[-1][1]["error"]
+        assert error["type"] == "api_error" and "round 1 was sent again" in error["message"]
+        assert finished == [] and isinstance(kept[0], APIConnectionError)
+    else:
+        assert deltas == ["Looking.", "Found."]
+        assert "ignored" not in text and "toolu_g" not in text
+        assert names[-2:] == ["message_delta", "message_stop"]
+        assert [d["index"] for name, d in events_sent if name == "content_block_start"] == [0, 1]
+        assert finished == [result] and kept == []
