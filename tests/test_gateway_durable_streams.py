@@ -46,7 +46,7 @@ from agentloop.gateway.streaming import StreamResponse
 from agentloop.messages import TextBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, MessageStart, ModelResponse
 from agentloop.result import RunResult
-from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+from agentloop.testing import Fault, MessagesServer, ScriptedProvider, reply, tool_call
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.durable]
 
@@ -295,6 +295,47 @@ async def test_a_client_that_goes_away_leaves_the_durable_run_going(tmp_path: Pa
     assert retry.headers["agentloop-run-id"] == run_id
     assert [b["text"] for b in retry.json()["content"]] == ["Looking.", "It is value-of-a."]
     assert looked == ["a"]
+
+
+async def test_upstream_errors_reach_a_streaming_client_and_its_retry_goes_on(
+    tmp_path: Path,
+) -> None:
+    failed = False
+
+    def answer(body: dict[str, Any]) -> Any:
+        nonlocal failed
+        if body["messages"][-1]["content"] == "Fail at once.":
+            return Fault.http_error(400, "invalid_request_error", "not this")
+        if not answered_tools(body):
+            return reply("Looking.", tool_call("lookup", {"key": "a"}))
+        if not failed:
+            failed = True
+            return Fault.http_error(400, "invalid_request_error", "not today")
+        return reply("It is value-of-a.")
+
+    body = {"model": "m", "max_tokens": 50, "stream": True, "messages": QUESTION}
+    at_once = {**body, "messages": [{"role": "user", "content": "Fail at once."}]}
+    async with served(tmp_path, answer) as (url, upstream, looked_up):
+        refused, refused_text = await streamed(url, at_once)
+        first, first_text = await streamed(url, body)
+        retry, retry_text = await streamed(url, body)
+        assert len(upstream.recorded) == 4  # the refusal, two rounds, the new attempt's round
+    # Before the stream starts, the upstream's status; after, the API's error event.
+    assert refused.status_code == 400
+    assert json.loads(refused_text)["error"]["message"] == "not this"
+    assert first.status_code == 200
+    events = sse_events(first_text)
+    assert events[-1] == (
+        "error",
+        {"type": "error", "error": {"type": "invalid_request_error", "message": "not today"}},
+    )
+    assert [d["delta"]["text"] for n, d in events if n == "content_block_delta"] == ["Looking."]
+    # The retry is a new attempt, streamed, going on from the partial run kept for it.
+    run_id = first.headers["agentloop-run-id"]
+    assert retry.headers["agentloop-run-id"] == run_id + "-2"
+    deltas = [d["delta"]["text"] for n, d in sse_events(retry_text) if n == "content_block_delta"]
+    assert "".join(deltas) == "It is value-of-a."
+    assert looked_up == ["a"]
 
 
 # --------------------------------------------------------------------------- a step sent again

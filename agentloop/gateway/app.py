@@ -275,8 +275,8 @@ class Gateway:
         """
         assert self.durable is not None and call.run_id is not None
         request_id = call.request_id
-        if call.stream:
-            attempt = await self.durable.starts(call.run_id)
+        try:
+            attempt = await self.durable.starts(call.run_id) if call.stream else None
             if attempt is not None:
                 return StreamResponse(
                     call,
@@ -287,7 +287,6 @@ class Gateway:
                     durable=partial(self.durable.stream, call, attempt),
                     headers={RUN_HEADER: attempt},
                 )
-        try:
             finished = await self.durable.run(call, call.run_id)
         except Exception as error:
             await self._keep_partial(call, error)
