@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from agentloop import Agent, AnthropicProvider, RunContext, tool
 from agentloop.durable.dbos import DurableAgent
 from agentloop.durable.streams import event_from_json, event_to_json, read_events
-from agentloop.errors import ConfigurationError, ToolCallFailed
+from agentloop.errors import BadRequestError, ConfigurationError, ToolCallFailed
 from agentloop.events import (
     ApprovalRequested,
     Event,
@@ -56,7 +56,14 @@ from agentloop.providers.base import (
     ModelResponse,
 )
 from agentloop.result import Usage
-from agentloop.testing import MessagesServer, ScriptedProvider, SteppedProvider, reply, tool_call
+from agentloop.testing import (
+    Fault,
+    MessagesServer,
+    ScriptedProvider,
+    SteppedProvider,
+    reply,
+    tool_call,
+)
 
 pytestmark = pytest.mark.durable
 
@@ -232,6 +239,21 @@ async def test_a_failed_run_s_events_end_with_its_error(launch: Callable[[], Non
                 seen.append(event)
     assert [type(e).__name__ for e in seen][:2] == ["RunStarted", "RequestStarted"]
     assert any(isinstance(e, ToolResultEvent) and e.is_error for e in seen)
+
+
+async def test_a_failed_model_request_s_error_is_the_run_s_as_it_is(
+    serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve([Fault.http_error(400, "invalid_request_error", "not this")])
+    durable = DurableAgent(Agent(provider=AnthropicProvider(server.client()), name="refused"))
+    launch()
+    seen: list[Event] = []
+    async with durable.run_stream("Go.", run_id="refused-1") as stream:
+        # The step's own error, not an ExceptionGroup around it.
+        with pytest.raises(BadRequestError, match="not this"):
+            async for event in stream:
+                seen.append(event)
+    assert [type(e).__name__ for e in seen] == ["RunStarted", "RequestStarted"]
 
 
 async def test_run_stream_refuses_to_start_inside_a_workflow(launch: Callable[[], None]) -> None:

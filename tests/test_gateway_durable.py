@@ -5,7 +5,9 @@ writes a line under the call's idempotency key, then waits for the test on a TCP
 rendezvous; the test SIGKILLs the gateway while the tool waits, starts it again, and
 the client sends the same request again. Durable, the retry attaches to the run: the
 answer arrives, the ledger holds one line, the upstream was asked once per round.
-Without `--durable` (the negative control), the retry runs the tool again.
+Streamed, the first request gets round one's text live before the crash, and its retry
+attaches all the same. Without `--durable` (the negative control), the retry runs the
+tool again.
 """
 
 from __future__ import annotations
@@ -100,12 +102,17 @@ class Crash:
     upstream_requests: int
     tool_runs: int
     gateway: GatewayProcess
+    before_the_crash: list[str] = field(default_factory=list)
+    """The text a streaming first request got before the gateway died."""
 
 
 async def crash_mid_tool(
-    upstream: Upstream, site: Path, logs: Path, tmp: Path, args: list[str]
+    upstream: Upstream, site: Path, logs: Path, tmp: Path, args: list[str], *, stream: bool = False
 ) -> Crash:
-    """Ask, SIGKILL the gateway while its tool waits, start it again, ask again."""
+    """Ask, SIGKILL the gateway while its tool waits, start it again, ask again.
+
+    With `stream`, both requests stream (the first one's run then streams too).
+    """
     ledger = tmp / "ledger.txt"
     options = {
         "store": f"sqlite:///{tmp / 'sessions.db'}",
@@ -127,12 +134,24 @@ async def crash_mid_tool(
         )
         failures: list[Exception] = []
         first_done = anyio.Event()
+        before_the_crash: list[str] = []
+        heard = anyio.Event()  # a streaming first request got round one's text
 
         async def ask_first() -> None:
             try:
                 async with first.client() as client:
-                    await client.messages.create(model="m", max_tokens=50, messages=QUESTION)
-            except anthropic.APIConnectionError as exc:
+                    if not stream:
+                        await client.messages.create(model="m", max_tokens=50, messages=QUESTION)
+                    else:
+                        async with client.messages.stream(
+                            model="m", max_tokens=50, messages=QUESTION
+                        ) as streamed:
+                            async for event in streamed:
+                                if event.type == "text":
+                                    before_the_crash.append(event.text)
+                                elif event.type == "content_block_stop":
+                                    heard.set()
+            except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
                 failures.append(exc)
             first_done.set()
 
@@ -141,6 +160,8 @@ async def crash_mid_tool(
             group.start_soon(ask_first)
             with anyio.fail_after(60):
                 await rendezvous.arrived[0].wait()
+                if stream:
+                    await heard.wait()
             # The tool's effect happened and the tool waits: the gateway dies now.
             first.stop(signal.SIGKILL)
             with anyio.fail_after(60):
@@ -151,18 +172,27 @@ async def crash_mid_tool(
             )
             with anyio.fail_after(120):
                 async with second.client() as client:
-                    raw = await client.messages.with_raw_response.create(
-                        model="m", max_tokens=50, messages=QUESTION
-                    )
-                    message = await raw.parse()
+                    if not stream:
+                        raw = await client.messages.with_raw_response.create(
+                            model="m", max_tokens=50, messages=QUESTION
+                        )
+                        message = await raw.parse()
+                        run_id = raw.headers.get("agentloop-run-id")
+                    else:
+                        async with client.messages.stream(
+                            model="m", max_tokens=50, messages=QUESTION
+                        ) as streamed:
+                            message = await streamed.get_final_message()
+                            run_id = streamed.response.headers.get("agentloop-run-id")
             group.cancel_scope.cancel()
     return Crash(
         message=message,
-        run_ids=[raw.headers.get("agentloop-run-id")],
+        run_ids=[run_id],
         ledger=ledger.read_text().splitlines(),
         upstream_requests=len(upstream.recorded),
         tool_runs=rendezvous.calls,
         gateway=second,
+        before_the_crash=before_the_crash,
     )
 
 
@@ -202,6 +232,26 @@ async def test_a_retry_after_a_crash_attaches_to_the_durable_run(
         assert streamed.usage.output_tokens == crash.message.usage.output_tokens
         assert len(upstream.recorded) == 2
         assert (tmp_path / "ledger.txt").read_text().splitlines() == crash.ledger
+    finally:
+        assert crash.gateway.stop() == 0, crash.gateway.output()
+
+
+async def test_a_streamed_request_streams_until_the_crash_and_its_retry_attaches(
+    upstream: Upstream, site: Path, logs: Path, tmp_path: Path
+) -> None:
+    durable = f"dbos:sqlite:///{tmp_path / 'dbos.sqlite'}"
+    args = ["--durable", durable]
+    crash = await crash_mid_tool(upstream, site, logs, tmp_path, args, stream=True)
+    try:
+        # The first request got round one live, while the gateway's tool still waited.
+        assert "".join(crash.before_the_crash) == "Charging."
+        # The retry attached to the recovered run (its whole answer at the end).
+        assert texts(crash.message.content) == ["Charging.", "Charged once."]
+        assert crash.tool_runs == 2 and len(crash.ledger) == 1, crash.ledger
+        run_id = crash.run_ids[0]
+        assert run_id is not None and crash.ledger[0].startswith(run_id + ":toolu_")
+        assert crash.upstream_requests == 2
+        assert [body.get("stream") for body in upstream.bodies] == [True, True]
     finally:
         assert crash.gateway.stop() == 0, crash.gateway.output()
 

@@ -240,11 +240,13 @@ class StepPublisher:
         self._group.start_soon(self._write_all)
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         assert self._group is not None
         self._closed = True
         self._ready.set()
-        return await self._group.__aexit__(*exc_info)
+        # Not given the block's error: the task group would wrap it in an ExceptionGroup,
+        # and the step's own error (a `ProviderError`, ...) is what its run raises.
+        await self._group.__aexit__(None, None, None)
 
     async def _write_all(self) -> None:
         while True:

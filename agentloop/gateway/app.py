@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -265,12 +266,27 @@ class Gateway:
     async def _durable_answer(self, call: Call) -> Response:
         """Run `call` as the durable run `call.run_id` (or attach to it), then answer.
 
-        A streaming client gets the whole answer as SSE once the run has ended. A client
-        that goes away does not cancel the run: its retry gets the answer.
+        A streaming client whose request starts the run gets its events as they come,
+        as from a run that is not durable. One whose request attaches to an existing run
+        (a retry) gets the whole answer as SSE once the run has ended: the run's stream
+        may begin with a step's attempt that a crash cut short, which the client could
+        not take back. A client that goes away does not cancel the run: its retry gets
+        the answer.
         """
         assert self.durable is not None and call.run_id is not None
         request_id = call.request_id
         try:
+            attempt = await self.durable.starts(call.run_id) if call.stream else None
+            if attempt is not None:
+                return StreamResponse(
+                    call,
+                    finish=self._finish,
+                    keep_partial=self._keep_partial,
+                    deps=self.config.deps,
+                    ping_interval=self.config.ping_interval,
+                    durable=partial(self.durable.stream, call, attempt),
+                    headers={RUN_HEADER: attempt},
+                )
             finished = await self.durable.run(call, call.run_id)
         except Exception as error:
             await self._keep_partial(call, error)
@@ -373,8 +389,7 @@ class Gateway:
         names = self._client_tool_names(client_tools)
         found, history = await self._restore(scope, visible)
         stream = body.get("stream") is True
-        # A durable run records whole responses; it sends each model request as JSON.
-        provider = self.upstream.provider(upstream_credential, stream=stream and run_id is None)
+        provider = self.upstream.provider(upstream_credential, stream=stream)
         params = {k: v for k, v in body.items() if k not in AGENT_FIELDS}
         extra_body = {k: params.pop(k) for k in list(params) if k in OPTION_NAMES}
         if extra_body:

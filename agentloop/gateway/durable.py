@@ -25,7 +25,8 @@ way by another version of the gateway (DBOS recovers only its own version's runs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,7 +36,7 @@ import anyio
 from agentloop.agent import Agent
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.logs import get_logger
-from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent, StreamingProvider
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
@@ -43,6 +44,7 @@ from .calls import Call, continued_trace
 
 if TYPE_CHECKING:
     from agentloop.durable.dbos import DurableAgent
+    from agentloop.durable.streams import DurableStream
 
 __all__ = (
     "DBOS_FILE",
@@ -96,6 +98,20 @@ class DurableRequests(Protocol):
 
         Raises:
             Exception: what the run raised (a `ProviderError`, ...).
+        """
+        ...
+
+    async def starts(self, run_id: str) -> str | None:
+        """The id of the attempt a request of run `run_id` starts, or None if it attaches.
+
+        None when the run's latest attempt exists (under way or finished).
+        """
+        ...
+
+    def stream(self, call: Call, attempt: str) -> AbstractAsyncContextManager[DurableStream[Any]]:
+        """Start `call` as the attempt `attempt` (from `starts`), its events as they come.
+
+        Leaving the block stops reading: the run goes on without this reader.
         """
         ...
 
@@ -187,6 +203,26 @@ class RequestProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` as the run's client request says."""
+        agent, sent = await self._sent(request)
+        response: ModelResponse = await agent.provider.complete(sent)
+        return response
+
+    async def stream(
+        self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
+    ) -> ModelResponse:
+        """Stream `request` as the run's client request says (when its client streams).
+
+        The events go to the run's stream (the model step's `on_event`); a client that
+        does not stream has its request sent as one JSON request.
+        """
+        agent, sent = await self._sent(request)
+        if isinstance(agent.provider, StreamingProvider):
+            return await agent.provider.stream(sent, on_event)
+        response: ModelResponse = await agent.provider.complete(sent)
+        return response
+
+    async def _sent(self, request: ModelRequest) -> tuple[Agent[Any], ModelRequest]:
+        """The agent of the run's client request, and `request` as that request says."""
         from dbos import DBOS
 
         run_id = DBOS.workflow_id
@@ -204,8 +240,7 @@ class RequestProvider:
             stop_sequences=agent.stop_sequences,
             params=agent.params,
         )
-        response: ModelResponse = await agent.provider.complete(sent)
-        return response
+        return agent, sent
 
 
 class DBOSRequests:
@@ -265,7 +300,7 @@ class DBOSRequests:
     async def run(self, call: Call, run_id: str) -> Finished:
         """Run `call` durably as `run_id` (or its latest attempt), or attach to it."""
         assert self.durable is not None, "open() first"
-        attempt = await self._attempt(run_id)
+        attempt, _ = await self._attempt(run_id)
         self.provider.attach(attempt, call.agent)
         try:
             with continued_trace(call):
@@ -279,15 +314,36 @@ class DBOSRequests:
             self.provider.detach(attempt, call.agent)
         return Finished(result, await self._responses(attempt), attempt)
 
-    async def _attempt(self, run_id: str) -> str:
-        """`run_id`, or the id of the attempt after the last one that failed."""
+    async def starts(self, run_id: str) -> str | None:
+        """The id of the attempt a request of `run_id` starts, or None if it attaches."""
+        attempt, exists = await self._attempt(run_id)
+        return None if exists else attempt
+
+    @asynccontextmanager
+    async def stream(self, call: Call, attempt: str) -> AsyncIterator[DurableStream[Any]]:
+        """Start `call` as `attempt` and read its events (see `DurableRequests.stream`).
+
+        The request's agent sends the run's model requests until the block is left.
+        """
+        assert self.durable is not None, "open() first"
+        self.provider.attach(attempt, call.agent)
+        try:
+            async with self.durable.run_stream(
+                None, run_id=attempt, history=call.history, external_tools=call.client_tools
+            ) as stream:
+                yield stream
+        finally:
+            self.provider.detach(attempt, call.agent)
+
+    async def _attempt(self, run_id: str) -> tuple[str, bool]:
+        """`run_id`, or the id of the attempt after the last one that failed; if it exists."""
         from dbos import DBOS
 
         for number in range(1, _MAX_ATTEMPTS + 1):
             attempt = run_id if number == 1 else f"{run_id}-{number}"
             status = await DBOS.get_workflow_status_async(attempt)
             if status is None:
-                return attempt
+                return attempt, False
             if status.status in _FAILED:
                 continue
             if status.status in _UNDER_WAY and status.app_version not in (
@@ -302,7 +358,7 @@ class DBOSRequests:
                     detail="left under way by another version of the gateway; tried again",
                 )
                 continue
-            return attempt
+            return attempt, True
         raise ProviderError(f"run {run_id} failed {_MAX_ATTEMPTS} times; not tried again")
 
     async def _responses(self, run_id: str) -> list[ModelResponse]:

@@ -1,20 +1,29 @@
 """The streamed answer: one SSE message for a whole run, with pings while tools run.
 
 Its HTTP status is decided by the first upstream answer; an error after that is the
-API's `error` event. A client that goes away cancels the run.
+API's `error` event. A client that goes away cancels the run, unless the run is durable:
+then it goes on without the client (whose retry gets the answer).
+
+The events come from the call's own `Agent.run_stream`, or from a durable run's stream
+(`DurableAgent.run_stream`), turned into SSE the same way. A durable run's stream may say
+that a model request was sent again (`StepRestarted`, when the process running it died and
+another took the run over): if the client already got some of that round, it would get
+two versions of it, so the answer ends there with an `error` event instead.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from agentloop.events import Event, ModelResponded, ModelStreamEvent
+from agentloop.errors import APIConnectionError
+from agentloop.events import Event, ModelResponded, ModelStreamEvent, StepRestarted
 from agentloop.logs import get_logger
 from agentloop.providers.base import MessageStart, ModelResponse
 from agentloop.result import RunResult
@@ -24,11 +33,22 @@ from .errors import answer_failure, json_answer
 from .upstream import client_headers
 from .visible import PING, VisibleStream, sse
 
-__all__ = ("StreamResponse", "cancel_on_disconnect")
+__all__ = ("RunEvents", "StreamResponse", "cancel_on_disconnect")
 
 _log = get_logger()
 
 _Item = tuple[str, Any]
+
+
+class RunEvents(Protocol):
+    """A run's events as they come, then its result (`RunStream`, `DurableStream`)."""
+
+    @property
+    def result(self) -> RunResult[Any] | None:
+        """The run's result once its events are over."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
 
 
 class StreamResponse(Response):
@@ -47,25 +67,49 @@ class StreamResponse(Response):
         keep_partial: Callable[[Call, Exception], Awaitable[None]],
         deps: Any,
         ping_interval: float,
+        durable: Callable[[], AbstractAsyncContextManager[RunEvents]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Answer `call`; `finish` stores a finished run, `keep_partial` a failed one."""
+        """Answer `call`; `finish` stores a finished run, `keep_partial` a failed one.
+
+        `durable` opens the events of the durable run that answers `call` (instead of
+        the call's own run): a client going away leaves that run going, and the answer
+        ends when the run does. `headers` are added to the answer's.
+        """
         self.call = call
         self.finish = finish
         self.keep_partial = keep_partial
         self.deps = deps
         self.ping_interval = ping_interval
+        self.durable = durable
+        self.extra_headers = dict(headers or {})
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the call, writing its events (and pings) as they come."""
         send_items, items = anyio.create_memory_object_stream[_Item](math.inf)
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._run, send_items)
-            group.start_soon(cancel_on_disconnect, receive, group.cancel_scope)
-            try:
-                await self._write(items, scope, send)
-            finally:
-                group.cancel_scope.cancel()
+        # The items are kept until the run ends: a durable run goes on without its client.
+        with items:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._run, send_items)
+                async with anyio.create_task_group() as writing:
+                    gone = group if self.durable is None else writing
+                    writing.start_soon(cancel_on_disconnect, receive, gone.cancel_scope)
+                    try:
+                        await self._write(items, scope, send)
+                    finally:
+                        writing.cancel_scope.cancel()
+                if self.durable is None:
+                    group.cancel_scope.cancel()
+
+    def _events(self) -> AbstractAsyncContextManager[RunEvents]:
+        """The events of the run answering the call."""
+        if self.durable is not None:
+            return self.durable()
+        call = self.call
+        return call.agent.run_stream(
+            None, history=call.history, deps=self.deps, external_tools=call.client_tools
+        )
 
     async def _run(self, send_items: Any) -> None:
         """Run the call, passing the writer what the run's events say.
@@ -74,23 +118,20 @@ class StreamResponse(Response):
         `MessageStart`), `data` (SSE bytes), then `end` or `error`.
         """
         call = self.call
-        view = VisibleStream(call.client_names, reply_id=call.reply_id, model=call.model)
-        responses: list[ModelResponse] = []
+        passing = _PassOn(
+            VisibleStream(call.client_names, reply_id=call.reply_id, model=call.model), send_items
+        )
+        responses = passing.responses
         with send_items:
             try:
                 with continued_trace(call):
-                    async with call.agent.run_stream(
-                        None,
-                        history=call.history,
-                        deps=self.deps,
-                        external_tools=call.client_tools,
-                    ) as stream:
+                    async with self._events() as stream:
                         async for event in stream:
-                            _pass_on(event, view, responses, send_items)
+                            passing(event)
                 result = stream.result
                 assert result is not None
                 await self.finish(call, result, responses)
-                send_items.send_nowait(("end", view.finish(responses, result)))
+                send_items.send_nowait(("end", passing.view.finish(responses, result)))
             except Exception as exc:
                 await self.keep_partial(call, exc)
                 send_items.send_nowait(("error", exc))
@@ -110,68 +151,92 @@ class StreamResponse(Response):
                 (b"request-id", request_id.encode()),
                 *((k.encode(), v.encode("latin-1", "replace")) for k, v in answered.items()),
                 *((k.encode(), v.encode()) for k, v in self.call.notes.items()),
+                *((k.encode(), v.encode()) for k, v in self.extra_headers.items()),
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
 
         async def body(data: bytes, more: bool = True) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": more})
 
-        async with items:
-            while True:
-                item: _Item | None = None
-                with anyio.move_on_after(interval if started else math.inf):
-                    try:
-                        item = await items.receive()
-                    except anyio.EndOfStream:
-                        item = ("closed", None)
-                if item is None:
-                    await body(PING)
-                    continue
-                kind, value = item
-                if kind == "headers":
-                    if not started:
-                        answered = value
-                elif kind == "data":
-                    if not started:
-                        await start()
-                    await body(value)
-                elif kind == "end":
-                    if not started:
-                        await start()
-                    await body(value, more=False)
-                    return
-                elif kind == "error":
-                    failure = answer_failure(value, request_id)
-                    _log.info(
-                        "gateway.failed", status=failure.status, error=str(value), streamed=started
+        while True:
+            item: _Item | None = None
+            with anyio.move_on_after(interval if started else math.inf):
+                try:
+                    item = await items.receive()
+                except anyio.EndOfStream:
+                    item = ("closed", None)
+            if item is None:
+                await body(PING)
+                continue
+            kind, value = item
+            if kind == "headers":
+                if not started:
+                    answered = value
+            elif kind == "data":
+                if not started:
+                    await start()
+                await body(value)
+            elif kind == "end":
+                if not started:
+                    await start()
+                await body(value, more=False)
+                return
+            elif kind == "error":
+                failure = answer_failure(value, request_id)
+                _log.info(
+                    "gateway.failed", status=failure.status, error=str(value), streamed=started
+                )
+                if not started:
+                    response = json_answer(
+                        failure.status, failure.body, request_id, failure.headers
                     )
-                    if not started:
-                        response = json_answer(
-                            failure.status, failure.body, request_id, failure.headers
-                        )
-                        await response(scope, _no_receive, send)
-                        return
-                    error = {"type": "error", "error": failure.body["error"]}
-                    await body(sse("error", error), more=False)
+                    await response(scope, _no_receive, send)
                     return
-                else:  # the run task ended without a word (cancelled)
-                    if started:
-                        await body(b"", more=False)
-                    return
+                error = {"type": "error", "error": failure.body["error"]}
+                await body(sse("error", error), more=False)
+                return
+            else:  # the run task ended without a word (cancelled)
+                if started:
+                    await body(b"", more=False)
+                return
 
 
-def _pass_on(
-    event: Event, view: VisibleStream, responses: list[ModelResponse], send_items: Any
-) -> None:
-    """Hand the writer what one run event says; keep each whole model response."""
-    if isinstance(event, ModelResponded):
-        responses.append(event.response)
-    elif isinstance(event, ModelStreamEvent):
-        if isinstance(event.event, MessageStart):
-            send_items.send_nowait(("headers", client_headers(event.event.headers)))
-        data = view.feed(event.round, event.event)
-        if data:
-            send_items.send_nowait(("data", data))
+class _PassOn:
+    """Hands the writer what each run event says; keeps each whole model response."""
+
+    def __init__(self, view: VisibleStream, send_items: Any) -> None:
+        self.view = view
+        self.send_items = send_items
+        self.responses: list[ModelResponse] = []
+        self.shown: set[int] = set()
+        """The rounds the client got something of (other than a ping)."""
+
+    def __call__(self, event: Event) -> None:
+        """Pass `event` on.
+
+        Raises:
+            APIConnectionError: the model request of a round the client got some of was
+                sent again (`StepRestarted`).
+        """
+        if isinstance(event, ModelResponded):
+            self.responses.append(event.response)
+        elif isinstance(event, ModelStreamEvent):
+            if isinstance(event.event, MessageStart):
+                self.send_items.send_nowait(("headers", client_headers(event.event.headers)))
+            data = self.view.feed(event.round, event.event)
+            if data:
+                if data != PING:
+                    self.shown.add(event.round)
+                self.send_items.send_nowait(("data", data))
+        elif isinstance(event, StepRestarted) and event.tool_use_id is None:
+            # A call's restart changes nothing the client sees: the gateway's calls and
+            # their results are hidden.
+            if event.round in self.shown:
+                raise APIConnectionError(
+                    f"the model request of round {event.round} was sent again after the "
+                    "process running it stopped, and this answer already had part of the "
+                    "first attempt; send the request again for the whole answer"
+                )
 
 
 async def cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

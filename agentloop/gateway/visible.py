@@ -202,7 +202,7 @@ def message_sse(message: Mapping[str, Any]) -> bytes:
 
     Each block starts empty and gets its text, thinking, signature, citations or input
     as one delta; a block of another type starts whole. Used when the answer exists
-    before it is streamed (a durable request).
+    before it is streamed (a request that attaches to an existing durable run).
     """
     head = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
     out = [sse("message_start", {"type": "message_start", "message": head})]
