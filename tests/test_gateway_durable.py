@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -347,6 +348,115 @@ async def test_a_streaming_client_gets_the_same_message_as_a_json_client(tmp_pat
     assert raw.headers["agentloop-run-id"].startswith("gw-")
 
 
+@dataclass
+class Held:
+    """The test's side of the ledger tool's wait: the first call waits for `release`."""
+
+    arrived: list[anyio.Event] = field(default_factory=lambda: [anyio.Event() for _ in range(3)])
+    release: anyio.Event = field(default_factory=anyio.Event)
+    calls: int = 0
+
+    async def handle(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()  # "started": the ledger line is written
+            index = self.calls
+            self.calls += 1
+            self.arrived[index].set()
+            if index == 0:
+                await self.release.wait()
+            with suppress(anyio.BrokenResourceError):
+                await stream.send(b"go\n")
+
+
+@pytest.mark.parametrize(
+    ("executor_ids", "runs"),
+    [
+        pytest.param(("gw-a", "gw-b"), 1, id="own-ids"),
+        pytest.param((None, None), 2, id="both-local"),
+    ],
+)
+async def test_gateways_sharing_a_database_recover_only_their_own_runs(
+    upstream: Upstream,
+    site: Path,
+    logs: Path,
+    tmp_path: Path,
+    postgres: str,
+    executor_ids: tuple[str | None, str | None],
+    runs: int,
+) -> None:
+    """A gateway starting next to another one that has a run under way leaves that run alone.
+
+    With the same executor id (`local`, both-local: the negative control), the second
+    gateway's start recovers the first one's run and runs its tool call a second time.
+    """
+    database = f"{postgres}/agentloop_{uuid.uuid4().hex[:12]}"
+    held = Held()
+    gateways: list[GatewayProcess] = []
+
+    def start(name: str, executor_id: str | None) -> GatewayProcess:
+        args = ["--plugin", "gwledger", "--durable", f"dbos:{database}"]
+        if executor_id is not None:
+            args += ["--durable-executor-id", executor_id]
+        store = f"sqlite:///{tmp_path / name}.db"
+        env = {LEDGER_ENV: str(tmp_path / "ledger.txt")}
+        gateway = start_gateway(upstream.url, site, logs, store=store, env=env, args=args)
+        gateways.append(gateway)
+        return gateway
+
+    try:
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+            def answer(body: dict[str, Any]) -> Any:
+                if answered_tools(body):
+                    return reply("Charged once.")
+                return reply("Charging.", tool_call("ledger", {"entry": "c-42", "port": port}))
+
+            upstream.script(function=answer)
+            first = await anyio.to_thread.run_sync(start, "first", executor_ids[0])
+            messages: list[Any] = []
+            answered = anyio.Event()
+
+            async def ask() -> None:
+                async with first.client() as client:
+                    messages.append(
+                        await client.messages.create(model="m", max_tokens=50, messages=QUESTION)
+                    )
+                answered.set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(listener.serve, held.handle)
+                group.start_soon(ask)
+                with anyio.fail_after(60):
+                    await held.arrived[0].wait()
+                # The first gateway's run waits in its tool call; the second one starts.
+                second = await anyio.to_thread.run_sync(start, "second", executor_ids[1])
+                if runs == 2:
+                    with anyio.fail_after(60):
+                        await held.arrived[1].wait()
+                held.release.set()
+                if runs == 1:  # (both-local: two runs of one id collide; no answer is due)
+                    with anyio.fail_after(60):
+                        await answered.wait()
+                    assert texts(messages[0].content) == ["Charging.", "Charged once."]
+                # Stopped, the second gateway cannot recover anything any more.
+                await anyio.to_thread.run_sync(second.stop)
+                group.cancel_scope.cancel()
+    finally:
+        for gateway in gateways:
+            gateway.stop(signal.SIGKILL)
+    assert held.calls == runs
+    if runs == 1:
+        from dbos import DBOSClient
+
+        client = DBOSClient(system_database_url=database)
+        try:
+            (status,) = client.list_workflows()
+        finally:
+            client.destroy()
+        assert (status.executor_id, status.recovery_attempts) == ("gw-a", 1)
+
+
 async def test_a_failed_request_is_tried_again_as_a_new_attempt(tmp_path: Path) -> None:
     failed = False
 
@@ -471,3 +581,11 @@ def test_without_dbos_installed_serve_says_what_to_install(tmp_path: Path) -> No
     assert "agentloop: error: --durable dbos needs DBOS: pip install" in done.stderr
     assert "agentloop-runner[gateway,dbos]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_executor_id_without_durable_is_a_usage_error(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "agentloop.gateway", "--upstream", "http://127.0.0.1:9"]
+    command += ["--store", "memory://", "--durable-executor-id", "gw-a"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "agentloop: error: --durable-executor-id needs --durable"

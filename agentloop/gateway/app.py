@@ -131,6 +131,7 @@ class Gateway:
                 tool_timeout=config.tool_timeout,
                 deps=config.deps,
                 attach_wait=config.session_ttl,
+                executor_id=config.durable_executor_id,
             )
 
     # ------------------------------------------------------------------ lifecycle

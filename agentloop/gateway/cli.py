@@ -24,6 +24,7 @@ from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
 from agentloop.tools import Tool
 
+from .config import EXECUTOR_ID_ENV
 from .durable import DBOS_FILE
 from .stores import DEFAULT_STORE
 
@@ -126,6 +127,14 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         "a client's retry after a crash attaches to it (URL: the DBOS system database; "
         f"default: {DBOS_FILE} next to a sqlite store)",
     )
+    serve.add_argument(
+        "--durable-executor-id",
+        metavar="ID",
+        help="this gateway's executor id in the DBOS database (default: "
+        f"${EXECUTOR_ID_ENV}, else 'local'); each of several gateways sharing one "
+        "database needs its own, kept across restarts: a gateway recovers the runs left "
+        "under way by a process of its id",
+    )
     serve.set_defaults(handler=serve_command)
     return serve
 
@@ -188,6 +197,8 @@ def serve_command(
         )
         return EXIT_USAGE
     try:
+        if args.durable_executor_id is not None and not args.durable:
+            raise ConfigurationError("--durable-executor-id needs --durable")
         if tools is None:
             tools = default_manager().select(plugins=args.plugins, tools=args.tools)
         config = GatewayConfig.from_env(
@@ -203,6 +214,7 @@ def serve_command(
             upstream_transport=args.upstream_transport,
             upstream_timeout=args.upstream_timeout,
             durable=args.durable,
+            durable_executor_id=args.durable_executor_id,
             **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)

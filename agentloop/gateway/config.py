@@ -16,11 +16,20 @@ from agentloop.tools import Tool
 from .stores import DEFAULT_STORE
 from .upstream import RETRY_WAIT_LIMIT, Transport
 
-__all__ = ("GATEWAY_KEYS_ENV", "RUN_HEADER", "SECRET_ENV", "SESSION_HEADER", "GatewayConfig")
+__all__ = (
+    "EXECUTOR_ID_ENV",
+    "GATEWAY_KEYS_ENV",
+    "RUN_HEADER",
+    "SECRET_ENV",
+    "SESSION_HEADER",
+    "GatewayConfig",
+)
 
 GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
 """Comma-separated client keys the gateway admits when it has its own upstream key."""
 SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
+EXECUTOR_ID_ENV = "AGENTLOOP_GATEWAY_EXECUTOR_ID"
+"""The environment variable of `GatewayConfig.durable_executor_id`, when not given."""
 """The server secret session keys are derived with (else one is made and kept in the store)."""
 
 SESSION_HEADER = "agentloop-session"
@@ -76,13 +85,19 @@ class GatewayConfig:
     """`dbos` or `dbos:URL`: run each request that runs the gateway's tools as a durable
     run on DBOS (`agentloop.gateway.durable`), recorded in the DBOS system database at
     URL (by default a SQLite file next to a SQLite session store)."""
+    durable_executor_id: str | None = None
+    """This process's executor id in the DBOS database (DBOS's `executor_id`; `local`
+    when None). At start a gateway recovers the runs that a process of its id left under
+    way, so each of several gateways sharing one DBOS database needs an id of its own,
+    kept across its restarts (see docs/gateway.md, Durable requests)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:
         """A config from `options` and the environment.
 
-        Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`
-        and `AGENTLOOP_GATEWAY_SECRET` (unless `options` hold a `secret`).
+        Reads `ANTHROPIC_API_KEY` (the gateway's own upstream key), `AGENTLOOP_GATEWAY_KEYS`,
+        `AGENTLOOP_GATEWAY_SECRET` (unless `options` hold a `secret`) and
+        `AGENTLOOP_GATEWAY_EXECUTOR_ID` (unless they hold a `durable_executor_id`).
 
         Raises:
             ConfigurationError: an upstream key is set but no gateway key is.
@@ -98,4 +113,6 @@ class GatewayConfig:
         if options.get("secret") is None:
             secret = env.get(SECRET_ENV)
             options["secret"] = secret.encode() if secret else None
+        if options.get("durable_executor_id") is None:
+            options["durable_executor_id"] = env.get(EXECUTOR_ID_ENV) or None
         return cls(upstream_key=upstream_key, gateway_keys=keys, **options)

@@ -43,6 +43,8 @@ from agentloop.result import RunResult
 from .calls import Call, continued_trace
 
 if TYPE_CHECKING:
+    from dbos import DBOSConfig
+
     from agentloop.durable.dbos import DurableAgent
     from agentloop.durable.streams import DurableStream
 
@@ -256,13 +258,17 @@ class DBOSRequests:
         tool_timeout: float,
         deps: Any = None,
         attach_wait: float = 3600.0,
+        executor_id: str | None = None,
     ) -> None:
         """Runs recorded in the DBOS system database at `url`, with the gateway's tools.
 
         `deps` is what the tools get (it is not recorded); a recovered run waits at most
-        `attach_wait` seconds for its client's retry.
+        `attach_wait` seconds for its client's retry. `executor_id` is this process's in
+        the database (DBOS's `local` when None): at start, it recovers the runs a process
+        of that id left under way, and no other's.
         """
         self.url = url
+        self.executor_id = executor_id
         self.provider = RequestProvider(attach_wait)
         self.deps = deps
         self.agent: Agent[Any] = Agent(
@@ -284,10 +290,14 @@ class DBOSRequests:
         from agentloop.durable.dbos import DurableAgent
 
         # DBOS logs through its own handler; only its warnings are the gateway's business.
-        DBOS(config={"name": NAME, "system_database_url": self.url, "log_level": "WARNING"})
+        config: DBOSConfig = {"name": NAME, "system_database_url": self.url, "log_level": "WARNING"}
+        if self.executor_id is not None:
+            config["executor_id"] = self.executor_id
+        DBOS(config=config)
         self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
         DBOS.launch()
-        _log.info("gateway.durable", engine="dbos", database=_shown(self.url))
+        executor = DBOS.executor_id
+        _log.info("gateway.durable", engine="dbos", database=_shown(self.url), executor=executor)
 
     async def aclose(self) -> None:
         """Stop DBOS (runs under way are recovered by the next process)."""
