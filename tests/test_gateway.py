@@ -409,6 +409,34 @@ async def test_streaming_gives_the_json_answer(
     assert upstream.bodies[-1].get("stream") is True
 
 
+async def test_the_answer_names_the_upstreams_stop_sequence(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    container = {"id": "container_7", "expires_at": "2026-01-01T00:00:00Z"}
+    stopped = {
+        **reply("a, b, c", stop_reason="stop_sequence"),
+        "stop_sequence": "d",
+        "container": container,
+    }
+    hidden = reply(tool_call("lookup", {"key": "h"}))
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "Spell it."}],
+        "stop_sequences": ["d", "z"],
+    }
+    upstream.script(hidden, stopped, hidden, stopped)
+    async with gateway.client() as client:
+        whole = await client.messages.create(**request)
+        async with client.messages.stream(**request) as stream:
+            streamed = await stream.get_final_message()
+    for message in (whole, streamed):
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "d")
+        assert message.container is not None and message.container.id == "container_7"
+        assert texts(message.content) == ["a, b, c"]
+    assert [body["stop_sequences"] for body in upstream.bodies] == [["d", "z"]] * 4
+
+
 async def read_sse(response: Any) -> list[tuple[str, dict[str, Any]]]:
     events = []
     async for chunk in response.aiter_text():
