@@ -39,6 +39,10 @@ __all__ = (
 ENV_VAR = "AGENTLOOP_PLUGINS"
 """Comma-separated entry-point names to load; unset loads all, empty loads none."""
 
+_REFUSING_HOOKS = frozenset({"agentloop_run_setup"})
+"""Hooks whose `ConfigurationError` refuses the command's options (the command stops)
+rather than being recorded as the plugin's failure."""
+
 _log = get_logger()
 
 
@@ -204,7 +208,9 @@ class PluginManager:
 
         Plugins are called in load order, so each result can be attributed to its plugin.
         A plugin whose implementation raises is recorded in `failures`, logged as
-        `plugin.load_failed`, and left out; the others are still called.
+        `plugin.load_failed`, and left out; the others are still called. The exception:
+        a `ConfigurationError` from `agentloop_run_setup` is the plugin refusing the
+        command's options, and propagates.
 
         Args:
             hook: The hook's name, e.g. `"agentloop_run_setup"`.
@@ -213,6 +219,9 @@ class PluginManager:
         Returns:
             `(plugin name, result)` for each plugin that implements the hook and returned
             something other than None.
+
+        Raises:
+            ConfigurationError: a plugin refused the command's options (see above).
         """
         results: list[tuple[str, Any]] = []
         for name, plugin in self._pm.list_name_plugin():
@@ -221,6 +230,8 @@ class PluginManager:
             try:
                 answers = self._caller_for(plugin, hook)(**kwargs)
             except Exception as exc:
+                if isinstance(exc, ConfigurationError) and hook in _REFUSING_HOOKS:
+                    raise
                 self._fail(name, self._values.get(name, ""), f"{hook}: {_describe(exc)}")
                 continue
             results += [(name, answer) for answer in answers if answer is not None]
