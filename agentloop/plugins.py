@@ -131,6 +131,7 @@ class PluginManager:
     def _load(self, entry_point: metadata.EntryPoint) -> bool:
         try:
             plugin = entry_point.load()
+            _check_hashable(plugin, entry_point.name)
             self._pm.register(plugin, name=entry_point.name)
         except Exception as exc:
             self._fail(entry_point.name, entry_point.value, _describe(exc))
@@ -149,9 +150,14 @@ class PluginManager:
     def register(self, plugin: object, name: str) -> None:
         """Add a plugin given in code: a module or object with hook implementations.
 
+        The object must be hashable: pluggy keeps plugins in sets when it calls one
+        plugin's hooks on their own.
+
         Raises:
-            ConfigurationError: `name` is taken, or the plugin's hooks are invalid.
+            ConfigurationError: `name` is taken, the plugin's hooks are invalid, or the
+                plugin is not hashable.
         """
+        _check_hashable(plugin, name)
         try:
             self._pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:
@@ -334,6 +340,20 @@ def _pinned_names() -> list[str] | None:
     if value is None:
         return None
     return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def _check_hashable(plugin: object, name: str) -> None:
+    """Refuse a plugin pluggy could register but never call on its own (it hashes them)."""
+    try:
+        hash(plugin)
+    except TypeError:
+        kind = type(plugin).__name__
+        raise ConfigurationError(
+            f"cannot register plugin {name!r}: a {kind} instance is not hashable (its class "
+            "defines __eq__ without __hash__, as @dataclass does by default), and the plugin "
+            "manager keeps plugins in sets; register a module or a class, or give the class "
+            "a __hash__ (@dataclass(eq=False), or frozen=True)"
+        ) from None
 
 
 def _check_names(kind: str, asked: Iterable[str], known: Sequence[str]) -> None:
