@@ -84,7 +84,7 @@ from agentloop.scope import RunScope, entered
 from agentloop.sessions.base import Session
 from agentloop.sessions.runs import keeping, load_session
 from agentloop.stream import RunStream
-from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult
+from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult, wire_tool_name
 from agentloop.tracing import record_response, record_run, tracing_for
 from agentloop.turn import CONTINUE, RESUME, Emit, Turn
 
@@ -806,7 +806,7 @@ class Agent(Generic[OutputT]):
             allow_file_sources=self._files_beta,
         )
         history_ = History.start(history, prompt, linter)
-        names = [_tool_name(t) for t in external_tools]
+        names = [name for t in external_tools if (name := _tool_name(t)) is not None]
         try:
             json.dumps(
                 [t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools]
@@ -1004,11 +1004,12 @@ class Agent(Generic[OutputT]):
             )
 
 
-def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str:
-    name = definition.name if isinstance(definition, ToolDefinition) else definition.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"an external tool needs a name: {definition!r}")
-    return name
+def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:
+    """An external tool's name; None for a tool kind without one, announced as it is."""
+    try:
+        return wire_tool_name(definition)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"external tool: {exc}") from None
 
 
 def _provider_name(provider: Provider) -> str:

@@ -96,8 +96,11 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
     tools depend on an option, such as a config file, can read it here). Keep it cheap
     and free of side effects beyond that: validating the plugin's options belongs in
     `RunSetup.deps`, which is called only when the run exposes the plugin's tools. Not
-    `firstresult`: every plugin's implementation is called. A plugin whose implementation
-    raises is recorded in `PluginManager.failures` and contributes nothing.
+    `firstresult`: every plugin's implementation is called. Raise `ConfigurationError`
+    for options that make no sense together, whether or not the plugin's tools are
+    exposed (the command stops: one `agentloop: error:` line, exit 2). A plugin whose
+    implementation raises anything else is recorded in `PluginManager.failures` and
+    contributes nothing.
 
     :param args: the parsed arguments of `agentloop run`, the plugin's options included.
     :return: a `RunSetup`, or None to contribute nothing.

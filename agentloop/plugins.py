@@ -39,6 +39,10 @@ __all__ = (
 ENV_VAR = "AGENTLOOP_PLUGINS"
 """Comma-separated entry-point names to load; unset loads all, empty loads none."""
 
+_REFUSING_HOOKS = frozenset({"agentloop_run_setup"})
+"""Hooks whose `ConfigurationError` refuses the command's options (the command stops)
+rather than being recorded as the plugin's failure."""
+
 _log = get_logger()
 
 
@@ -127,6 +131,7 @@ class PluginManager:
     def _load(self, entry_point: metadata.EntryPoint) -> bool:
         try:
             plugin = entry_point.load()
+            _check_hashable(plugin, entry_point.name)
             self._pm.register(plugin, name=entry_point.name)
         except Exception as exc:
             self._fail(entry_point.name, entry_point.value, _describe(exc))
@@ -145,9 +150,14 @@ class PluginManager:
     def register(self, plugin: object, name: str) -> None:
         """Add a plugin given in code: a module or object with hook implementations.
 
+        The object must be hashable: pluggy keeps plugins in sets when it calls one
+        plugin's hooks on their own.
+
         Raises:
-            ConfigurationError: `name` is taken, or the plugin's hooks are invalid.
+            ConfigurationError: `name` is taken, the plugin's hooks are invalid, or the
+                plugin is not hashable.
         """
+        _check_hashable(plugin, name)
         try:
             self._pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:
@@ -204,7 +214,9 @@ class PluginManager:
 
         Plugins are called in load order, so each result can be attributed to its plugin.
         A plugin whose implementation raises is recorded in `failures`, logged as
-        `plugin.load_failed`, and left out; the others are still called.
+        `plugin.load_failed`, and left out; the others are still called. The exception:
+        a `ConfigurationError` from `agentloop_run_setup` is the plugin refusing the
+        command's options, and propagates.
 
         Args:
             hook: The hook's name, e.g. `"agentloop_run_setup"`.
@@ -213,6 +225,9 @@ class PluginManager:
         Returns:
             `(plugin name, result)` for each plugin that implements the hook and returned
             something other than None.
+
+        Raises:
+            ConfigurationError: a plugin refused the command's options (see above).
         """
         results: list[tuple[str, Any]] = []
         for name, plugin in self._pm.list_name_plugin():
@@ -221,6 +236,8 @@ class PluginManager:
             try:
                 answers = self._caller_for(plugin, hook)(**kwargs)
             except Exception as exc:
+                if isinstance(exc, ConfigurationError) and hook in _REFUSING_HOOKS:
+                    raise
                 self._fail(name, self._values.get(name, ""), f"{hook}: {_describe(exc)}")
                 continue
             results += [(name, answer) for answer in answers if answer is not None]
@@ -323,6 +340,20 @@ def _pinned_names() -> list[str] | None:
     if value is None:
         return None
     return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def _check_hashable(plugin: object, name: str) -> None:
+    """Refuse a plugin pluggy could register but never call on its own (it hashes them)."""
+    try:
+        hash(plugin)
+    except TypeError:
+        kind = type(plugin).__name__
+        raise ConfigurationError(
+            f"cannot register plugin {name!r}: a {kind} instance is not hashable (its class "
+            "defines __eq__ without __hash__, as @dataclass does by default), and the plugin "
+            "manager keeps plugins in sets; register a module or a class, or give the class "
+            "a __hash__ (@dataclass(eq=False), or frozen=True)"
+        ) from None
 
 
 def _check_names(kind: str, asked: Iterable[str], known: Sequence[str]) -> None:

@@ -166,3 +166,10 @@ class RunResult(Generic[OutputT]):
     """What the run's requests cost in US dollars (cache reads and writes priced as
     such), from the `genai-prices` table; None when the table does not know the model or
     the provider (see `agentloop.pricing`)."""
+    stop_sequence: str | None = None
+    """Which of the request's `stop_sequences` the last response stopped at (when its
+    stop reason is "stop_sequence"); None otherwise, and from a Chat Completions server,
+    which does not say."""
+    container: str | None = None
+    """The id of the code-execution container the run's responses last named: send it
+    as the next request's `container` to reuse the container. None when none was named."""

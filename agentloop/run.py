@@ -66,6 +66,8 @@ class RunState:
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
         self.container: str | None = None
+        self.stop_sequence: str | None = None
+        """The stop sequence the last response stopped at, if it stopped at one."""
         self.limiter = anyio.CapacityLimiter(tool_concurrency)
         self.log = log.bind(run_id=self.id)
         self.stopping = False
@@ -125,6 +127,9 @@ class RunState:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
         self.meter.add(response.usage)
+        stopped = response.stop_reason == "stop_sequence"
+        sequence = response.stop_sequence
+        self.stop_sequence = sequence if stopped and isinstance(sequence, str) else None
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
@@ -248,6 +253,8 @@ class RunState:
             state=self._state() if self.waiting else None,
             output=self.history.last_text if self.output is None else self.output.value,
             cost=self.cost,
+            stop_sequence=self.stop_sequence,
+            container=self.container,
         )
 
     def _state(self) -> dict[str, Any]:

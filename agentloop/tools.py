@@ -42,6 +42,7 @@ __all__ = (
     "ToolResult",
     "raw_tools",
     "tool",
+    "wire_tool_name",
 )
 
 # The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
@@ -99,6 +100,32 @@ class ToolDefinition:
             "input_schema": self.input_schema,
             **self.extra,
         }
+
+
+def wire_tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:
+    """The name a tool definition announces, or None for a tool kind without one.
+
+    Some kinds the API runs itself carry no name (the MCP connector's
+    `{"type": "mcp_toolset", "mcp_server_name": ...}`): they are announced as they are,
+    and the model never calls them by a name of theirs.
+
+    Raises:
+        ConfigurationError: the definition has neither a name nor a `type`, or its name
+            is not a non-empty string.
+    """
+    if isinstance(definition, ToolDefinition):
+        name: Any = definition.name
+    else:
+        name = definition.get("name")
+        kind = definition.get("type")
+        if name is None and isinstance(kind, str) and kind:
+            return None
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            "a tool needs a name, unless it is a tool kind without one (a `type` such as "
+            f"mcp_toolset): {definition!r}"[:500]
+        )
+    return name
 
 
 @dataclass(frozen=True)

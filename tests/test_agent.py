@@ -215,6 +215,40 @@ async def test_container_is_carried_to_the_next_request(http_agent: Any) -> None
     assert server.requests[1]["container"] == "container_1"
 
 
+async def test_the_result_names_the_stop_sequence_the_model_stopped_at(http_agent: Any) -> None:
+    stopped = {**reply("Counting: 1, 2, 3", stop_reason="stop_sequence"), "stop_sequence": "4"}
+    agent, server = http_agent([stopped], stop_sequences=["4", "END"])
+    result = await agent.run("count")
+    assert server.requests[0]["stop_sequences"] == ["4", "END"]
+    assert result.stop_reason == "stop_sequence" and result.stop_sequence == "4"
+    assert result.text == "Counting: 1, 2, 3"
+
+
+async def test_no_stop_sequence_unless_the_model_stopped_at_one(http_agent: Any) -> None:
+    # Only a `stop_sequence` stop names one: a value beside another stop reason is ignored.
+    ended = {**reply("done"), "stop_sequence": "stale"}
+    agent, _ = http_agent([reply(tool_call("echo", {"value": "a"})), ended], tools=[echo])
+    result = await agent.run("go")
+    assert result.stop_reason == "end_turn" and result.stop_sequence is None
+
+
+async def test_the_result_names_the_container_to_send_back(http_agent: Any) -> None:
+    first = {
+        **reply(tool_call("echo", {"value": "a"})),
+        "container": {"id": "container_1", "expires_at": "2026-01-01T00:00:00Z"},
+    }
+    second = {
+        **reply(tool_call("echo", {"value": "b"})),
+        "container": {"id": "container_2", "expires_at": "2026-01-01T00:00:00Z"},
+    }
+    agent, server = http_agent([first, second, reply("done")], tools=[echo])
+    result = await agent.run("go")
+    # The last response did not name one: the container in use is still container_2.
+    assert server.requests[2]["container"] == "container_2"
+    assert result.container == "container_2"
+    assert (await http_agent([reply("plain")])[0].run("hi")).container is None
+
+
 async def test_hundred_concurrent_runs_share_one_agent(serve: Any) -> None:
     @tool
     async def whoami(ctx: RunContext[str]) -> str:

@@ -74,6 +74,31 @@ async def test_an_external_name_that_is_also_an_own_tool_is_refused() -> None:
         await agent.run("go", external_tools=[{**CLIENT_TOOL, "name": "lookup"}])
 
 
+async def test_a_tool_kind_without_a_name_is_announced_as_it_is(http_agent: Any) -> None:
+    toolset = {"type": "mcp_toolset", "mcp_server_name": "docs"}
+    agent, server = http_agent([reply("From the docs.")], tools=[lookup], cache="off")
+    result = await agent.run("go", external_tools=[toolset, CLIENT_TOOL])
+    assert result.text == "From the docs."
+    assert server.requests[0]["tools"][1:] == [toolset, CLIENT_TOOL]
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        pytest.param({"description": "neither a name nor a type"}, id="untyped"),
+        pytest.param({**CLIENT_TOOL, "name": ""}, id="empty-name"),
+        pytest.param({"type": "custom", "name": 7}, id="not-a-string"),
+    ],
+)
+async def test_an_external_tool_without_a_name_or_a_type_is_refused(
+    definition: dict[str, Any],
+) -> None:
+    provider = ScriptedProvider([reply("never")])
+    with pytest.raises(ConfigurationError, match="external tool: a tool needs a name"):
+        await Agent(provider=provider).run("go", external_tools=[definition])
+    assert provider.requests == []
+
+
 async def test_a_turn_that_ended_otherwise_answers_external_calls_too() -> None:
     call: dict[str, Any] = tool_call("client_search", {"q": "x"})
     agent = Agent(provider=ScriptedProvider([reply(call, stop_reason="refusal")]))

@@ -294,6 +294,84 @@ async def test_a_client_tool_named_like_a_gateway_tool_is_refused(
     assert upstream.recorded == []
 
 
+MCP_SERVER = {"type": "url", "url": "https://mcp.example.com/sse", "name": "docs"}
+MCP_TOOLSET = {"type": "mcp_toolset", "mcp_server_name": "docs"}
+"""A tool kind without a `name`: the MCP connector's tools of one server."""
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_nameless_client_tool_goes_upstream_as_sent(
+    gateway: GatewayProcess, upstream: Upstream, stream: bool
+) -> None:
+    upstream.script(reply(tool_call("lookup", {"key": "m"})), reply("Read the docs."))
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "What do the docs say?"}],
+        "tools": [MCP_TOOLSET, CLIENT_TOOL],
+        "mcp_servers": [MCP_SERVER],
+        "betas": ["mcp-client-2025-11-20"],
+    }
+    async with gateway.client() as client:
+        if stream:
+            async with client.beta.messages.stream(**request) as events:
+                message = await events.get_final_message()
+        else:
+            message = await client.beta.messages.create(**request)
+    assert texts(message.content) == ["Read the docs."]
+    assert len(upstream.recorded) == 2  # the gateway's own round, then the answer
+    for seen in upstream.recorded:
+        # Announced beside the gateway's tools, in the client's order, as sent.
+        assert seen.body["tools"][2:] == [MCP_TOOLSET, CLIENT_TOOL]
+        assert [t["name"] for t in seen.body["tools"][:2]] == ["lookup", "rendezvous"]
+        assert seen.body["mcp_servers"] == [MCP_SERVER]
+        assert "mcp-client-2025-11-20" in seen.headers["anthropic-beta"]
+
+
+async def test_count_tokens_passes_a_nameless_client_tool_on(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    upstream.script()
+    async with gateway.client() as client:
+        counted = await client.beta.messages.count_tokens(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[CLIENT_TOOL, MCP_TOOLSET],  # type: ignore[list-item]
+            mcp_servers=[MCP_SERVER],  # type: ignore[list-item]
+            betas=["mcp-client-2025-11-20"],
+        )
+    (seen,) = upstream.recorded
+    assert seen.body["tools"][2:] == [CLIENT_TOOL, MCP_TOOLSET]
+    assert counted.input_tokens == count_tokens(seen.body)
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize(
+    ("tools", "refused"),
+    [
+        pytest.param({"name": "x"}, "tools: Input should be a valid list", id="an-object"),
+        pytest.param([CLIENT_TOOL, "x"], "tools.1: Input should be a valid dict", id="a-string"),
+        pytest.param([{"description": "no name"}], "tools.0: a tool needs a name", id="untyped"),
+        pytest.param([{**CLIENT_TOOL, "name": ""}], "tools.0: a tool needs a name", id="empty"),
+    ],
+)
+async def test_tools_that_are_no_tools_are_refused(
+    gateway: GatewayProcess, upstream: Upstream, path: str, tools: Any, refused: str
+) -> None:
+    upstream.script()
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    if path == "/v1/messages":
+        body["max_tokens"] = 5
+    async with httpx2.AsyncClient() as http:
+        response = await http.post(
+            gateway.url + path, json={**body, "tools": tools}, headers={"x-api-key": "sk-a"}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert refused in response.json()["error"]["message"]
+    assert upstream.recorded == []
+
+
 async def test_a_broken_history_is_refused_before_the_upstream(
     gateway: GatewayProcess, upstream: Upstream
 ) -> None:
@@ -407,6 +485,34 @@ async def test_streaming_gives_the_json_answer(
     assert kinds.count("message_delta") == 1 and kinds[-1] == "message_stop"
     assert "lookup" not in streamed.to_json()
     assert upstream.bodies[-1].get("stream") is True
+
+
+async def test_the_answer_names_the_upstreams_stop_sequence(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    container = {"id": "container_7", "expires_at": "2026-01-01T00:00:00Z"}
+    stopped = {
+        **reply("a, b, c", stop_reason="stop_sequence"),
+        "stop_sequence": "d",
+        "container": container,
+    }
+    hidden = reply(tool_call("lookup", {"key": "h"}))
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "Spell it."}],
+        "stop_sequences": ["d", "z"],
+    }
+    upstream.script(hidden, stopped, hidden, stopped)
+    async with gateway.client() as client:
+        whole = await client.messages.create(**request)
+        async with client.messages.stream(**request) as stream:
+            streamed = await stream.get_final_message()
+    for message in (whole, streamed):
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "d")
+        assert message.container is not None and message.container.id == "container_7"
+        assert texts(message.content) == ["a, b, c"]
+    assert [body["stop_sequences"] for body in upstream.bodies] == [["d", "z"]] * 4
 
 
 async def read_sse(response: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -457,6 +457,34 @@ async def test_gateways_sharing_a_database_recover_only_their_own_runs(
         assert (status.executor_id, status.recovery_attempts) == ("gw-a", 1)
 
 
+async def test_a_durable_answer_names_the_upstreams_stop_sequence(tmp_path: Path) -> None:
+    def answer(body: dict[str, Any]) -> Any:
+        if answered_tools(body):
+            stopped = reply("Charged. Receipt", stop_reason="stop_sequence")
+            container = {"id": "container_3", "expires_at": "2026-01-01T00:00:00Z"}
+            return {**stopped, "stop_sequence": "###", "container": container}
+        return reply(tool_call("lookup", {"key": "42"}))
+
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "stop_sequences": ["###"],
+        "messages": QUESTION,
+    }
+    calls: list[str] = []
+    async with durable_gateway(tmp_path, answer, calls) as (url, upstream):
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+        message = await client.messages.create(**request)
+        async with client.messages.stream(**request) as stream:
+            streamed = await stream.get_final_message()
+        await client.close()
+        assert len(upstream.recorded) == 2  # the stream was the same run: answered as recorded
+    assert calls == ["42"]
+    for answered in (message, streamed):
+        assert (answered.stop_reason, answered.stop_sequence) == ("stop_sequence", "###")
+        assert answered.container is not None and answered.container.id == "container_3"
+
+
 async def test_a_failed_request_is_tried_again_as_a_new_attempt(tmp_path: Path) -> None:
     failed = False
 

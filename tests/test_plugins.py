@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,55 @@ def test_register_name_taken_is_a_configuration_error() -> None:
     manager.register(_Plugin(ping), "same")
     with pytest.raises(ConfigurationError, match="'same'"):
         manager.register(_Plugin(ping), "same")
+
+
+@dataclass
+class _DataPlugin:
+    """A dataclass plugin: `eq=True` (the default) leaves it without a hash."""
+
+    greeting: str = "hello"
+
+    @agentloop.hookimpl
+    def agentloop_register_tools(self, register: Callable[..., Any]) -> None:
+        register(ping)
+
+
+class _EqualPlugin(_Plugin):
+    """A plugin class that defines `__eq__` without `__hash__`."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _EqualPlugin) and other.tools == self.tools
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        pytest.param(_DataPlugin(), id="dataclass"),
+        pytest.param(_EqualPlugin(ping), id="eq-without-hash"),
+    ],
+)
+def test_an_unhashable_plugin_is_refused_with_the_reason(plugin: object) -> None:
+    manager = PluginManager()
+    manager.register(_Plugin(ping, name="pong"), "other")
+    with pytest.raises(ConfigurationError, match=r"'unhashable'.* not hashable") as caught:
+        manager.register(plugin, "unhashable")
+    assert "__hash__" in str(caught.value)
+    # Nothing of it was kept: the manager goes on as before.
+    assert [t.name for t in manager.tools()] == ["pong"]
+    assert [p.name for p in manager.plugins()] == ["other"]
+    assert manager.failures == []
+
+
+def test_a_hashable_dataclass_plugin_works() -> None:
+    @dataclass(frozen=True)
+    class Frozen:
+        @agentloop.hookimpl
+        def agentloop_register_tools(self, register: Callable[..., Any]) -> None:
+            register(ping)
+
+    manager = PluginManager()
+    manager.register(Frozen(), "frozen")
+    assert [(t.name, t.source) for t in manager.tools()] == [("ping", "frozen")]
 
 
 # --------------------------------------------------------------------------- registration

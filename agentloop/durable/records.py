@@ -35,11 +35,16 @@ def result_to_json(result: RunResult[Any], output_type: Any = str) -> dict[str, 
         "state": result.state,
         "output": _dump(output, output_type),
         "cost": result.cost,
+        "stop_sequence": result.stop_sequence,
+        "container": result.container,
     }
 
 
 def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResult[Any]:
-    """The `RunResult` `result_to_json` wrote; its output validated as `output_type`."""
+    """The `RunResult` `result_to_json` wrote; its output validated as `output_type`.
+
+    JSON written before `stop_sequence` and `container` were recorded reads with both None.
+    """
     output = data["output"]
     return RunResult(
         text=data["text"],
@@ -55,6 +60,9 @@ def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResu
         state=data["state"],
         output=None if output is None else _adapter(output_type).validate_python(output),
         cost=data["cost"],
+        # Absent from what an earlier version recorded.
+        stop_sequence=data.get("stop_sequence"),
+        container=data.get("container"),
     )
 
 

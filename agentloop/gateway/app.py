@@ -34,6 +34,7 @@ from agentloop.logs import get_logger
 from agentloop.providers.base import ModelResponse
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
+from agentloop.tools import wire_tool_name
 
 from .calls import Call, ThreadCall, continued_trace
 from .config import GATEWAY_KEYS_ENV, RUN_HEADER, SECRET_ENV, SESSION_HEADER, GatewayConfig
@@ -452,11 +453,21 @@ class Gateway:
         return presented, presented
 
     def _client_tool_names(self, tools: Any) -> frozenset[str]:
+        """The names of the client's tools; a tool kind without a name is passed on as it is.
+
+        Only what no upstream could take is refused: `tools` that is not a list of
+        objects, a tool with neither a name nor a `type`, and a name of the gateway's own.
+        """
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
-        names = [t.get("name") for t in tools]
-        if not all(isinstance(n, str) and n for n in names):
-            raise Refusal(400, "invalid_request_error", "tools: every tool needs a name")
+        names: list[str] = []
+        for number, definition in enumerate(tools):
+            try:
+                name = wire_tool_name(definition)
+            except ConfigurationError as exc:
+                raise Refusal(400, "invalid_request_error", f"tools.{number}: {exc}") from None
+            if name is not None:
+                names.append(name)
         clash = sorted(set(names) & self.internal)
         if clash:
             raise Refusal(
@@ -465,7 +476,7 @@ class Gateway:
                 f"tools: {', '.join(clash)} is the name of a tool this gateway runs itself; "
                 "rename the client tool",
             )
-        return frozenset(n for n in names if isinstance(n, str))
+        return frozenset(names)
 
     async def _restore(self, scope: str, visible: list[Any]) -> tuple[Found, list[Any]]:
         """The session a visible conversation continues, and the upstream history.

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentloop import hookimpl
+from agentloop.errors import AgentloopError, ConfigurationError
 from agentloop.hookspecs import RunSetup
 
 from .background import shared_source
@@ -88,11 +89,57 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
         plugins = getattr(args, "plugins", None)
         if plugins is not None and "mcp" not in plugins:
             plugins.append("mcp")
+    if _cli["strict"]:
+        _check_strict(args)
+    if path:
         system = None
         if any(server.instructions for server in load_config(path)):
             system = _source(path).instructions()
         return RunSetup(exposed_by_default=True, system=system)
     return None
+
+
+def _check_strict(args: argparse.Namespace) -> None:
+    """Refuse `--mcp-strict` where it means nothing; where it does, start the servers now.
+
+    Strict means "an MCP server that fails stops the command": without a config file
+    there is no server, and a command that does not use the plugin's tools starts none.
+    Where the tools are used, the servers start here, so that a failure stops the
+    command even where the plugin's failure alone would not (`agentloop tools` lists
+    every plugin's tools; `--tool` picks from every plugin).
+
+    Raises:
+        ConfigurationError: `--mcp-strict` without servers or without the plugin's
+            tools, or a server that failed.
+    """
+    path = _cli.get("config") or os.environ.get(CONFIG_ENV_VAR, "").strip()
+    if not path:
+        raise ConfigurationError(
+            f"--mcp-strict needs MCP servers: give --mcp-config FILE (or set {CONFIG_ENV_VAR})"
+        )
+    if not _uses_tools(args):
+        exposes = getattr(args, "command", None) == "run" and "config" not in _cli
+        raise ConfigurationError(
+            "--mcp-strict applies to the mcp plugin's tools, which this command does not "
+            f"use: add --plugin mcp{' (or give --mcp-config FILE)' if exposes else ''}"
+        )
+    try:
+        _source(path)
+    except (AgentloopError, OSError) as exc:
+        raise ConfigurationError(f"plugin 'mcp' failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _uses_tools(args: argparse.Namespace) -> bool:
+    """Whether the command uses the plugin's tools, as `agentloop` chooses them."""
+    plugins = getattr(args, "plugins", None)
+    if plugins is not None:
+        return "mcp" in plugins
+    if getattr(args, "tools", None) is not None:
+        return True  # picked by name from every plugin's tools
+    command = getattr(args, "command", None)
+    if command == "run":
+        return "config" in _cli  # exposed by default when a config file is given
+    return command != "serve"  # `tools` lists every plugin's; `serve` exposes none unasked
 
 
 def _source(path: str) -> Any:

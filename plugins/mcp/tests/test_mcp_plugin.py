@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -37,6 +38,7 @@ def _close_shared() -> Iterator[None]:
     yield
     close_all()
     agentloop_mcp.plugin._cli.clear()  # what a command line chose ends with its test
+    agentloop_mcp.plugin._warned.clear()  # and so do the warnings it printed once
 
 
 def manager() -> PluginManager:
@@ -206,3 +208,104 @@ def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
     assert unknown.stderr.strip().endswith(
         "no MCP server 'ghost' in " + str(config) + " (servers: test)"
     )
+
+
+GHOST = {"mcpServers": {"ghost": {"command": "/nonexistent/mcp-server"}}}
+NO_SERVERS = (
+    "agentloop: error: --mcp-strict needs MCP servers: give --mcp-config FILE "
+    "(or set AGENTLOOP_MCP_CONFIG)"
+)
+NOT_USED = (
+    "agentloop: error: --mcp-strict applies to the mcp plugin's tools, which this command "
+    "does not use: add --plugin mcp"
+)
+
+
+@pytest.fixture
+def command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
+    """`agentloop WORDS...` in this process, with the cortex and mcp plugins: (code, stderr)."""
+    from agentloop.cli import main
+
+    monkeypatch.setenv("AGENTLOOP_PLUGINS", "cortex,mcp")
+    monkeypatch.delenv("AGENTLOOP_MCP_CONFIG", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+
+    def run(*words: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(list(words))
+        return code, capsys.readouterr().err
+
+    yield run
+
+
+@pytest.mark.parametrize(
+    ("words", "from_env", "refused"),
+    [
+        pytest.param(("run", "hi", "--mcp-strict"), False, NO_SERVERS, id="run-no-config"),
+        pytest.param(("tools", "--mcp-strict"), False, NO_SERVERS, id="tools-no-config"),
+        pytest.param(
+            ("tools", "--plugin", "mcp", "--mcp-strict"), False, NO_SERVERS, id="tools-mcp"
+        ),
+        pytest.param(
+            ("run", "hi", "--mcp-strict"),
+            True,
+            NOT_USED + " (or give --mcp-config FILE)",
+            id="run-env-config-not-exposed",
+        ),
+        pytest.param(
+            ("run", "hi", "--plugin", "cortex", "--mcp-strict"),
+            True,
+            NOT_USED + " (or give --mcp-config FILE)",
+            id="run-other-plugin",
+        ),
+        pytest.param(
+            ("tools", "--plugin", "cortex", "--mcp-strict"), True, NOT_USED, id="tools-other"
+        ),
+        pytest.param(
+            ("serve", "--upstream", "http://127.0.0.1:9", "--mcp-strict"),
+            True,
+            NOT_USED,
+            id="serve-no-plugin",
+        ),
+    ],
+)
+def test_mcp_strict_where_it_means_nothing_is_a_usage_error(
+    command: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    words: tuple[str, ...],
+    from_env: bool,
+    refused: str,
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # a run that went ahead would write here
+    if from_env:
+        path = tmp_path / "ghost.json"
+        path.write_text(json.dumps(GHOST))
+        monkeypatch.setenv("AGENTLOOP_MCP_CONFIG", str(path))
+    code, err = command(*words)
+    assert (code, err) == (2, refused + "\n")
+    assert not (tmp_path / "cortex").exists()
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        pytest.param(("tools",), id="tools"),
+        pytest.param(("tools", "--plugin", "cortex"), id="tools-other-plugin"),
+        pytest.param(("run", "hi", "--offline"), id="run"),
+    ],
+)
+def test_mcp_strict_makes_a_failed_server_an_error_wherever_the_config_is_used(
+    command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / "ghost.json"
+    path.write_text(json.dumps(GHOST))
+    lenient, warned = command(*words, "--mcp-config", str(path))
+    assert lenient == 0
+    assert warned.startswith("agentloop: warning: MCP server 'ghost' left out")
+    code, err = command(*words, "--mcp-config", str(path), "--mcp-strict")
+    assert code == 2
+    [line] = err.splitlines()
+    assert line.startswith("agentloop: error: plugin 'mcp' failed: MCPConnectError: ")
+    assert "'ghost'" in line
