@@ -224,13 +224,7 @@ class Gateway:
         if call.run_id is not None:
             return await self._durable_answer(call)
         if call.stream:
-            return StreamResponse(
-                call,
-                finish=self._finish,
-                keep_partial=self._keep_partial,
-                deps=self.config.deps,
-                ping_interval=self.config.ping_interval,
-            )
+            return self._streamed(call)
         result: RunResult | None = None
         responses: list[ModelResponse] = []
         error: Exception | None = None
@@ -265,6 +259,17 @@ class Gateway:
         answered = client_headers(responses[-1].headers) if responses else {}
         return json_answer(200, message, request_id, {**answered, **call.notes})
 
+    def _streamed(self, call: Call, **options: Any) -> StreamResponse:
+        """The SSE answer to `call` (`options`: a durable run's, see `StreamResponse`)."""
+        return StreamResponse(
+            call,
+            finish=self._finish,
+            keep_partial=self._keep_partial,
+            deps=self.config.deps,
+            ping_interval=self.config.ping_interval,
+            **options,
+        )
+
     async def _durable_answer(self, call: Call) -> Response:
         """Run `call` as the durable run `call.run_id` (or attach to it), then answer.
 
@@ -280,15 +285,8 @@ class Gateway:
         try:
             attempt = await self.durable.starts(call.run_id) if call.stream else None
             if attempt is not None:
-                return StreamResponse(
-                    call,
-                    finish=self._finish,
-                    keep_partial=self._keep_partial,
-                    deps=self.config.deps,
-                    ping_interval=self.config.ping_interval,
-                    durable=partial(self.durable.stream, call, attempt),
-                    headers={RUN_HEADER: attempt},
-                )
+                durable = partial(self.durable.stream, call, attempt)
+                return self._streamed(call, durable=durable, headers={RUN_HEADER: attempt})
             finished = await self.durable.run(call, call.run_id)
         except Exception as error:
             await self._keep_partial(call, error)
