@@ -42,7 +42,7 @@ def roots_callback(server: MCPServer) -> Any:
     if not server.roots:
         return None
     roots = [
-        mcp_types.Root(uri=Path(root).expanduser().resolve().as_uri(), name=Path(root).name)  # type: ignore[arg-type]
+        mcp_types.Root(uri=Path(root).expanduser().resolve().as_uri(), name=Path(root).name)
         for root in server.roots
     ]
 

@@ -370,7 +370,9 @@ def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
                 name=name,
                 **options,
             )
-        transport = "sse" if kind == "sse" else "http" if kind in _HTTP_TYPES else None
+        transport: Literal["http", "sse"] | None = (
+            "sse" if kind == "sse" else "http" if kind in _HTTP_TYPES else None
+        )
         return MCPServer.http(
             _string(entry, url_key, where),
             headers=_string_map(entry, "headers", where),

@@ -371,11 +371,13 @@ class ServerConnection:
             if idle is not None:
                 scope.deadline = anyio.current_time() + idle
 
-            async def progress(done: float, total: float | None, message: str | None) -> None:
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
                 if idle is not None:
                     scope.deadline = anyio.current_time() + idle
                 if request.on_progress is not None:
-                    request.on_progress(done, total, message)
+                    request.on_progress(progress, total, message)
 
             try:
                 if request.method is not None:
@@ -384,7 +386,7 @@ class ServerConnection:
                     outcome = await client.call_tool(
                         request.name,
                         request.arguments,
-                        progress_callback=progress if self.server.progress else None,
+                        progress_callback=on_progress if self.server.progress else None,
                     )
             except MCPError as exc:
                 if _not_delivered(exc):
@@ -537,7 +539,7 @@ async def _transport(
             yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
     elif server.transport == "sse":
         async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage), write
     else:
         async with (
             _HTTPClient(

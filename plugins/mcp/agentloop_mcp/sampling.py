@@ -23,7 +23,7 @@ from another thread.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
@@ -91,7 +91,7 @@ class Caller:
         """The caller of a tool call made in this task (see `calling`)."""
         return calling.get() or cls(current_scope.get())
 
-    async def run(self, func: Callable[[], Awaitable[_T]]) -> _T:
+    async def run(self, func: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Await `func()` on the caller's event loop (here, when it is this one)."""
         if self.token is None:
             return await func()

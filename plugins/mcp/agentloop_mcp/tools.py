@@ -146,7 +146,7 @@ class MCPResourceTool(MCPTool):
         embedded = [
             mcp_types.EmbeddedResource(type="resource", resource=item) for item in contents.contents
         ]
-        result = mcp_types.CallToolResult(content=embedded)  # type: ignore[arg-type]
+        result = mcp_types.CallToolResult(content=embedded)
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
 
