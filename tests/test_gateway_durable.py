@@ -77,9 +77,14 @@ def answered_tools(body: dict[str, Any]) -> bool:
 
 @dataclass
 class Rendezvous:
-    """The test's side of the ledger tool's wait: the first call is never let go."""
+    """The test's side of the ledger tool's wait.
+
+    The first call is held until `release` is set or, without one, never let go (until
+    the gateway dies, which closes the connection); the others go on at once.
+    """
 
     arrived: list[anyio.Event] = field(default_factory=lambda: [anyio.Event() for _ in range(3)])
+    release: anyio.Event | None = None
     calls: int = 0
 
     async def handle(self, stream: anyio.abc.SocketStream) -> None:
@@ -88,11 +93,25 @@ class Rendezvous:
             index = self.calls
             self.calls += 1
             self.arrived[index].set()
-            if index == 0:  # held until the gateway dies, which closes the connection
-                with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
-                    await stream.receive()
-                return
-            await stream.send(b"go\n")
+            if index == 0:
+                if self.release is None:
+                    with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                        await stream.receive()
+                    return
+                await self.release.wait()
+            with suppress(anyio.BrokenResourceError):
+                await stream.send(b"go\n")
+
+
+def charge_script(upstream: Upstream, port: int) -> None:
+    """The upstream calls the ledger tool (waiting on `port`), then answers its result."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        if answered_tools(body):
+            return reply("Charged once.")
+        return reply("Charging.", tool_call("ledger", {"entry": "charge-42", "port": port}))
+
+    upstream.script(function=answer)
 
 
 @dataclass
@@ -122,14 +141,7 @@ async def crash_mid_tool(
     }
     rendezvous = Rendezvous()
     async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-
-        def answer(body: dict[str, Any]) -> Any:
-            if answered_tools(body):
-                return reply("Charged once.")
-            return reply("Charging.", tool_call("ledger", {"entry": "charge-42", "port": port}))
-
-        upstream.script(function=answer)
+        charge_script(upstream, listener.extra(anyio.abc.SocketAttribute.local_port))
         first = await anyio.to_thread.run_sync(
             partial(start_gateway, upstream.url, site, logs, **options)
         )
@@ -348,26 +360,6 @@ async def test_a_streaming_client_gets_the_same_message_as_a_json_client(tmp_pat
     assert raw.headers["agentloop-run-id"].startswith("gw-")
 
 
-@dataclass
-class Held:
-    """The test's side of the ledger tool's wait: the first call waits for `release`."""
-
-    arrived: list[anyio.Event] = field(default_factory=lambda: [anyio.Event() for _ in range(3)])
-    release: anyio.Event = field(default_factory=anyio.Event)
-    calls: int = 0
-
-    async def handle(self, stream: anyio.abc.SocketStream) -> None:
-        async with stream:
-            await stream.receive()  # "started": the ledger line is written
-            index = self.calls
-            self.calls += 1
-            self.arrived[index].set()
-            if index == 0:
-                await self.release.wait()
-            with suppress(anyio.BrokenResourceError):
-                await stream.send(b"go\n")
-
-
 @pytest.mark.parametrize(
     ("executor_ids", "runs"),
     [
@@ -390,7 +382,8 @@ async def test_gateways_sharing_a_database_recover_only_their_own_runs(
     gateway's start recovers the first one's run and runs its tool call a second time.
     """
     database = f"{postgres}/agentloop_{uuid.uuid4().hex[:12]}"
-    held = Held()
+    release = anyio.Event()
+    held = Rendezvous(release=release)
     gateways: list[GatewayProcess] = []
 
     def start(name: str, executor_id: str | None) -> GatewayProcess:
@@ -405,14 +398,7 @@ async def test_gateways_sharing_a_database_recover_only_their_own_runs(
 
     try:
         async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
-            port = listener.extra(anyio.abc.SocketAttribute.local_port)
-
-            def answer(body: dict[str, Any]) -> Any:
-                if answered_tools(body):
-                    return reply("Charged once.")
-                return reply("Charging.", tool_call("ledger", {"entry": "c-42", "port": port}))
-
-            upstream.script(function=answer)
+            charge_script(upstream, listener.extra(anyio.abc.SocketAttribute.local_port))
             first = await anyio.to_thread.run_sync(start, "first", executor_ids[0])
             messages: list[Any] = []
             answered = anyio.Event()
@@ -434,7 +420,7 @@ async def test_gateways_sharing_a_database_recover_only_their_own_runs(
                 if runs == 2:
                     with anyio.fail_after(60):
                         await held.arrived[1].wait()
-                held.release.set()
+                release.set()
                 if runs == 1:  # (both-local: two runs of one id collide; no answer is due)
                     with anyio.fail_after(60):
                         await answered.wait()
