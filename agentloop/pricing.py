@@ -5,8 +5,8 @@ can depend on the size of one request (a higher rate past 200k input tokens), so
 summed over a run cannot be priced as one request. Cache reads and writes are priced as
 such, 1-hour writes apart from 5-minute ones. A model the table does not know has no
 price: `None`, never a guess. A provider the table does not know (a scripted one, a proxy)
-is priced by the model id alone (`table_provider`). The table is imported on first use (it takes a
-while), so `import agentloop` does not pay for it.
+is priced by the model id alone (`table_provider`). The table is imported on first use
+(it takes a while), so `import agentloop` does not pay for it.
 """
 
 from __future__ import annotations
