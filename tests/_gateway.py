@@ -234,10 +234,15 @@ def dump(blocks: Sequence[Any]) -> list[dict[str, Any]]:
 async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
     """The gateway served by uvicorn in this task's task group; yields its URL."""
     gateway = config if isinstance(config, Gateway) else Gateway(config)
+    async with serving(gateway.app()) as url:
+        yield url
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """The ASGI `app` (with a `/healthz`) served by uvicorn here; yields its URL."""
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(gateway.app(), host="127.0.0.1", port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     async with anyio.create_task_group() as group:
         group.start_soon(server.serve)
         url = f"http://127.0.0.1:{port}"

@@ -22,8 +22,7 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-import uvicorn
-from _gateway import CLIENT_TOOL, free_port, gateway_on, wait_healthy_url
+from _gateway import CLIENT_TOOL, gateway_on, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -424,16 +423,8 @@ async def answering(response: Callable[[], Response]) -> AsyncIterator[str]:
             Route("/healthz", healthz, methods=["GET"]),
         ]
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        url = f"http://127.0.0.1:{port}"
-        await anyio.to_thread.run_sync(wait_healthy_url, url)
-        try:
-            yield url
-        finally:
-            server.should_exit = True
+    async with serving(app) as url:
+        yield url
 
 
 @pytest.mark.parametrize("case", list(RESTARTS))
