@@ -8,7 +8,6 @@ date; Redis expires every key of a session at one deadline.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
 import threading
@@ -33,6 +32,7 @@ from agentloop.sessions import (
 from agentloop.sessions.sqlite_file import connect
 from agentloop.storage import connect_sqlite
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+from tests.test_sessions import agentloop_command
 
 NEVER = SessionSnapshot([], 0)
 """What `load()` returns for a session that never existed."""
@@ -102,15 +102,16 @@ async def test_a_session_not_written_for_its_ttl_reads_as_one_that_never_existed
     assert await session.load() == SessionSnapshot([{"role": "user", "content": "again"}], 1)
 
 
-@pytest.mark.parametrize(
-    "write",
-    [
-        pytest.param(lambda s: s.append([{"role": "user", "content": "more"}]), id="append"),
-        pytest.param(lambda s: s.save_state({"paused": True}), id="save_state"),
-        pytest.param(lambda s: s.clear_state(), id="clear_state"),
-        pytest.param(lambda s: s.clear(), id="clear"),
-    ],
-)
+WRITES = [
+    pytest.param(lambda s: s.append([{"role": "user", "content": "more"}]), id="append"),
+    pytest.param(lambda s: s.save_state({"paused": True}), id="save_state"),
+    pytest.param(lambda s: s.clear_state(), id="clear_state"),
+    pytest.param(lambda s: s.clear(), id="clear"),
+]
+"""Every kind of write a session takes: each restarts its TTL."""
+
+
+@pytest.mark.parametrize("write", WRITES)
 async def test_every_write_restarts_the_ttl(
     path: Path, clock: Clock, write: Callable[[SQLiteSession], Any]
 ) -> None:
@@ -373,15 +374,7 @@ async def until_gone(session: RedisSession) -> None:
             await anyio.sleep(0.01)
 
 
-@pytest.mark.parametrize(
-    "write",
-    [
-        pytest.param(lambda s: s.append([{"role": "user", "content": "more"}]), id="append"),
-        pytest.param(lambda s: s.save_state({"paused": True}), id="save_state"),
-        pytest.param(lambda s: s.clear_state(), id="clear_state"),
-        pytest.param(lambda s: s.clear(), id="clear"),
-    ],
-)
+@pytest.mark.parametrize("write", WRITES)
 async def test_every_redis_write_sets_one_deadline_for_every_key(
     redis_url: str, request: pytest.FixtureRequest, write: Callable[[RedisSession], Any]
 ) -> None:
@@ -494,17 +487,6 @@ async def test_a_paused_run_kept_elsewhere_resumes_into_a_new_session(
 
 
 # -- the command line
-
-
-async def agentloop_command(*args: str, **env: str) -> tuple[int, str, str]:
-    """`python -m agentloop ARGS` with no plugins and `env` added."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AGENTLOOP_"))}
-    done = await anyio.run_process(
-        [sys.executable, "-m", "agentloop", *args],
-        env={**clean, "AGENTLOOP_PLUGINS": "", **env},
-        check=False,
-    )
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def test_the_command_line_gives_a_conversation_a_ttl(
