@@ -11,12 +11,16 @@ does not pay for the SDKs, pydantic and OpenTelemetry until something needs them
 
 import importlib
 import typing
+import warnings
 
 # Only modules and private names here: every public name of this module is exported.
 if typing.TYPE_CHECKING:
     from .agent import Agent as Agent
+    from .agent import RunOptions as RunOptions
     from .approval import Approve as Approve
     from .approval import Deny as Deny
+    from .config import AgentConfig as AgentConfig
+    from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
     from .errors import HistoryError as HistoryError
@@ -72,13 +76,12 @@ if typing.TYPE_CHECKING:
     from .result import StopReason as StopReason
     from .result import ToolCallRecord as ToolCallRecord
     from .result import Usage as Usage
+    from .run import Run as Run
     from .sessions import RedisSession as RedisSession
     from .sessions import Session as Session
     from .sessions import SQLiteSession as SQLiteSession
-    from .stream import RunStream as RunStream
-    from .tools import RunContext as RunContext
     from .tools import Tool as Tool
-    from .tools import ToolDefinition as ToolDefinition
+    from .calls import ToolDefinition as ToolDefinition
     from .tools import raw_tools as raw_tools
     from .tools import tool as tool
 
@@ -113,14 +116,13 @@ _MODULES = {
     "RequestStarted": "events",
     "RoundFinished": "events",
     "StepRestarted": "events",
-    "RunContext": "tools",
+    "RunContext": "context",
     "ModelRetry": "errors",
     "OutputValidationError": "errors",
     "RunError": "errors",
     "RunFinished": "events",
     "RunResult": "result",
     "RunStarted": "events",
-    "RunStream": "stream",
     "SQLiteSession": "sessions",
     "ServerToolResultBlock": "messages",
     "ServerToolUseBlock": "messages",
@@ -137,7 +139,7 @@ _MODULES = {
     "ToolCallReady": "events",
     "ToolCallRecord": "result",
     "ToolCallStarted": "events",
-    "ToolDefinition": "tools",
+    "ToolDefinition": "calls",
     "ToolError": "errors",
     "ToolInputDelta": "events",
     "ToolResultBlock": "messages",
@@ -146,6 +148,9 @@ _MODULES = {
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
     "Usage": "result",
+    "Run": "run",
+    "RunOptions": "agent",
+    "AgentConfig": "config",
     "UsageLimitExceeded": "errors",
     "UsageLimits": "limits",
     "hookimpl": "hookspecs",
@@ -156,81 +161,22 @@ _MODULES = {
     "tool": "tools",
 }
 
-__all__ = (
-    "Agent",
-    "AgentloopError",
-    "AnthropicProvider",
-    "ApprovalRequest",
-    "ApprovalRequested",
-    "Approve",
-    "ConfigurationError",
-    "ContentBlock",
-    "Deny",
-    "DocumentBlock",
-    "Event",
-    "HistoryError",
-    "ImageBlock",
-    "Message",
-    "ModelResponded",
-    "ModelRetry",
-    "ModelStreamEvent",
-    "OpenAIChatProvider",
-    "OutputValidationError",
-    "PluginManager",
-    "Provider",
-    "ProviderError",
-    "RedactedThinkingBlock",
-    "RedisSession",
-    "RepairReport",
-    "RequestStarted",
-    "RoundFinished",
-    "RunContext",
-    "RunError",
-    "RunFinished",
-    "RunResult",
-    "RunStarted",
-    "RunStream",
-    "SQLiteSession",
-    "ServerToolResultBlock",
-    "ServerToolUseBlock",
-    "Session",
-    "SessionConflict",
-    "SessionError",
-    "StepRestarted",
-    "StopReason",
-    "TextBlock",
-    "TextDelta",
-    "ThinkingBlock",
-    "ThinkingDelta",
-    "Tool",
-    "ToolCallFailed",
-    "ToolCallReady",
-    "ToolCallRecord",
-    "ToolCallStarted",
-    "ToolDefinition",
-    "ToolError",
-    "ToolInputDelta",
-    "ToolProgress",
-    "ToolResultBlock",
-    "ToolResultEvent",
-    "ToolUseBlock",
-    "UnknownBlock",
-    "Usage",
-    "UsageLimitExceeded",
-    "UsageLimits",
-    "hookimpl",
-    "lint_history",
-    "plugin_tools",
-    "raw_tools",
-    "repair",
-    "tool",
-)
+__all__ = tuple(sorted(_MODULES))
+
+# Old names, still importable, with a warning saying what replaced them.
+_DEPRECATED = {
+    "RunStream": ("run", "Run", "RunStream is now Run: agent.run_stream() yields a Run"),
+}
 
 
 def __getattr__(name: str) -> typing.Any:
     """An exported name (or `__version__`), imported from its module on first use."""
     if name == "__version__":
         value: typing.Any = _version()
+    elif name in _DEPRECATED:
+        module, new, why = _DEPRECATED[name]
+        warnings.warn(why, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{module}", __name__), new)
     elif name in _MODULES:
         value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
     else:

@@ -1,21 +1,16 @@
-"""The agent: the loop that turns a prompt into a finished run.
+"""The agent: one configuration, from which any number of runs start.
 
-Each round checks the history and sends it to the model, adds the assistant message
-verbatim, runs the turn's tool calls in parallel through the registry and adds their
-results as one user message, until the model stops asking for tools or a limit is reached.
-All per-run state lives in a `RunState`, so one `Agent` serves any number of concurrent
-runs.
+`Agent(...)` checks its options into an `AgentConfig` and gathers its tools in a
+`ToolRegistry`. `start()` makes a `Run` (agentloop/run.py), which drives the loop; `run`,
+`run_sync`, `run_stream`, `resume`, `resume_stream` and `as_tool` are thin layers over
+it. An agent keeps no per-run state, so one serves any number of concurrent runs.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
 import types
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Collection,
     Iterable,
@@ -24,100 +19,69 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 
 import anyio
-import structlog
 from opentelemetry.trace import TracerProvider
+from typing_extensions import Unpack
 
-from agentloop.approval import ApprovalRule, Decision, Gate, agent_rule
-from agentloop.checks import check_count, check_seconds
-from agentloop.compaction import (
-    HistoryProcessor,
-    apply_processors,
-    context_management_params,
-    is_length_refusal,
-)
-from agentloop.effects import OnEvent
-from agentloop.errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
-from agentloop.events import (
-    Event,
-    OutputReady,
-    RequestStarted,
-    RoundFinished,
-    RunFinished,
-    RunStarted,
-)
-from agentloop.history import History
-from agentloop.limits import (
-    Meter,
-    UsageLimits,
-    check_before_request,
-    check_provider,
-)
-from agentloop.lint import HistoryLinter, lint_history
-from agentloop.logs import get_logger
-from agentloop.messages import ContentBlock, Message
-from agentloop.output import (
-    OutputMode,
-    OutputRun,
-    OutputSchema,
-    OutputValidator,
-    check_validator,
-    output_schema,
-    resolve_mode,
-)
-from agentloop.partial import PartialOutputs
-from agentloop.pricing import table_provider
-from agentloop.providers.base import (
-    ModelRequest,
-    ModelResponse,
-    Provider,
-    StreamingProvider,
-)
-from agentloop.providers.caching import CacheSetting, cache_marker
-from agentloop.registry import ExecutionContext, ToolRegistry, reraise_base_exception
-from agentloop.result import OutputT, RunResult, StopReason
-from agentloop.resume import finish_turn, plan
-from agentloop.run import RunState
-from agentloop.scope import RunScope, entered
-from agentloop.sessions.base import Session
-from agentloop.sessions.runs import keeping, load_session
-from agentloop.stream import RunStream
-from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult, wire_tool_name
-from agentloop.tracing import record_response, record_run, tracing_for
-from agentloop.turn import CONTINUE, RESUME, Emit, Turn
+from .approval import ApprovalRule, Decision
+from .calls import ToolDefinition
+from .compaction import HistoryProcessor
+from .config import DEFAULT_MODEL, AgentConfig
+from .effects import Effects
+from .errors import ConfigurationError
+from .limits import UsageLimits
+from .messages import ContentBlock, Message
+from .output import OutputMode, OutputValidator, check_validator
+from .providers.base import Provider
+from .providers.caching import CacheSetting
+from .registry import ToolRegistry
+from .result import OutputT, RunResult
+from .run import Run
+from .sessions.base import Session
+from .tools import Tool
+from .turn import Emit
 
-__all__ = ("DEFAULT_MODEL", "Agent")
-
-_log = get_logger()
-
-DEFAULT_MODEL = "claude-sonnet-5-5"
-"""The model an `Agent` uses when none is given."""
+__all__ = ("DEFAULT_MODEL", "Agent", "RunOptions")
 
 RunOutputT = TypeVar("RunOutputT")
 """The output type of one run given `output_type=`, instead of the agent's."""
-_Prompt = str | Sequence[ContentBlock] | None
-_History = Iterable[Message | Mapping[str, Any]] | None
-_External = Sequence[ToolDefinition | Mapping[str, Any]]
+Prompt = str | Sequence[ContentBlock] | None
+
+
+class RunOptions(TypedDict, total=False):
+    """What a run may be given besides its prompt (`start`, `run`, `run_stream`, ...)."""
+
+    history: Iterable[Message | Mapping[str, Any]] | None
+    """Earlier messages (e.g. a previous `RunResult.messages`)."""
+    deps: Any
+    """Any object; tools receive it as `RunContext.deps`."""
+    external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
+    """Tools announced to the model that this run does not run: their calls are handed
+    back (`stop_reason="tool_use"`, `RunResult.pending`; see docs/approval.md)."""
+    session: Session | None
+    """A `Session` to continue instead of `history`; what the run adds is appended."""
+    usage_limits: UsageLimits | None
+    """The most this run may spend, instead of the agent's `usage_limits`."""
 
 
 class Agent(Generic[OutputT]):
     """Runs the model and its tools until the model is done.
 
-    One `Agent` holds configuration only; every `run()` keeps its own state, so a service
-    can share one agent between any number of concurrent runs. It is generic in the type
-    of its runs' `result.output` (`Agent[Forecast]` for `output_type=Forecast`).
+    One `Agent` holds configuration only (`agent.config`, `agent.registry`); every run
+    keeps its own state. It is generic in the type of its runs' `result.output`
+    (`Agent[Forecast]` for `output_type=Forecast`).
     """
 
-    def __init__(
+    def __init__(  # noqa: D417 (the options are documented on AgentConfig)
         self,
         model: str = DEFAULT_MODEL,
         *,
         provider: Provider | None = None,
         client: Any = None,
-        system: str | Sequence[Mapping[str, Any]] | None = None,
         tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+        system: str | Sequence[Mapping[str, Any]] | None = None,
         max_rounds: int = 10,
         max_tokens: int = 4096,
         tool_concurrency: int = 8,
@@ -141,174 +105,94 @@ class Agent(Generic[OutputT]):
         output_retries: int = 2,
         cache: CacheSetting = "auto",
     ) -> None:
-        """Configure an agent.
+        """Configure an agent: each option is a field of `AgentConfig`, documented there.
 
         Args:
             model: Model name sent with each request.
             provider: Where requests go; by default an `AnthropicProvider` over `client`.
-            client: An `anthropic.AsyncAnthropic` to use (base_url, retries, headers and
-                timeouts are its own), or an `openai.AsyncOpenAI` (then requests go to
-                its Chat Completions endpoint, see `OpenAIChatProvider`); ignored when
-                `provider` is given.
-            system: System prompt, a string or a list of text blocks.
+            client: An SDK client to send with: `anthropic.AsyncAnthropic` (or another
+                client class of the SDK: Bedrock, Vertex, ...) or `openai.AsyncOpenAI`
+                (Chat Completions, see `OpenAIChatProvider`); ignored with `provider`.
             tools: Tools (functions are wrapped with `tool`), or a ready `ToolRegistry`.
-            max_rounds: Most model requests one run may make; when reached the run stops
-                with `stop_reason="max_rounds"` and a complete history.
-            max_tokens: `max_tokens` of each request.
-            tool_concurrency: Most tool calls of one run in flight at once.
-            tool_timeout: Seconds a tool call may take, unless the tool sets its own.
-            tool_limiter: An optional limiter shared by several agents or runs, capping
-                tool calls across all of them (in addition to `tool_concurrency`).
-            tool_choice: `{"type": "auto" | "any" | "tool" | "none", ...}`, including
-                `disable_parallel_tool_use`.
-            thinking: Extended thinking, e.g. `{"type": "enabled", "budget_tokens": 2048}`.
-            metadata: Request metadata, e.g. `{"user_id": ...}`.
-            stop_sequences: Custom stop sequences.
-            on_tool_error: `"continue"` sends failures to the model as `is_error` results;
-                `"stop"` also ends the run with `ToolCallFailed` once the turn's results are
-                in the history.
-            params: Further request fields, passed through as they are (`temperature`,
-                `top_p`, `service_tier`, `betas`, `extra_headers`, ...).
-            name: The agent's name in traces (`invoke_agent {name}`).
-            tracer_provider: Where the run's OpenTelemetry spans go; by default the
-                global tracer provider, which records nothing until an SDK is set up.
-            history_check: `"strict"` checks the history against the API's rules before
-                every request (`HistoryError` at the first broken one); `"off"` sends it
-                unchecked, for a model that accepts what the checks refuse.
-            approval_required: Tools whose calls wait for a person's decision, on top of
-                each tool's own `requires_approval`: a set of tool names (for plugin
-                tools, whose authors cannot know this service's policy), or
-                `rule(ctx, input) -> bool` deciding per call. See `resume`.
-            usage_limits: The most each run may spend (requests, tokens, tool calls,
-                dollars); a run that would go over ends with `UsageLimitExceeded`. A
-                run's own `usage_limits=` replaces these.
-            history_processors: Functions (sync or async, optionally taking the
-                `RunContext` first) from the messages to the messages to send, applied
-                in order before every request, e.g. `agentloop.compaction`'s
-                `clear_old_tool_results(keep_last=3)`. They shape what is sent, never
-                the run's history (`RunResult.messages`). With processors, a request
-                refused for length is retried once with their `forced` form.
-            context_management: The Anthropic API's server-side context management,
-                e.g. `{"edits": [{"type": "clear_tool_uses_20250919"}]}` or
-                `{"edits": [{"type": "compact_20260112"}]}`, sent with each request under
-                the beta its edits need. The blocks the API returns for it (such as
-                `compaction`) stay in the history verbatim and are sent back.
-            output_type: What a run ends with, validated, as `result.output`: a pydantic
-                model, a dataclass, a TypedDict, a plain type (`int`, `list[str]`,
-                `Literal[...]`) or a union of these; `str` (the default) is the final
-                text. See the Output page of the docs.
-            output_mode: How the output reaches the model: `"native"` (the provider's
-                structured output), `"tool"` (a final-result tool), `"prompted"` (the
-                schema in the system prompt), or `"auto"`: native where the provider
-                has it, else tool.
-            output_retries: How often an invalid output (schema or validator) is sent
-                back to the model before the run ends with `OutputValidationError`.
-            cache: Prompt caching (Anthropic): `"auto"` puts cache breakpoints on each
-                request, where they move with the history (5-minute TTL); `"1h"` the
-                same with a 1-hour TTL; `"off"` adds none (the user's own markers are
-                sent either way). Chat Completions servers cache on their own.
+            **options: The other fields of `AgentConfig`.
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
                 checked later that could have been checked here.
         """
-        check_count("max_rounds", max_rounds)
-        check_count("max_tokens", max_tokens)
-        check_count("tool_concurrency", tool_concurrency)
-        check_seconds("tool_timeout", tool_timeout)
-        if history_check not in ("strict", "off"):
-            raise ConfigurationError(
-                f"history_check must be 'strict' or 'off', not {history_check!r}"
-            )
-        if on_tool_error not in ("continue", "stop"):
-            raise ConfigurationError(
-                f"on_tool_error must be 'continue' or 'stop', not {on_tool_error!r}"
-            )
-        if type(output_retries) is not int or output_retries < 0:
-            raise ConfigurationError(
-                f"output_retries must be a whole number >= 0, not {output_retries!r}"
-            )
-        if output_mode not in ("auto", "native", "tool", "prompted"):
-            raise ConfigurationError(
-                f"output_mode must be 'auto', 'native', 'tool' or 'prompted', not {output_mode!r}"
-            )
-        if tool_limiter is not None and not isinstance(tool_limiter, anyio.CapacityLimiter):
-            raise ConfigurationError(
-                f"tool_limiter must be an anyio.CapacityLimiter, not {type(tool_limiter).__name__}"
-            )
         if tools is None or isinstance(tools, (str, bytes, Mapping)):
             raise ConfigurationError(
                 f"tools must be a list of tools or functions, not {type(tools).__name__}"
-            )
-        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
-            raise ConfigurationError(
-                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
             )
         if provider is None:
             from .providers import provider_for
 
             provider = provider_for(client)
-        elif not callable(getattr(provider, "complete", None)):
-            raise ConfigurationError(f"provider {provider!r} has no complete() method")
-        self.model = model
-        self.provider = provider
-        self.system = system
-        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.max_rounds = max_rounds
-        self.max_tokens = max_tokens
-        self.tool_concurrency = tool_concurrency
-        self.tool_timeout = tool_timeout
-        self.tool_limiter = tool_limiter
-        self.tool_choice = tool_choice
-        self.thinking = thinking
-        self.metadata = metadata
-        self.stop_sequences = stop_sequences
-        self.on_tool_error = on_tool_error
-        self.params = dict(params or {})
-        if context_management is not None:
-            if getattr(provider, "name", None) == "openai":
-                raise ConfigurationError(
-                    "context_management is a Messages API feature; Chat Completions has none"
-                )
-            self.params = context_management_params(context_management, self.params)
-        self.name = name
-        self.tracer_provider = tracer_provider
-        self.history_check = history_check
-        self.approval_required = agent_rule(approval_required)
-        if isinstance(self.approval_required, frozenset):
-            unknown = sorted(self.approval_required - set(self.registry.names))
-            if unknown:
-                raise ConfigurationError(
-                    f"approval_required names {', '.join(unknown)}, not tools of this agent"
-                )
-        check_provider(usage_limits, provider)
-        self.usage_limits = usage_limits
-        if isinstance(history_processors, (str, bytes)) or not all(
-            callable(p) for p in history_processors
-        ):
-            raise ConfigurationError("history_processors must be a list of functions")
-        self.history_processors = tuple(history_processors)
-        self.output_type: Any = str if output_type is None else output_type
-        self.output_mode: OutputMode = output_mode
-        self.output_retries = output_retries
-        self._output_schema = _schema_of(self.output_type)
-        self._output_validators: list[OutputValidator] = []
-        self.cache = cache
-        self._cache_marker = cache_marker(cache)
-        headers = self.params.get("extra_headers") or {}
-        betas = self.params.get("betas") or ()
-        betas = [betas] if isinstance(betas, str) else list(betas)
-        self._files_beta = any(
-            "files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas]
+        self.config = AgentConfig(
+            provider=provider,
+            model=model,
+            system=system,
+            max_rounds=max_rounds,
+            max_tokens=max_tokens,
+            tool_concurrency=tool_concurrency,
+            tool_timeout=tool_timeout,
+            tool_limiter=tool_limiter,
+            tool_choice=tool_choice,
+            thinking=thinking,
+            metadata=metadata,
+            stop_sequences=stop_sequences,
+            on_tool_error=on_tool_error,
+            params=params or {},
+            context_management=context_management,
+            name=name,
+            tracer_provider=tracer_provider,
+            history_check=history_check,
+            approval_required=approval_required,
+            usage_limits=usage_limits,
+            history_processors=history_processors,
+            output_type=str if output_type is None else output_type,
+            output_mode=output_mode,
+            output_retries=output_retries,
+            cache=cache,
         )
-        """Whether requests opt into the Files API, which allows `file` sources."""
+        """The agent's options, checked (see `AgentConfig`)."""
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        """The agent's tools."""
+        required = self.config.approval_required
+        if isinstance(required, frozenset) and (
+            unknown := sorted(required - set(self.registry.names))
+        ):
+            raise ConfigurationError(
+                f"approval_required names {', '.join(unknown)}, not tools of this agent"
+            )
+        self._validators: list[OutputValidator] = []
+
+    @property
+    def model(self) -> str:
+        """The model the agent's requests go to (`config.model`)."""
+        return self.config.model
+
+    @property
+    def provider(self) -> Provider:
+        """Where the agent's requests go (`config.provider`)."""
+        return self.config.provider
+
+    @property
+    def name(self) -> str:
+        """The agent's name (`config.name`)."""
+        return self.config.name
+
+    @property
+    def output_type(self) -> Any:
+        """What the agent's runs end with (`config.output_type`)."""
+        return self.config.output_type
 
     def output_validator(self, validator: OutputValidator) -> OutputValidator:
         """Add a check of every run's output, usable as a decorator.
 
         The validator takes the output (and, first, a `RunContext` if it takes two
         parameters), sync or async, and returns the output, possibly changed; it raises
-        `ModelRetry("...")` to send the model back with that message (counted against
+        `ToolError("...")` to send the model back with that message (counted against
         `output_retries`). Validators run in the order they were added, for runs of the
         agent's `output_type` (not for a run given its own). Any other exception a
         validator raises ends the run as it is, once the turn's calls are answered.
@@ -317,85 +201,111 @@ class Agent(Generic[OutputT]):
         @agent.output_validator
         async def in_range(ctx: RunContext[Deps], forecast: Forecast) -> Forecast:
             if forecast.city not in ctx.deps.cities:
-                raise ModelRetry(f"{forecast.city} is not one of our cities")
+                raise ToolError(f"{forecast.city} is not one of our cities")
             return forecast
         ```
         """
-        self._output_validators.append(check_validator(validator))
+        self._validators.append(check_validator(validator))
         return validator
 
-    @overload
-    async def run(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: None = None,
-    ) -> RunResult[OutputT]: ...
+    # -- the run you hold
 
-    @overload
-    async def run(
+    def start(
         self,
-        prompt: _Prompt = None,
+        prompt: Prompt = None,
         *,
-        history: _History = None,
+        history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: type[RunOutputT],
-    ) -> RunResult[RunOutputT]: ...
-
-    @overload
-    async def run(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: types.UnionType,
-    ) -> RunResult[Any]: ...
-
-    async def run(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
         output_type: Any = None,
-    ) -> RunResult[Any]:
-        """Run the model and its tools until the model stops or a limit is reached.
+        state: Mapping[str, Any] | None = None,
+        decisions: Mapping[str, Decision] | None = None,
+        results: Mapping[str, Any] | None = None,
+        stream: bool = True,
+        on_event: Emit | None = None,
+        effects: Effects | None = None,
+        run_id: str | None = None,
+    ) -> Run[Any]:
+        """A run of this agent, to hold: `async with agent.start(...) as run:` drives it.
+
+        Nothing happens until the run is entered; its options are checked then (see
+        `Run`). The run's result is `run.result` at any moment, after a cancellation
+        too (see docs/runs.md).
 
         Args:
             prompt: The new user input; `None` continues `history` as it is (for
-                example after `max_rounds`, or a paused turn).
+                example after `max_rounds`).
             history: Earlier messages (e.g. a previous `RunResult.messages`).
             deps: Any object; tools receive it as `RunContext.deps`.
             external_tools: Tools announced to the model that this run does not run:
-                their calls are handed back. When the model calls one, the run runs the
-                turn's other calls, then ends with `stop_reason="tool_use"`, the calls in
-                `RunResult.pending` and its own results in `RunResult.held`;
-                `messages` ends with that assistant message. Continue with
-                `resume(result.state, results={tool_use_id: ...})`, or with a history
-                that adds one user message answering every call of the turn, in order.
-                Definitions are `ToolDefinition`s or wire dicts (JSON values), sent as
-                they are.
-            session: A `Session` (`agentloop.sessions`) to continue instead of `history`:
-                its history is loaded, and what the run adds is appended when it ends
-                (see docs/sessions.md).
-            usage_limits: The most this run may spend, instead of the agent's
-                `usage_limits`.
+                when the model calls one, the run runs the turn's other calls, then ends
+                with `stop_reason="tool_use"`, the calls in `RunResult.pending` and its
+                own results in `RunResult.held`. Continue with `resume(result.state,
+                results={tool_use_id: ...})`. `ToolDefinition`s or wire dicts.
+            session: A `Session` (`agentloop.sessions`) to continue instead of
+                `history`; what the run adds is appended when it ends.
+            usage_limits: The most this run may spend, instead of the agent's.
             output_type: This run's output type, instead of the agent's.
+            state: A paused run's `RunResult.state`, to continue instead of a prompt (as
+                `resume` does), with `decisions` and `results` answering its calls.
+            decisions: See `resume`.
+            results: See `resume`.
+            stream: Send each model request streamed (when the provider can), so the
+                run's events include text and input deltas as they arrive, and tool calls
+                start as soon as their block is complete; False sends plain requests.
+            on_event: Awaited with each of the run's own events as it happens, before the
+                run goes on (a durable engine records them in order); iterating the run
+                gives the same events.
+            effects: Where the run's model requests and tool calls are performed (a
+                durable engine's `agentloop.effects.Effects`); by default here and now.
+            run_id: The run's id, instead of a new one (an engine running a run again
+                gives the same id, so its calls keep their idempotency keys).
+        """
+        resuming = state is not None or decisions is not None or results is not None
+        return Run(
+            self.config,
+            self.registry,
+            self._validators,
+            prompt=prompt,
+            history=history,
+            deps=deps,
+            external_tools=external_tools,
+            session=session,
+            usage_limits=usage_limits,
+            output_type=output_type,
+            paused=(state, decisions, results) if resuming else None,
+            stream=stream,
+            on_event=on_event,
+            effects=effects,
+            run_id=run_id,
+        )
+
+    # -- thin layers over `start`
+
+    @overload
+    async def run(
+        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
+    ) -> RunResult[OutputT]: ...
+    @overload
+    async def run(
+        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
+    ) -> RunResult[RunOutputT]: ...
+    @overload
+    async def run(
+        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
+    ) -> RunResult[Any]:
+        """Run the model and its tools until the model stops or a limit is reached.
+
+        Takes what `start` takes (`history`, `deps`, `external_tools`, `session`,
+        `usage_limits`, `output_type`; see `RunOptions`). A cancellation around it
+        cancels the run and goes on, without a result: to keep the partial result of a
+        run you may cancel, run it through `start` (docs/runs.md).
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type, or
@@ -409,200 +319,59 @@ class Agent(Generic[OutputT]):
             UsageLimitExceeded: the run went over a usage limit, or its next request
                 would have; `.result` holds the partial run.
         """
-        _, drive = await self._prepare(
-            prompt, history, deps, external_tools, session, usage_limits, output_type
-        )
-        return await drive(None)
-
-    @overload
-    def run_stream(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        output_type: None = None,
-    ) -> AbstractAsyncContextManager[RunStream[OutputT]]: ...
-
-    @overload
-    def run_stream(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        output_type: type[RunOutputT],
-    ) -> AbstractAsyncContextManager[RunStream[RunOutputT]]: ...
-
-    @overload
-    def run_stream(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        output_type: types.UnionType,
-    ) -> AbstractAsyncContextManager[RunStream[Any]]: ...
-
-    @asynccontextmanager
-    async def run_stream(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: Any = None,
-    ) -> AsyncIterator[RunStream[Any]]:
-        """Run as `run()` does, yielding typed events while the model streams.
-
-        Tool calls start the moment their `tool_use` block is complete (unless the tool
-        was made with `eager=False`). Leaving the `async with` block before the run ends,
-        or cancelling a scope around it, cancels the run; `stream.result` then holds the
-        partial result, whose history is valid to send again. With `session`, the run's
-        messages are appended after `RunFinished`, before the iteration ends.
-
-        ```python
-        async with agent.run_stream("Weather in Paris?") as stream:
-            async for event in stream:
-                print(event)
-        print(stream.result.text)
-        ```
-        """
-        run, drive = await self._prepare(
-            prompt, history, deps, external_tools, session, usage_limits, output_type
-        )
-        async with self._stream(run, drive) as stream:
-            yield stream
-
-    @asynccontextmanager
-    async def _stream(
-        self, run: RunState, drive: Callable[[Emit | None], Awaitable[RunResult[Any]]]
-    ) -> AsyncIterator[RunStream[Any]]:
-        """`run` driven (by `drive`) in a task, its events and result on the stream handle."""
-        send, receive = anyio.create_memory_object_stream[Event](math.inf)
-        stream: RunStream[Any] = RunStream(run, receive)
-        failure: BaseException | None = None
-        try:
-            with receive:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(stream._drive, drive, send)
-                    try:
-                        yield stream
-                    except Exception as exc:
-                        failure = exc  # re-raised below, as is rather than in an exception group
-                    finally:
-                        stream.cancel()
-        except BaseException as exc:
-            reraise_base_exception(exc)
-            raise
-        if failure is not None:
-            raise failure
+        async with self.start(prompt, output_type=output_type, stream=False, **options) as run:
+            pass
+        return run.result
 
     @overload
     def run_sync(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: None = None,
+        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
     ) -> RunResult[OutputT]: ...
-
     @overload
     def run_sync(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: type[RunOutputT],
+        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
     ) -> RunResult[RunOutputT]: ...
-
     @overload
     def run_sync(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: types.UnionType,
+        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
     ) -> RunResult[Any]: ...
 
     def run_sync(
-        self,
-        prompt: _Prompt = None,
-        *,
-        history: _History = None,
-        deps: Any = None,
-        external_tools: _External = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: Any = None,
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
     ) -> RunResult[Any]:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
-        return anyio.run(
-            partial(
-                self.run,
-                prompt,
-                history=history,
-                deps=deps,
-                external_tools=external_tools,
-                session=session,
-                usage_limits=usage_limits,
-                output_type=output_type,
-            )
-        )
+        return anyio.run(partial(self.run, prompt, output_type=output_type, **options))
 
-    def as_tool(
-        self,
-        name: str | None = None,
-        description: str | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> Tool:
-        """This agent as a tool of another: each call runs it on the prompt the model writes.
+    @overload
+    def run_stream(
+        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
+    ) -> AbstractAsyncContextManager[Run[OutputT]]: ...
+    @overload
+    def run_stream(
+        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
+    ) -> AbstractAsyncContextManager[Run[RunOutputT]]: ...
+    @overload
+    def run_stream(
+        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
+    ) -> AbstractAsyncContextManager[Run[Any]]: ...
 
-        The sub-run gets the calling run's `deps`; its usage, cost and tool calls are added
-        to the calling run's, and the calling run's `UsageLimits` bound it too (what is
-        left of them, besides this agent's own). Its spans nest under the tool call's
-        span (with a tracer provider both agents share), and cancelling the call (or the
-        calling run) cancels it. A sub-run that fails or goes over a limit answers the
-        call with an `is_error` result.
+    @asynccontextmanager
+    async def run_stream(
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
+    ) -> AsyncIterator[Run[Any]]:
+        """`start()`, streamed, as a block: leaving it before the run ends cancels the run.
 
-        Args:
-            name: The tool's name; by default the agent's `name`.
-            description: What the model is told the tool does.
-            timeout: Seconds a call may take; by default the calling agent's
-                `tool_timeout`.
+        ```python
+        async with agent.run_stream("Weather in Paris?") as run:
+            async for event in run:
+                print(event)
+        print(run.result.text)
+        ```
         """
-        from .subagents import agent_tool
-
-        def start(prompt: str, deps: Any, limits: UsageLimits | None) -> RunState:
-            return self._new_run(None, prompt, deps, (), limits)
-
-        return agent_tool(
-            start,
-            partial(self._drive, emit=None),
-            name=name or self.name,
-            description=description,
-            timeout=timeout,
-            limits=self.usage_limits,
-        )
+        async with self._cancelled_on_exit(
+            self.start(prompt, output_type=output_type, **options)
+        ) as run:
+            yield run
 
     async def resume(
         self,
@@ -612,7 +381,7 @@ class Agent(Generic[OutputT]):
         results: Mapping[str, Any] | None = None,
         deps: Any = None,
         session: Session | None = None,
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         """Continue a run that ended with calls waiting, from its `RunResult.state`.
 
         The state may come from another process (stored as JSON); this agent must be
@@ -638,8 +407,7 @@ class Agent(Generic[OutputT]):
                 sent), a `ToolError` for a failure, or a `tool_result` block.
             deps: The run's `deps`, handed to tools again (they are not in the state).
             session: The session the paused run was in: `state` defaults to the paused
-                run's state stored there, and what the resumed run adds is appended to it
-                (as `run(..., session=...)` does).
+                run's state stored there, and what the resumed run adds is appended to it.
 
         Raises:
             ResumeError: the state cannot be resumed (`InvalidStateError`,
@@ -648,8 +416,10 @@ class Agent(Generic[OutputT]):
             ConfigurationError: this agent lacks a tool the paused run needs.
             ProviderError, ToolCallFailed: as for `run`.
         """
-        _, drive = await self._prepare_resume(state, decisions, results, deps, session)
-        return await drive(None)
+        run = self._resumed(state, decisions, results, deps, session, stream=False)
+        async with run:
+            pass
+        return run.result
 
     @asynccontextmanager
     async def resume_stream(
@@ -660,364 +430,80 @@ class Agent(Generic[OutputT]):
         results: Mapping[str, Any] | None = None,
         deps: Any = None,
         session: Session | None = None,
-    ) -> AsyncIterator[RunStream]:
+    ) -> AsyncIterator[Run[Any]]:
         """`resume()` as a stream of events, as `run_stream()` is to `run()`.
 
         The answered calls of the paused turn are reported first (`ToolCallReady` for
         the approved ones, `ToolResultEvent` for every new result), then the loop's
         events follow. The errors of `resume()` are raised on entering the block.
         """
-        run, drive = await self._prepare_resume(state, decisions, results, deps, session)
-        async with self._stream(run, drive) as stream:
-            yield stream
+        run = self._resumed(state, decisions, results, deps, session, stream=True)
+        async with self._cancelled_on_exit(run) as held:
+            yield held
 
-    async def _prepare_resume(
+    def _resumed(
         self,
         state: Mapping[str, Any] | None,
         decisions: Mapping[str, Decision] | None,
         results: Mapping[str, Any] | None,
         deps: Any,
         session: Session | None,
-    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult]]]:
-        """The resumed run and what drives it, as `_prepare` for a new one."""
-        if session is None:
-            if state is None:
-                raise ConfigurationError(
-                    "resume() needs the paused run's state (RunResult.state) or its session"
-                )
-            run = self._resumed_run(state, decisions, results, deps)
-            return run, partial(self._drive, run)
-        snapshot = await load_session(session, None)
-        if state is None:
-            state = snapshot.state
-            if state is None:
-                raise ConfigurationError(
-                    f"session {session.session_id!r} holds no paused run to resume"
-                )
-        run = self._resumed_run(state, decisions, results, deps)
-        return run, keeping(session, snapshot, run, partial(self._drive, run))
-
-    def _resumed_run(
-        self,
-        state: Mapping[str, Any],
-        decisions: Mapping[str, Decision] | None,
-        results: Mapping[str, Any] | None,
-        deps: Any,
-    ) -> RunState:
-        paused = plan(state, decisions, results, self.registry)
-        run = self._new_run(paused.messages, None, deps, paused.external)
-        run.restore(paused)
-        return run
-
-    # -- the loop: agent -> turn -> one call function (ToolRegistry.run_call) -> history
-
-    async def _loop(self, run: RunState, emit: Emit | None) -> StopReason:
-        """Rounds of request, response and tool calls, until the model is done."""
-        if run.paused is not None:
-            ran = await finish_turn(run, self.registry, self._context(run, run.rounds), emit)
-            self._check_failures(run, ran)
-        forced = False  # compact whatever the size: the last request was refused for length
-        while run.rounds < self.max_rounds:
-            if self.history_check == "strict":
-                run.history.check()
-            request = self._build_request(run, await self._processed(run, forced))
-            breach = await check_before_request(run.meter, run.usage, request, self.provider)
-            if breach is not None:
-                raise breach.error(run.end_early("usage_limit"))
-            round_ = run.start_round()
-            if emit is not None:
-                await emit(RequestStarted(round_))
-            registry = self.registry if run.output is None else run.output.registry
-            turn_emit = emit
-            if emit is not None and run.output is not None:
-                turn_emit = PartialOutputs(run.output, emit, round_)
-            turn = Turn(run, registry, self._context(run, round_), turn_emit)
-            try:
-                outcome = await turn.play(partial(self._request, run, request, emit))
-            except ProviderError as exc:
-                if forced or not self.history_processors or not is_length_refusal(exc):
-                    raise
-                run.log.info("run.compact_retry", error=str(exc))
-                forced = True
-                continue
-            # A cancellation that reached only the tool calls (the response itself came in
-            # whole) ends the run here, with every call answered.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            response = outcome.response
-            if emit is not None:
-                await emit(RoundFinished(round_, response.stop_reason, response.usage))
-            self._check_failures(run, outcome.results)
-            breach = run.meter.over(run.usage)
-            if breach is not None:
-                raise breach.error(run.end_early("usage_limit"))
-            if run.pause_reason is not None:
-                return run.pause_reason
-            if run.stopping:
-                return "cancelled"
-            if run.output is not None:
-                context = partial(RunContext, run.id, round_, "", "", run.deps)
-                verdict = await run.output.after_turn(response, outcome.calls, run.history, context)
-                if verdict == "done":
-                    if emit is not None:
-                        await emit(OutputReady(round_, run.output.value))
-                    return "end_turn"
-                if verdict == "retry":
-                    continue
-            stop = response.stop_reason
-            if not forced and self.history_processors and is_length_refusal(stop_reason=stop):
-                forced = True
-                continue
-            forced = False
-            if stop not in CONTINUE or (stop not in RESUME and not outcome.calls):
-                return stop or "end_turn"
-        return "max_rounds"
-
-    async def _prepare(
-        self,
-        prompt: str | Sequence[ContentBlock] | None,
-        history: Iterable[Message | Mapping[str, Any]] | None,
-        deps: Any,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
-        session: Session | None,
-        usage_limits: UsageLimits | None = None,
-        output_type: Any = None,
-    ) -> tuple[RunState, Callable[[Emit | None], Awaitable[RunResult[Any]]]]:
-        """A new run and what drives it: the loop, in `session` when one is given."""
-        if session is None:
-            run = self._new_run(history, prompt, deps, external_tools, usage_limits, output_type)
-            return run, partial(self._drive, run)
-        snapshot = await load_session(session, history)
-        messages = snapshot.messages
-        run = self._new_run(messages, prompt, deps, external_tools, usage_limits, output_type)
-        return run, keeping(session, snapshot, run, partial(self._drive, run))
-
-    def _new_run(
-        self,
-        history: Iterable[Message | Mapping[str, Any]] | None,
-        prompt: str | Sequence[ContentBlock] | None,
-        deps: Any,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-        usage_limits: UsageLimits | None = None,
-        output_type: Any = None,
-    ) -> RunState:
-        linter = HistoryLinter(
-            thinking=self.thinking,
-            tool_choice=self.tool_choice,
-            allow_file_sources=self._files_beta,
-        )
-        history_ = History.start(history, prompt, linter)
-        names = [name for t in external_tools if (name := _tool_name(t)) is not None]
-        try:
-            json.dumps(
-                [t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools]
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"external tool definitions must be JSON values (they go into the run's state): "
-                f"{exc}"
-            ) from exc
-        clash = sorted(set(names) & set(self.registry.names))
-        if clash:
-            raise ConfigurationError(
-                f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
-                "the model addresses tools by name"
-            )
-        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
-            raise ConfigurationError(
-                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
-            )
-        limits = usage_limits if usage_limits is not None else self.usage_limits
-        check_provider(limits, self.provider)
-        return RunState(
-            history_,
+        *,
+        stream: bool,
+    ) -> Run[Any]:
+        """The run that continues a paused one (the state, or the one in `session`)."""
+        return Run(
+            self.config,
+            self.registry,
+            self._validators,
+            prompt=None,
+            history=None,
             deps=deps,
-            tool_concurrency=self.tool_concurrency,
-            log=_log,
-            tracing=tracing_for(self.tracer_provider),
-            external=external_tools,
-            external_names=frozenset(names),
-            gate=Gate(
-                self.registry,
-                external_names=names,
-                approval_required=self.approval_required,
-            ),
-            meter=Meter(limits, self.model, table_provider(_provider_name(self.provider))),
-            output=self._output_run(output_type),
+            external_tools=(),
+            session=session,
+            usage_limits=None,
+            output_type=None,
+            paused=(state, decisions, results),
+            stream=stream,
         )
 
-    def _output_run(self, output_type: Any) -> OutputRun | None:
-        """The typed output of a new run (None when its output is the text)."""
-        schema = self._output_schema if output_type is None else _schema_of(output_type)
-        if schema is None:
-            return None
-        return OutputRun(
-            schema,
-            resolve_mode(self.output_mode, self.provider),
-            retries=self.output_retries,
-            # Validators check the agent's output type; a run with its own has none.
-            validators=self._output_validators if output_type is None else (),
-            registry=self.registry,
-        )
-
-    def _context(self, run: RunState, round_: int) -> ExecutionContext:
-        """What the tool calls of round `round_` need from the run."""
-        return ExecutionContext(
-            run.id,
-            round_,
-            run.limiter,
-            self.tool_timeout,
-            run.deps,
-            self.tool_limiter,
-            None,  # worker threads: the event loop's thread_limiter(), shared by every run
-            run.log.bind(round=round_),
-            run.tracing,
-            run.effects,
-        )
-
-    async def _drive(self, run: RunState, emit: Emit | None) -> RunResult:
-        """The loop inside the run's span, when it has one."""
-        if run.tracing is None:
-            return await self._drive_logged(run, emit)
-        provider = _provider_name(self.provider)
-        with run.tracing.run(self.name, self.model, provider, run.id) as span:
+    @asynccontextmanager
+    async def _cancelled_on_exit(self, run: Run[Any]) -> AsyncIterator[Run[Any]]:
+        """`run` entered; leaving the block before it ends cancels it (`run_stream`)."""
+        async with run:
             try:
-                return await self._drive_logged(run, emit)
+                yield run
             finally:
-                if run.outcome is not None:
-                    record_run(span, run.outcome)
+                run.cancel()
 
-    async def _drive_logged(self, run: RunState, emit: Emit | None) -> RunResult:
-        """The loop with its logs; keeps the partial result of a run that ends early."""
-        run.log.info("run.start", model=self.model, tools=len(self.registry))
-        if emit is not None:
-            await emit(RunStarted(run.id))
-        try:
-            with (
-                structlog.contextvars.bound_contextvars(run_id=run.id),
-                entered(RunScope(run, self.provider, self.model)),
-            ):
-                stop = await self._loop(run, emit)
-                if run.output is not None:
-                    run.output.check_end(stop)
-        except anyio.get_cancelled_exc_class():
-            run.end_early("cancelled")
-            run.log.info("run.cancelled", rounds=run.rounds)
-            raise
-        except AgentloopError as exc:
-            if exc.result is None:
-                exc.result = run.end_early("error")
-            run.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
-            raise
-        except BaseException:
-            run.end_early("error")  # KeyboardInterrupt, SystemExit, ...
-            raise
-        result = run.finish(stop)
-        run.log.info("run.end", stop_reason=stop, rounds=run.rounds, usage=result.usage)
-        if emit is not None:
-            await emit(RunFinished(result))
-        return result
-
-    async def _request(
+    def as_tool(
         self,
-        run: RunState,
-        request: ModelRequest,
-        emit: Emit | None,
-        on_event: OnEvent,
-    ) -> ModelResponse:
-        """Send `request`; streamed to `on_event` when the run streams and the provider can."""
-        started = time.perf_counter()
-        send = partial(self._ask, request)
-        stream = None if emit is None else on_event
-        if run.tracing is None:
-            response = await run.effects.model(request, run.rounds, send, stream)
-        else:
-            provider = _provider_name(self.provider)
-            tracing = run.tracing
-            with tracing.chat(provider, self.model, self.max_tokens, request.messages) as span:
-                response = await run.effects.model(request, run.rounds, send, stream)
-                record_response(span, response, tracing.capture_content)
-        run.log.info(
-            "model.request",
-            round=run.rounds,
-            latency=round(time.perf_counter() - started, 4),
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            cache_read_input_tokens=response.usage.cache_read_input_tokens,
-            stop_reason=response.stop_reason,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool of another: each call runs it on the prompt the model writes.
+
+        The sub-run gets the calling run's `deps`; its usage, cost and tool calls are added
+        to the calling run's, and the calling run's `UsageLimits` bound it too (what is
+        left of them, besides this agent's own). Its spans nest under the tool call's
+        span (with a tracer provider both agents share), and cancelling the call (or the
+        calling run) cancels it. A sub-run that fails or goes over a limit answers the
+        call with an `is_error` result.
+
+        Args:
+            name: The tool's name; by default the agent's `name`.
+            description: What the model is told the tool does.
+            timeout: Seconds a call may take; by default the calling agent's
+                `tool_timeout`.
+        """
+        from .subagents import agent_tool
+
+        return agent_tool(
+            partial(self.start, stream=False),
+            name=name or self.config.name,
+            description=description,
+            timeout=timeout,
+            limits=self.config.usage_limits,
         )
-        return response
-
-    async def _ask(self, request: ModelRequest, on_event: OnEvent | None) -> ModelResponse:
-        """Send `request`, streamed to `on_event` when one is given and the provider can."""
-        if on_event is not None and isinstance(self.provider, StreamingProvider):
-            return await self.provider.stream(request, on_event)
-        return await self.provider.complete(request)
-
-    async def _processed(self, run: RunState, forced: bool) -> Sequence[Message]:
-        """The messages to send: the history through the history processors, if any."""
-        if not self.history_processors:
-            return run.history.messages
-        context = RunContext(run.id, run.rounds + 1, "", "", run.deps)
-        messages = await apply_processors(
-            self.history_processors, run.history.messages, context, forced=forced
-        )
-        if self.history_check == "strict":
-            lint_history(
-                messages,
-                thinking=self.thinking,
-                tool_choice=self.tool_choice,
-                allow_file_sources=self._files_beta,
-            )
-        return messages
-
-    def _build_request(
-        self, run: RunState, messages: Sequence[Message] | None = None
-    ) -> ModelRequest:
-        registry = self.registry if run.output is None else run.output.registry
-        request = ModelRequest(
-            model=self.model,
-            messages=run.history.messages if messages is None else messages,
-            max_tokens=self.max_tokens,
-            system=self.system,
-            tools=[*registry.definitions(), *run.external]
-            if run.external
-            else (registry.definitions()),
-            tool_choice=self.tool_choice,
-            thinking=self.thinking,
-            metadata=self.metadata,
-            stop_sequences=self.stop_sequences,
-            container=run.container,
-            params=self.params,
-            cache=self._cache_marker,
-        )
-        return request if run.output is None else run.output.shape(request)
-
-    def _check_failures(self, run: RunState, results: Sequence[ToolResult]) -> None:
-        """Under `on_tool_error="stop"`, end the run at the first call that failed."""
-        if self.on_tool_error != "stop":
-            return
-        failed = next((r for r in results if r.is_error and r.ran), None)
-        if failed is not None:
-            raise ToolCallFailed(
-                f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
-                result=run.result("tool_error"),
-            )
-
-
-def _tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:
-    """An external tool's name; None for a tool kind without one, announced as it is."""
-    try:
-        return wire_tool_name(definition)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"external tool: {exc}") from None
-
-
-def _provider_name(provider: Provider) -> str:
-    """The provider's name for traces (`gen_ai.provider.name`)."""
-    name = getattr(provider, "name", None)
-    return name if isinstance(name, str) else type(provider).__name__
-
-
-def _schema_of(output_type: Any) -> OutputSchema | None:
-    """The output schema of a type (None for `str`: the output is the text)."""
-    return None if output_type is str else output_schema(output_type)

@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .calls import ToolCall
 from .errors import ConfigurationError
 from .logs import get_logger
-from .registry import ExecutionContext, ToolRegistry
-from .tools import RunContext, ToolCall
+from .registry import ToolRegistry
+from .context import RunContext
 
 __all__ = (
     "ApprovalPolicy",
@@ -93,8 +94,8 @@ class Gate:
         self.external_names = frozenset(external_names)
         self.approval_required = approval_required
 
-    def check(self, call: ToolCall, context: ExecutionContext) -> Waiting | None:
-        """Whether `call` (of the turn `context` describes) waits, and why; None: it runs."""
+    def check(self, call: ToolCall, ctx: RunContext[Any]) -> Waiting | None:
+        """Whether `call` waits, and why; None: it runs. `ctx` is the call's context."""
         if call.name in self.external_names:
             return Waiting("external", f"'{call.name}' is an external tool: the caller runs it")
         tool = self.registry.get(call.name) if self.registry is not None else None
@@ -110,7 +111,6 @@ class Gate:
             tool.validate(call.input)
         except ValidationError:
             return None  # answered with what is wrong, without running: nothing to approve
-        ctx = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
         for policy, whose in policies:
             reason = _ask(policy, ctx, call.input, whose)
             if reason is not None:

@@ -5,7 +5,8 @@ every request; the result is sent (and checked against the API's rules), while t
 own history, and so `RunResult.messages`, stays whole. Two strategies are shipped:
 `clear_old_tool_results` (old results replaced by a short placeholder) and `summarize`
 (older turns folded into one summary, by a model request counted in the run's usage).
-A request refused for length is retried once with each strategy's `forced` form.
+A request refused for length is retried once with each strategy's `forced` form: each
+run's `Compaction` keeps that one retry, so the loop only asks it.
 `context_management_params` passes the Anthropic API's own (server-side) context
 management through, with the beta header each of its edits needs.
 """
@@ -18,16 +19,16 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Union
 
+from .context import RunContext
 from .errors import BadRequestError, ConfigurationError, HistoryError
 from .limits import price
 from .messages import Message, TextBlock, ToolResultBlock, parse_history
 from .providers.base import ModelRequest, ModelResponse, Provider
-from .scope import current_scope
-from .tools import RunContext
 
 __all__ = (
     "CLEARED",
     "ClearOldToolResults",
+    "Compaction",
     "HistoryProcessor",
     "Summarize",
     "apply_processors",
@@ -107,6 +108,53 @@ async def apply_processors(
                 f"history processor {processor!r} returned an invalid message: {exc}"
             ) from exc
     return current
+
+
+class Compaction:
+    """One run's history processors, and the one retry they allow after a length refusal.
+
+    `messages` is what each request sends. When a request is refused for its length (the
+    API's "prompt is too long", or a response stopping at the context window),
+    `retry_after` says so once, and the next request is made with each processor's
+    `forced` form, which compacts whatever the history's size; a second refusal in a
+    row is the run's to report.
+    """
+
+    def __init__(
+        self,
+        processors: Sequence[HistoryProcessor],
+        check: Callable[[Sequence[Message]], None] | None = None,
+    ) -> None:
+        """Compact with `processors`; `check` lints what they return (None: unchecked)."""
+        self.processors = tuple(processors)
+        self.check = check
+        self.forcing = False
+        """Whether the next request is a retry after a length refusal."""
+
+    async def messages(self, history: Sequence[Message], ctx: RunContext[Any]) -> Sequence[Message]:
+        """The messages to send: `history` through the processors (checked), if any."""
+        if not self.processors:
+            return history
+        messages = await apply_processors(self.processors, history, ctx, forced=self.forcing)
+        if self.check is not None:
+            self.check(messages)
+        return messages
+
+    def retry_after(
+        self, error: BaseException | None = None, stop_reason: str | None = None
+    ) -> bool:
+        """Whether to send again, compacted harder, after `error` or a turn's `stop_reason`.
+
+        True once for a length refusal, when there are processors to compact with;
+        any other outcome ends the forcing.
+        """
+        retry = (
+            bool(self.processors)
+            and not self.forcing
+            and is_length_refusal(error, stop_reason=stop_reason)
+        )
+        self.forcing = retry
+        return retry
 
 
 def _takes_context(function: Callable[..., Any]) -> bool:
@@ -253,16 +301,16 @@ class Summarize:
         self.prompt = prompt
         self._summaries: dict[str, tuple[int, str]] = {}  # prefix digest -> (length, summary)
 
-    async def __call__(self, messages: list[Message]) -> list[Message]:
+    async def __call__(self, ctx: RunContext[Any], messages: list[Message]) -> list[Message]:
         """`messages`, with the older turns summarised when they are over the limit."""
         reused = self._reuse(messages)
         if estimate_tokens(reused) <= self.threshold:
             return reused
-        return await self._fold(messages)
+        return await self._fold(ctx, messages)
 
-    async def forced(self, messages: list[Message]) -> list[Message]:
+    async def forced(self, ctx: RunContext[Any], messages: list[Message]) -> list[Message]:
         """Summarise the older turns whatever their size (for a length retry)."""
-        return await self._fold(messages)
+        return await self._fold(ctx, messages)
 
     def _reuse(self, messages: list[Message]) -> list[Message]:
         """`messages` with the longest prefix summarised before replaced by its summary."""
@@ -275,23 +323,21 @@ class Summarize:
             return messages
         return [_summary_message(best[1]), *messages[best[0] :]]
 
-    async def _fold(self, messages: list[Message]) -> list[Message]:
+    async def _fold(self, ctx: RunContext[Any], messages: list[Message]) -> list[Message]:
         cut = _cut(messages, self.keep_last)
-        scope = current_scope.get()
-        if cut is None or (scope is not None and scope.run.meter.before_request(scope.run.usage)):
+        if cut is None or ctx.limit_reached() is not None:
             return messages  # nothing to fold, or no budget left for the summary request
         folded = self._reuse(messages[:cut])
-        summary = await self._summarize(folded)
+        summary = await self._summarize(ctx, folded)
         self._summaries[_digest(messages[:cut])] = (cut, summary)
         if len(self._summaries) > 32:  # many runs share an agent: keep the newest
             self._summaries.pop(next(iter(self._summaries)))
         return [_summary_message(summary), *messages[cut:]]
 
-    async def _summarize(self, messages: Sequence[Message]) -> str:
-        scope = current_scope.get()
-        provider = self.provider or (scope.provider if scope is not None else None)
-        model = self.model or (scope.model if scope is not None else None)
-        if provider is None or model is None:
+    async def _summarize(self, ctx: RunContext[Any], messages: Sequence[Message]) -> str:
+        provider = self.provider or ctx.provider
+        model = self.model or ctx.model
+        if provider is None or not model:
             raise ConfigurationError(
                 "summarize() outside a run needs model= and provider= (or client=)"
             )
@@ -302,8 +348,7 @@ class Summarize:
             max_tokens=self.max_tokens,
         )
         response: ModelResponse = await provider.complete(request)
-        if scope is not None:
-            scope.run.add_usage(response.usage, price(response.usage, model))
+        ctx.add_usage(response.usage, price(response.usage, model))
         text = response.text.strip()
         return text or "(the model returned an empty summary)"
 

@@ -17,12 +17,12 @@ close. A durable engine streams elsewhere (to its own stream of the run's events
 `agentloop.durable.streams`) or not at all: the turn then sees the response only when it
 is whole, as it does on a replay, and starts every call after it, in `tool_use` order.
 
-An `Effects` may also say what a turn's calls run in, with a `task_group()` method
-returning `CallTasks`; without one (as `DIRECT`), they run in an anyio task group. An
-engine whose event loop cannot take anyio's cancel scopes needs this: on Temporal's
-workflow loop, a cancelled scope cancels its tasks again on every pass of the loop, and a
-task awaiting an activity (which waits for the server to confirm the cancellation) keeps
-the loop from ever going idle.
+An `Effects` may also say what a run's tasks (its driver, and each turn's calls) run in,
+with a `task_group()` method returning `CallTasks` (see `task_group_for`); without one (as
+`DIRECT`), they run in an anyio task group. An engine whose event loop cannot take
+anyio's cancel scopes needs this: on Temporal's workflow loop, a cancelled scope cancels
+its tasks again on every pass of the loop, and a task awaiting an activity (which waits
+for the server to confirm the cancellation) keeps the loop from ever going idle.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
+import anyio.abc
+
 if TYPE_CHECKING:
     from .providers.base import ModelRequest, ModelResponse, StreamEvent
-    from .tools import ToolCall, ToolResult
+    from .calls import ToolCall, ToolResult
 
-__all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects", "OnEvent", "Send")
+__all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects", "OnEvent", "Send", "task_group_for")
 
 OnEvent = Callable[["StreamEvent"], Awaitable[None]]
 """A handler of the events of a streamed model response."""
@@ -122,3 +125,9 @@ class DirectEffects:
 
 DIRECT: Effects = DirectEffects()
 """The effects of every run that has no engine of its own."""
+
+
+def task_group_for(effects: Effects) -> anyio.abc.TaskGroup | CallTasks:
+    """What a run with `effects` runs its tasks in: the effects' own, or an anyio task group."""
+    tasks: Callable[[], CallTasks] | None = getattr(effects, "task_group", None)
+    return anyio.create_task_group() if tasks is None else tasks()

@@ -5,8 +5,8 @@ gets an `is_error` tool_result with exactly that message. What the *caller* sees
 other class below, all subclasses of `AgentloopError`.
 
 ```
-ToolError                      raised by a tool; becomes an is_error result, never escapes a run
-└── ModelRetry                 raised by a tool or an output validator: the model tries again
+ToolError                      raised by a tool or an output validator: the model gets the message
+└── ModelRetry                 deprecated name of ToolError
 AgentloopError
 ├── ConfigurationError         a mistake in how agentloop was set up
 │   └── DuplicateToolError     two tools share one name
@@ -40,6 +40,7 @@ history is valid to send again and its usage counts every request made).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -92,12 +93,19 @@ class ToolError(Exception):
 
 
 class ModelRetry(ToolError):
-    """Raise in a tool or an output validator to send the model back with `message`.
+    """Deprecated: raise `ToolError`, which does the same from a tool or an output validator.
 
-    From a tool it is a `ToolError`: the model gets an `is_error` tool_result carrying
-    `message`. From an output validator (`Agent.output_validator`) the model is asked for
-    its output again, told `message`; that counts against `output_retries`.
+    It still works as a `ToolError`, and warns once made.
     """
+
+    def __init__(self, message: str) -> None:
+        warnings.warn(
+            "ModelRetry is deprecated: raise ToolError(message), which sends the model "
+            "back from a tool and from an output validator alike",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(message)
 
 
 class AgentloopError(Exception):

@@ -15,7 +15,7 @@ from .providers.base import BlockDelta, BlockStart, ModelResponse, StreamEvent
 from .result import RunResult, Usage
 
 if TYPE_CHECKING:
-    from .tools import ToolResult
+    from .calls import ToolResult
 
 __all__ = (
     "ApprovalRequested",

@@ -1,10 +1,10 @@
 """The history of a run, and the one place that changes it.
 
 A run's messages are owned by a `History`: it starts them from the caller's history and
-prompt, adds each model response (merging a `pause_turn` continuation), answers a turn's
-tool calls with one user message of `tool_result` blocks, and closes a turn that a failure
-or a cancellation cut short, so that every `tool_use` always has its result. Before each
-request it is checked by a `HistoryLinter` (`agentloop.lint`).
+prompt, adds each model response (merging a `pause_turn` continuation), and answers a
+turn's tool calls with one user message of `tool_result` blocks (`answer_turn`, for a
+finished, cut-short or resumed turn alike), so that every `tool_use` always has its
+result. Before each request it is checked by a `HistoryLinter` (`agentloop.lint`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .calls import ToolCall, ToolResult
 from .errors import ConfigurationError, HistoryError, InvalidResponseError
 from .lint import HistoryLinter
 from .messages import (
@@ -24,7 +25,6 @@ from .messages import (
     parse_history,
 )
 from .providers.base import ModelResponse
-from .tools import ToolCall, ToolResult
 
 __all__ = ("TRUNCATED_MESSAGE", "History", "call_of", "not_an_object")
 
@@ -176,10 +176,51 @@ class History:
 
     # -- tool results
 
-    def answer(self, results: Sequence[ToolResult]) -> None:
-        """Add one user message holding the `tool_result` blocks, in the calls' order."""
-        if results:
-            self._messages.append(Message.of_blocks("user", [r.to_block() for r in results]))
+    def answer_turn(
+        self,
+        results: Mapping[str, ToolResult],
+        missing: str,
+        *,
+        partial: Sequence[ContentBlock] | None = None,
+    ) -> list[tuple[ToolCall, ToolResult]]:
+        """Answer every call of the turn: one user message of `tool_result` blocks.
+
+        The one place the rule "every `tool_use` gets exactly one result, in the next
+        user message, in order" is kept, for a turn that finished, one a failure or a
+        cancellation cut short, and a paused turn resumed. Each `tool_use` of the last
+        assistant message gets its entry in `results` (by id), or, if it has none, an
+        `is_error` result saying `missing` (the call did not finish).
+
+        `partial` holds the blocks of a response that never completed (those that
+        arrived whole): they are added first as the assistant turn, less any `tool_use`
+        whose id is already taken. Returns the (call, result) pairs added, in order.
+        """
+        if partial:
+            self._add_partial(partial)
+        last = self._messages[-1] if self._messages else None
+        if last is None or last.role != "assistant" or not last.tool_uses:
+            return []
+        pairs = []
+        for block in last.tool_uses:
+            call = call_of(block)
+            result = results.get(call.id) or ToolResult.error(call, missing, ran=False)
+            pairs.append((call, result))
+        self._messages.append(Message.of_blocks("user", [r.to_block() for _, r in pairs]))
+        return pairs
+
+    def _add_partial(self, blocks: Sequence[ContentBlock]) -> None:
+        seen = self._tool_use_ids()
+        kept: list[ContentBlock] = []
+        for block in blocks:
+            if isinstance(block, ToolUseBlock):
+                if block.id in seen:
+                    continue
+                seen.add(block.id)
+                if not isinstance(block.input, dict):
+                    block = block.model_copy(update={"input": {}})
+            kept.append(block)
+        if kept:
+            self._append_assistant(kept)
 
     def add_user(self, text: str) -> None:
         """Add a user message of `text` after the model's answer (e.g. why it is sent back).
@@ -192,46 +233,6 @@ class History:
             self._messages[-1] = Message.of_blocks("user", [*last.blocks, block])
         else:
             self._messages.append(Message.of_blocks("user", [block]))
-
-    def close(
-        self,
-        why: str,
-        *,
-        partial: Sequence[ContentBlock] | None = None,
-        results: Mapping[str, ToolResult] | None = None,
-    ) -> list[tuple[ToolCall, ToolResult]]:
-        """Make the history valid after a failure or a cancellation cut a turn short.
-
-        `partial` holds the blocks of a response that never completed (those that
-        arrived whole); they are added as the assistant turn, less any `tool_use` whose id
-        is already taken. Every `tool_use` of the last assistant turn without a result is
-        then answered: with its entry in `results` if the call finished, else with an
-        `is_error` result saying `why`. Returns the (call, result) pairs added.
-        """
-        if partial:
-            seen = self._tool_use_ids()
-            kept: list[ContentBlock] = []
-            for block in partial:
-                if isinstance(block, ToolUseBlock):
-                    if block.id in seen:
-                        continue
-                    seen.add(block.id)
-                    if not isinstance(block.input, dict):
-                        block = block.model_copy(update={"input": {}})
-                kept.append(block)
-            if kept:
-                self._append_assistant(kept)
-        last = self._messages[-1] if self._messages else None
-        if last is None or last.role != "assistant" or not last.tool_uses:
-            return []
-        finished = results or {}
-        pairs = []
-        for block in last.tool_uses:
-            call = call_of(block)
-            result = finished.get(call.id) or ToolResult.error(call, why, ran=False)
-            pairs.append((call, result))
-        self.answer([r for _, r in pairs])
-        return pairs
 
 
 def _prompt_blocks(prompt: Any) -> list[ContentBlock]:

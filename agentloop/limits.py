@@ -193,18 +193,21 @@ def price(usage: Usage, model: str) -> float | None:
 
 @dataclass
 class Meter:
-    """One run's spending: its cost and tool calls (tokens are the run's), against its limits.
+    """One run's spending (tokens, dollars, tool calls) against its limits.
 
-    The run's `Usage` is kept by the run itself; the meter adds what `Usage` does not
-    hold: the cost in dollars (priced per response, as sub-runs may use other models)
-    and the tool calls run. Its cost is the run's `RunResult.cost`: one total, so a cost
-    limit counts exactly what the result reports.
+    It counts the run's own responses and whatever is spent on the run's behalf (a
+    sub-run, a summary request: `RunContext.add_usage`). Its totals are the run's
+    `RunResult.usage` and `RunResult.cost`: one total, so a limit counts exactly what
+    the result reports. Dollars are priced per response, as sub-runs may use other
+    models.
     """
 
     limits: UsageLimits | None
     model: str
     provider: str | None = None
     """The provider id in the price table (None: found from the model id)."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens used so far, summed over every request (sub-runs' included)."""
     cost: float | None = field(init=False, default=None)
     """Dollars spent so far, or None when a price is unknown."""
     tool_calls: int = 0
@@ -226,29 +229,28 @@ class Meter:
         return cost_of(self.model, usage, provider=self.provider) if self.model else None
 
     def add(self, usage: Usage) -> None:
-        """Count the cost of one response of the run's model."""
-        self.add_cost(self.price(usage))
+        """Count one response of the run's own model: its tokens and their price."""
+        self.add_usage(usage, self.price(usage))
 
-    def add_cost(self, cost: float | None) -> None:
-        """Count dollars spent on the run's behalf (None: unknown, so no longer counted)."""
+    def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
+        """Count what was spent on the run's behalf (None cost: unknown from now on)."""
+        self.usage += usage
         self.cost = add_costs(self.cost, cost)
+        self.tool_calls += tool_calls
 
     def count_calls(self, n: int) -> None:
         """Count `n` tool calls run (or started)."""
         self.tool_calls += n
 
-    def remaining(self, usage: Usage) -> UsageLimits | None:
-        """The budget left after `usage` (the run's totals so far)."""
+    def remaining(self) -> UsageLimits | None:
+        """The budget left: the limits less what the run has spent (None: no limits)."""
         if self.limits is None:
             return None
-        return self.limits.remaining(usage, self.tool_calls, self.cost)
+        return self.limits.remaining(self.usage, self.tool_calls, self.cost)
 
-    def over(self, usage: Usage) -> Breach | None:
-        """The limit a response crossed, or the first one the totals went over.
-
-        The totals are `usage` (the run's) and this meter's cost and tool calls.
-        """
-        return self.refused or _over(self.limits, usage, self.tool_calls, self.cost)
+    def over(self) -> Breach | None:
+        """The limit a response crossed, or the first one the totals went over."""
+        return self.refused or _over(self.limits, self.usage, self.tool_calls, self.cost)
 
     def calls_left(self) -> int | None:
         """How many more tool calls may run (None: no limit)."""
@@ -257,7 +259,6 @@ class Meter:
 
     def refused_calls(
         self,
-        usage: Usage,
         response: ModelResponse,
         errors: Mapping[str, str],
         external: Collection[str] = (),
@@ -265,13 +266,19 @@ class Meter:
     ) -> dict[str, str]:
         """The calls of `response` that must not run for a limit, with the reason.
 
-        `usage` is the run's totals before `response`; calls in `errors` (refused for
-        another reason) and of `external` tools do not count. When the response itself
-        crossed a limit, or running its calls would go over `tool_calls`, every call is
-        refused, except those already `started` (an eager tool under streaming), which
-        finish; otherwise the calls are counted as run and none is refused.
+        Call it before counting `response`. Calls in `errors` (refused for another
+        reason, unless already `started`) and of `external` tools do not count. When the response itself crossed a
+        limit, or running its calls would go over `tool_calls`, every call is refused,
+        except those already `started` (an eager tool under streaming), which finish;
+        otherwise the calls are counted as run and none is refused.
         """
-        ids = [u.id for u in response.tool_uses if u.id not in errors and u.name not in external]
+        # A call already started runs whatever `errors` says of it (an eager call whose
+        # block the stop reason cuts off finishes): it counts.
+        ids = [
+            u.id
+            for u in response.tool_uses
+            if (u.id not in errors or u.id in started) and u.name not in external
+        ]
         if self.limits is None:
             self.count_calls(len(ids))
             return {}
@@ -279,7 +286,8 @@ class Meter:
         if cost is not None:
             added = self.price(response.usage)
             cost = None if added is None else cost + added
-        breach = _over(self.limits, usage + response.usage, self.tool_calls + len(ids), cost)
+        usage = self.usage + response.usage
+        breach = _over(self.limits, usage, self.tool_calls + len(ids), cost)
         if breach is None:
             self.count_calls(len(ids))
             return {}
@@ -288,7 +296,7 @@ class Meter:
         why = LIMIT_REACHED.format(limit=breach.limit, bound=breach.bound)
         return {i: why for i in ids if i not in started}
 
-    def before_request(self, usage: Usage, counted: int | None = None) -> Breach | None:
+    def before_request(self, counted: int | None = None) -> Breach | None:
         """The limit the next request would certainly go over, or None.
 
         `counted` is the request's input tokens as `count_tokens` gave them; without it,
@@ -297,6 +305,7 @@ class Meter:
         limits = self.limits
         if limits is None:
             return None
+        usage = self.usage
         reads = 1 if counted is None else counted
         cost = None
         if self.cost is not None and limits.cost_usd is not None:
@@ -336,7 +345,7 @@ def _over(
 
 
 async def check_before_request(
-    meter: Meter, usage: Usage, request: ModelRequest, provider: Provider
+    meter: Meter, request: ModelRequest, provider: Provider
 ) -> Breach | None:
     """`Meter.before_request`, counting the request's tokens first when the limits ask."""
     counted = None
@@ -344,7 +353,7 @@ async def check_before_request(
     if limits is not None and limits.count_tokens_before_request:
         count: Any = getattr(provider, "count_tokens", None)
         counted = await count(request)
-    return meter.before_request(usage, counted)
+    return meter.before_request(counted)
 
 
 def check_provider(limits: UsageLimits | None, provider: Any) -> None:

@@ -21,19 +21,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
-from .errors import ConfigurationError, ModelRetry, OutputValidationError
+from .calls import ToolCall, ToolResult
+from .errors import ConfigurationError, OutputValidationError, ToolError
 from .history import History
 from .providers.base import ModelRequest, ModelResponse
-from .registry import ExecutionContext, ToolRegistry
+from .registry import ToolRegistry
 from .schema import type_schema
-from .tools import (
-    RunContext,
-    Tool,
-    ToolCall,
-    ToolResult,
-    describe_validation_error,
-    validation_problems,
-)
+from .context import RunContext
+from .tools import Tool, describe_validation_error, validation_problems
 
 __all__ = (
     "FINAL_RESULT_TOOL",
@@ -52,7 +47,7 @@ output, else `tool`."""
 
 OutputValidator = Callable[..., Any]
 """`validator(output)` or `validator(ctx: RunContext, output)`, sync or async; returns the
-output (possibly changed) or raises `ModelRetry`."""
+output (possibly changed) or raises `ToolError` to send the model back."""
 
 FINAL_RESULT_TOOL = "final_result"
 """The name of the final-result tool (`final_result_<Type>` for each member of a union)."""
@@ -276,7 +271,7 @@ class OutputRun:
         response: ModelResponse,
         calls: Sequence[ToolCall],
         history: History,
-        context: Callable[[], RunContext[Any]],
+        ctx: RunContext[Any],
     ) -> Literal["done", "retry"] | None:
         """What the turn means for the output: `done`, `retry` (sent back), or None.
 
@@ -284,7 +279,7 @@ class OutputRun:
 
         Raises:
             OutputValidationError: the tries are used up (the history stays valid).
-            Exception: what an output validator raised, other than `ModelRetry`.
+            Exception: what an output validator raised, other than `ToolError`.
         """
         if self._crash is not None:
             raise self._crash
@@ -303,7 +298,7 @@ class OutputRun:
             )
         else:
             try:
-                return self._finish(await self._read(response.text, context()))
+                return self._finish(await self._read(response.text, ctx))
             except _Retry as exc:
                 problem = exc.message
         self._failed(problem)
@@ -325,14 +320,16 @@ class OutputRun:
             problems=self.problems,
         )
 
-    async def run_tool(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
-        """Answer a final-result call: validate it, run the validators, keep the output."""
+    async def run_tool(self, call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
+        """Answer a final-result call: validate it, run the validators, keep the output.
+
+        `ctx` is the call's context.
+        """
         choice = next(c for c in self.schema.choices if c.name == call.name)
         try:
             value = choice.validate(call.input)
         except ValidationError as exc:
             return self._failed_call(call, describe_validation_error(call.name, exc))
-        ctx = RunContext(context.run_id, context.round, call.id, call.name, context.deps)
         try:
             value = await self._validated(value, ctx)
         except _Retry as exc:
@@ -358,13 +355,13 @@ class OutputRun:
         return await self._validated(value, ctx)
 
     async def _validated(self, value: Any, ctx: RunContext[Any]) -> Any:
-        """`value` through the output validators; a `ModelRetry` becomes a `_Retry`."""
+        """`value` through the output validators; a `ToolError` becomes a `_Retry`."""
         for validator in self.validators:
             try:
                 returned = validator(ctx, value) if _takes_context(validator) else validator(value)
                 if inspect.isawaitable(returned):
                     returned = await returned
-            except ModelRetry as exc:
+            except ToolError as exc:
                 raise _Retry(exc.message) from exc
             value = returned
         return value
@@ -402,11 +399,11 @@ class _WithOutputTools(ToolRegistry):
             self.register(made)
         self._output = output
 
-    async def run_call(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
+    async def run_call(self, call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         """A final-result call is validated by the run's output; others run as usual."""
         if call.name in self._output.tool_names:
-            return await self._output.run_tool(call, context)
-        return await super().run_call(call, context)
+            return await self._output.run_tool(call, ctx.for_call(call))
+        return await super().run_call(call, ctx)
 
 
 def _takes_context(validator: OutputValidator) -> bool:

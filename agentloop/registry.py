@@ -14,6 +14,7 @@ import math
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -27,19 +28,13 @@ import anyio.to_thread
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
-from .effects import DIRECT, CallTasks, Effects
+from .calls import ToolCall, ToolDefinition, ToolResult, to_content
+from .context import RunContext
+from .effects import DIRECT, CallTasks, Effects, task_group_for
 from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
-from .tools import (
-    RunContext,
-    Tool,
-    ToolCall,
-    ToolDefinition,
-    ToolResult,
-    describe_validation_error,
-    to_content,
-)
+from .tools import Tool, describe_validation_error
 from .tracing import Tracing, fail
 
 __all__ = (
@@ -68,7 +63,7 @@ def thread_limiter() -> anyio.CapacityLimiter:
 
     It holds `DEFAULT_THREAD_LIMIT` (40) tokens; set its `total_tokens` to change it
     (`thread_limiter().total_tokens = 100`, from within the event loop). A run uses it
-    unless its `ExecutionContext.thread_limiter` names another limiter. A call that
+    unless its `RunContext.thread_limiter` names another limiter. A call that
     outlives its timeout keeps its token until its thread returns, so the tokens bound the
     number of threads that sync tools occupy, abandoned ones included.
     """
@@ -91,30 +86,36 @@ def _uncapped() -> anyio.CapacityLimiter:
         return limiter
 
 
-@dataclass
-class ExecutionContext:
-    """What the tool calls of one turn need from their run."""
-
-    run_id: str
-    """Id of the run, bound in logs and passed to tools in `RunContext`."""
-    round: int
-    """The model request whose calls these are, from 1."""
-    limiter: anyio.CapacityLimiter
-    """Caps the calls of this run in flight at once."""
-    timeout: float
-    """Default seconds per call (`math.inf`: none); a tool's own `timeout` wins."""
-    deps: Any = None
-    """The run's `deps`, handed to tools through `RunContext`."""
-    shared_limiter: anyio.CapacityLimiter | None = None
-    """An optional second cap shared by every run of a process."""
-    thread_limiter: anyio.CapacityLimiter | None = None
-    """Worker threads for sync tools; `thread_limiter()`, shared by every run, when None."""
-    log: Any = None
-    """The logger for this turn's events (`run_id` and `round` bound); a default if None."""
-    tracing: Tracing | None = None
-    """The run's spans; each call gets an `execute_tool` span when set."""
-    effects: Effects = DIRECT
-    """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
+def ExecutionContext(
+    run_id: str,
+    round: int,
+    limiter: anyio.CapacityLimiter,
+    timeout: float,
+    deps: Any = None,
+    shared_limiter: anyio.CapacityLimiter | None = None,
+    thread_limiter: anyio.CapacityLimiter | None = None,
+    log: Any = None,
+    tracing: Tracing | None = None,
+    effects: Effects = DIRECT,
+) -> RunContext[Any]:
+    """Deprecated: build a `RunContext` by keyword; it is what the registry takes now."""
+    warnings.warn(
+        "ExecutionContext is deprecated: pass a RunContext (built by keyword) to the registry",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return RunContext(
+        run_id,
+        round,
+        deps=deps,
+        limiter=limiter,
+        timeout=timeout,
+        shared_limiter=shared_limiter,
+        thread_limiter=thread_limiter,
+        log=log,
+        tracing=tracing,
+        effects=effects,
+    )
 
 
 class ToolRegistry:
@@ -181,7 +182,7 @@ class ToolRegistry:
     async def execute(
         self,
         calls: Sequence[ToolCall],
-        context: ExecutionContext,
+        ctx: RunContext[Any],
         *,
         on_result: Callable[[ToolResult], Awaitable[None]] | None = None,
     ) -> list[ToolResult]:
@@ -189,7 +190,7 @@ class ToolRegistry:
 
         Args:
             calls: The calls, e.g. a turn's `tool_use` blocks as `ToolCall`s.
-            context: The run's limits, ids and deps.
+            ctx: The turn's context: the run's caps, timeout, ids and deps.
             on_result: Awaited with each result as soon as it is in (to record or report
                 it), in the order the calls finish.
 
@@ -204,29 +205,31 @@ class ToolRegistry:
             if on_result is not None:
                 await on_result(result)
 
-        async with CallGroup(self, context) as group:
+        async with CallGroup(self, ctx) as group:
             for index, call in enumerate(calls):
                 group.start(call, partial(keep, index))
         return results  # type: ignore[return-value]  # every slot is filled
 
-    async def run_call(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
+    async def run_call(self, call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         """Run one call: look up, validate, take its slots, run under its timeout, log it.
 
-        Never raises for a tool's failure: an unknown tool, invalid input, `ToolError`,
+        `ctx` is the turn's context; the tool gets it naming the call (`for_call`). Never
+        raises for a tool's failure: an unknown tool, invalid input, `ToolError`,
         any other exception and a timeout all become `is_error` results. Cancellation of
         the caller propagates, and so does a tool's `BaseException` that is not an
         `Exception` (`SystemExit`, `KeyboardInterrupt`, ...).
         """
-        if context.tracing is None:
-            result = await self._run(call, context)
+        ctx = ctx.for_call(call)
+        if ctx.tracing is None:
+            result = await self._run(call, ctx)
         else:
-            with context.tracing.tool(call.name, call.id, call.input) as span:
-                result = await self._run(call, context)
+            with ctx.tracing.tool(call.name, call.id, call.input) as span:
+                result = await self._run(call, ctx)
                 if result.is_error:
                     fail(span, "tool_error", result.text[:200])
-                if context.tracing.capture_content:
+                if ctx.tracing.capture_content:
                     span.set_attribute("gen_ai.tool.call.result", result.text)
-        _logger(context).debug(
+        _logger(ctx).debug(
             "tool.call",
             tool_use_id=call.id,
             name=call.name,
@@ -235,7 +238,7 @@ class ToolRegistry:
         )
         return result
 
-    async def _run(self, call: ToolCall, context: ExecutionContext) -> ToolResult:
+    async def _run(self, call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
             available = ", ".join(self._tools) or "none"
@@ -246,23 +249,21 @@ class ToolRegistry:
             arguments = tool.validate(call.input)
         except ValidationError as exc:
             return ToolResult.error(call, describe_validation_error(call.name, exc))
-        function = tool.bind(
-            arguments,
-            lambda: RunContext(context.run_id, context.round, call.id, call.name, context.deps),
-        )
-        timeout = tool.timeout if tool.timeout is not None else context.timeout
+        function = tool.bind(arguments, ctx)
+        timeout = tool.timeout if tool.timeout is not None else ctx.timeout
         slots = _Slots()
         try:
-            await slots.take(context.limiter)
-            if context.shared_limiter is not None:
-                await slots.take(context.shared_limiter)
+            if ctx.limiter is not None:
+                await slots.take(ctx.limiter)
+            if ctx.shared_limiter is not None:
+                await slots.take(ctx.shared_limiter)
             if not tool.is_async:
-                await slots.take(context.thread_limiter or thread_limiter())
+                await slots.take(ctx.thread_limiter or thread_limiter())
             start = time.perf_counter()
             try:
                 with anyio.move_on_after(timeout) as scope:
                     if tool.is_async:
-                        with running_call(context.round, call.id, call.name):
+                        with running_call(ctx.round, call.id, call.name):
                             value = await function()
                     else:
                         value = await anyio.to_thread.run_sync(
@@ -280,7 +281,7 @@ class ToolRegistry:
             except ToolError as exc:
                 return ToolResult.error(call, exc.message, time.perf_counter() - start)
             except Exception as exc:
-                _logger(context).exception("tool.exception", tool_use_id=call.id, name=call.name)
+                _logger(ctx).exception("tool.exception", tool_use_id=call.id, name=call.name)
                 return ToolResult.error(call, _failure(call, exc), time.perf_counter() - start)
             duration = time.perf_counter() - start
             if scope.cancelled_caught:
@@ -303,7 +304,7 @@ class CallGroup:
     """Tool calls run as tasks of one task group, each through `ToolRegistry.run_call`.
 
     ```python
-    async with CallGroup(registry, context) as group:
+    async with CallGroup(registry, ctx) as group:
         group.start(call, on_result)   # awaits on_result(result) in the call's task
     ```
 
@@ -313,17 +314,16 @@ class CallGroup:
     `KeyboardInterrupt` escape the event loop, past every caller.
     """
 
-    def __init__(self, registry: ToolRegistry, context: ExecutionContext) -> None:
-        """Run calls of `registry` with `context`."""
+    def __init__(self, registry: ToolRegistry, ctx: RunContext[Any]) -> None:
+        """Run calls of `registry` with `ctx`, the turn's context."""
         self.registry = registry
-        self.context = context
+        self.context = ctx
         self._group: anyio.abc.TaskGroup | CallTasks | None = None
         self._fatal: BaseException | None = None
 
     async def __aenter__(self) -> CallGroup:
         # The run's effects may say what its calls run in (see `agentloop.effects`).
-        tasks: Callable[[], CallTasks] | None = getattr(self.context.effects, "task_group", None)
-        self._group = anyio.create_task_group() if tasks is None else tasks()
+        self._group = task_group_for(self.context.effects)
         await self._group.__aenter__()
         return self
 
@@ -462,20 +462,20 @@ def _timed_out(tool: Tool, call: ToolCall, timeout: float, duration: float) -> T
     return ToolResult.error(call, message, duration)
 
 
-def _logger(context: ExecutionContext) -> Any:
+def _logger(ctx: RunContext[Any]) -> Any:
     """The turn's logger, with `run_id` and `round` bound."""
-    if context.log is not None:
-        return context.log
-    return _log.bind(run_id=context.run_id, round=context.round)
+    if ctx.log is not None:
+        return ctx.log
+    return _log.bind(run_id=ctx.run_id, round=ctx.round)
 
 
-def bind_call_context(context: ExecutionContext, call: ToolCall) -> None:
+def bind_call_context(ctx: RunContext[Any], call: ToolCall) -> None:
     """Bind the call's ids into structlog's contextvars, so the tool's own logs carry them.
 
     Call it in the call's own task (as `CallGroup` does): a task works on a copy of its
     parent's context, so the binding ends with the task and needs no reset.
     """
-    bind_contextvars(run_id=context.run_id, round=context.round, tool_use_id=call.id)
+    bind_contextvars(run_id=ctx.run_id, round=ctx.round, tool_use_id=call.id)
 
 
 def _failure(call: ToolCall, exc: BaseException) -> str:

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Union
 
-__all__ = ("ApprovalRequest", "RunResult", "StopReason", "ToolCallRecord", "Usage")
 from typing_extensions import TypeVar
 
-__all__ = ("OutputT", "RunResult", "StopReason", "ToolCallRecord", "Usage")
+__all__ = ("ApprovalRequest", "OutputT", "RunResult", "StopReason", "ToolCallRecord", "Usage")
 
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's output (`Agent(output_type=...)`); `str` unless one is given."""
@@ -34,6 +33,7 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
         "usage_limit",
         "cancelled",
         "error",
+        "running",
     ],
     str,
 ]
@@ -41,7 +41,8 @@ StopReason = Union[  # noqa: UP007 (readable as a list)
 "max_tokens", "stop_sequence", "refusal", "model_context_window_exceeded", "pause_turn";
 "tool_use" when calls of external tools are handed back, "approval_required" when calls
 wait for a decision; `str` for a value the API adds later), or agentloop's own
-"max_rounds", "tool_error", "usage_limit", "cancelled" or "error"."""
+"max_rounds", "tool_error", "usage_limit", "cancelled" or "error"; "running" in the result
+of a run that has not ended yet (`Run.result` read while it runs)."""
 
 
 @dataclass(frozen=True)

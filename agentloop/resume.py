@@ -1,10 +1,9 @@
-"""Resuming a paused run: the caller's answers checked, then the paused turn finished.
+"""Resuming a paused run: the caller's answers, checked before anything happens.
 
 `plan` reads a run state (`agentloop.state`) and the caller's decisions and results, and
-checks them all before anything happens: every waiting call gets exactly one answer of
-the right kind, and an edited input fits its tool. `finish_turn` then runs the approved
-calls through the registry, answers the rest, and adds the whole turn's results to the
-history in the model's order, as the turn would have if it had never stopped.
+checks them all: every waiting call gets exactly one answer of the right kind, and an
+edited input fits its tool. The run then finishes the paused turn through `Turn.resume`,
+seeded with those answers, as the turn would have if it had never stopped.
 """
 
 from __future__ import annotations
@@ -17,16 +16,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from .approval import Approve, Deny
+from .calls import ToolCall, ToolResult, sendable, to_content
 from .errors import ConfigurationError, DecisionError, ToolError
-from .events import ToolCallReady, ToolResultEvent
-from .messages import ContentBlock, TextBlock, ToolResultBlock, parse_history
-from .registry import ExecutionContext, ToolRegistry
-from .run import CANCELLED_MESSAGE, RunState
+from .messages import ToolResultBlock, parse_history
+from .registry import ToolRegistry
 from .state import PausedRun, PendingCall, load_state
-from .tools import ToolCall, ToolResult, describe_validation_error, sendable, to_content
-from .turn import Emit
+from .tools import describe_validation_error
 
-__all__ = ("finish_turn", "plan")
+__all__ = ("plan",)
 
 
 def plan(
@@ -143,7 +140,7 @@ def _external_result(call: PendingCall, value: Any) -> ToolResult:
             raise DecisionError(
                 f"results[{call.tool_use_id!r}] is a tool_result for {value.tool_use_id!r}"
             )
-        return sendable(_from_block(value, call.name))
+        return sendable(ToolResult.from_block(value, call.name))
     try:
         content = to_content(value)
     except Exception as exc:
@@ -152,77 +149,3 @@ def _external_result(call: PendingCall, value: Any) -> ToolResult:
             f"model ({exc})"
         ) from exc
     return sendable(ToolResult(call.tool_use_id, call.name, content))
-
-
-def _from_block(block: ToolResultBlock, name: str) -> ToolResult:
-    content: str | list[ContentBlock] = (
-        block.content if isinstance(block.content, str) else list(block.content)
-    )
-    return ToolResult(block.tool_use_id, name, content, is_error=block.is_error, ran=False)
-
-
-async def finish_turn(
-    run: RunState, registry: ToolRegistry, context: ExecutionContext, emit: Emit | None
-) -> list[ToolResult]:
-    """Answer the paused turn of `run` and add its results to the history, in order.
-
-    Approved calls run (in parallel, as in any turn); the others are answered as
-    decided. Returns the results of the calls that ran. If the run is cancelled while
-    they run, the calls left are answered as cancelled before the cancellation goes on.
-    """
-    paused = run.paused
-    assert paused is not None
-    answers = paused.answers
-    names = {use.id: use.name for use in paused.messages[-1].tool_uses}
-    done = {b.tool_use_id: _from_block(b, names[b.tool_use_id]) for b in paused.finished}
-    to_run = [a for a in answers.values() if isinstance(a, ToolCall)]
-
-    async def report(result: ToolResult) -> None:
-        done[result.tool_use_id] = result
-        if emit is not None:
-            await emit(
-                ToolResultEvent(
-                    context.round,
-                    result.tool_use_id,
-                    result.name,
-                    result.is_error,
-                    result.text,
-                    result.duration,
-                )
-            )
-
-    ran: list[ToolResult] = []
-    try:
-        for given in answers.values():
-            if isinstance(given, ToolResult):
-                await report(given)
-        if emit is not None:
-            for call in to_run:
-                await emit(ToolCallReady(context.round, call.id, call.name, call.input, False))
-        if to_run:
-            ran = await registry.execute(to_run, context, on_result=report)
-    finally:
-        pairs = []
-        for use in paused.messages[-1].tool_uses:
-            answer = answers.get(use.id)
-            call = ToolCall(use.id, use.name, use.input)
-            if isinstance(answer, ToolCall):
-                call = answer
-            result = done.get(use.id) or ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
-            if isinstance(answer, ToolCall) and answer.input != use.input:
-                result = _noted(result, answer.input)
-            pairs.append((call, sendable(result)))
-        run.resumed(pairs)
-    return ran
-
-
-def _noted(result: ToolResult, edited: dict[str, Any]) -> ToolResult:
-    """`result`, telling the model that the call ran with an input a person edited."""
-    note = (
-        "Note: before this call ran, a person approved it with edited input: "
-        f"{json.dumps(edited, ensure_ascii=False)}"
-    )
-    content = result.content
-    if content is None or isinstance(content, str):
-        return replace(result, content=f"{note}\n{content or ''}".rstrip("\n"))
-    return replace(result, content=[TextBlock(text=note), *content])

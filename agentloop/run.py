@@ -1,273 +1,556 @@
-"""The state of one run: its history, token usage, tool-call log and limits.
+"""A run you can hold: `Agent.start()` returns a `Run`, which drives the loop.
 
-`Agent` makes one `RunState` per run, with everything the run needs; the turns under way
-and the stream handle change it only through its methods. Keeping it apart from `Agent`
-lets one agent serve any number of concurrent runs.
+`async with agent.start(prompt) as run:` drives the run in a task of its own; `async for
+event in run` reads its events as they happen; `run.result` is its `RunResult` at any
+moment (partial while it runs, after a failure and after a cancellation, final when it
+is done); `run.cancel()` stops it. Every entry point (`run`, `run_stream`, `resume`,
+sub-agents, the gateway, the durable engines) is a thin layer over it.
+
+The loop is three named steps a round: `_next_request` (check the history, compact it,
+build the request, check the limits), `_play_turn` (send it, run and answer the calls)
+and `_decide` (go on, or why the run stops).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+import json
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, Generic
 
 import anyio
+import anyio.lowlevel
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .approval import Gate, Waiting
-from .effects import DIRECT, Effects
+from .approval import Gate
+from .calls import ToolDefinition, ToolResult, wire_tool_name
+from .compaction import Compaction
+from .config import AgentConfig, schema_of
+from .context import RunContext
+from .effects import CallTasks, Effects, task_group_for
+from .errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
+from .events import (
+    Event,
+    OutputReady,
+    RequestStarted,
+    RoundFinished,
+    RunFinished,
+    RunStarted,
+)
 from .history import History
-from .limits import Meter
-from .messages import ContentBlock
-from .output import OutputRun
-from .providers.base import ModelResponse
-from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
-from .state import PausedRun, PendingCall, dump_state
-from .tools import ToolCall, ToolDefinition, ToolResult
-from .tracing import Tracing
+from .limits import Meter, UsageLimits, check_before_request, check_provider
+from .lint import HistoryLinter, lint_history
+from .logs import get_logger
+from .messages import ContentBlock, Message
+from .output import OutputRun, OutputValidator, resolve_mode
+from .partial import PartialOutputs
+from .pricing import table_provider
+from .progress import events_to
+from .providers.base import ModelRequest, ModelResponse
+from .registry import ToolRegistry, reraise_base_exception
+from .request import build_request, provider_name, send_request
+from .result import OutputT, RunResult, StopReason, Usage
+from .resume import plan
+from .runstate import RunState
+from .sessions.base import Session, SessionSnapshot
+from .sessions.runs import keeping, load_session
+from .tracing import record_run, tracing_for
+from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
-__all__ = ("CANCELLED_MESSAGE", "RunState")
+__all__ = ("Run",)
 
-CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
+_log = get_logger()
 
 
-class RunState:
-    """One run's state. Its history changes only through `History`'s methods."""
+class Run(Generic[OutputT]):
+    """One run of an agent, held: drive it, watch it, stop it, read its result.
+
+    Made by `Agent.start()` (see there for its options); nothing happens until it is
+    entered. `async with run:` checks the options, then drives the run until the block's
+    end, where it waits for the run to finish: a failure of the run is raised there, as
+    itself; leaving the block by an exception of the body, or a cancellation around it,
+    cancels the run first. Iterate it inside the block for its `agentloop.events`.
+
+    ```python
+    async with agent.start("Weather in Paris?") as run:
+        async for event in run:
+            print(event)
+    print(run.result.text, run.usage)
+    ```
+    """
 
     def __init__(
         self,
-        history: History,
+        config: AgentConfig,
+        registry: ToolRegistry,
+        validators: Sequence[OutputValidator],
         *,
+        prompt: str | Sequence[ContentBlock] | None,
+        history: Iterable[Message | Mapping[str, Any]] | None,
         deps: Any,
-        tool_concurrency: int,
-        log: Any,
-        tracing: Tracing | None = None,
-        external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-        external_names: frozenset[str] = frozenset(),
-        gate: Gate | None = None,
-        meter: Meter | None = None,
-        output: OutputRun | None = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
+        session: Session | None,
+        usage_limits: UsageLimits | None,
+        output_type: Any,
+        paused: tuple[Any, Any, Any] | None,
+        stream: bool,
+        on_event: Emit | None = None,
+        effects: Effects | None = None,
+        run_id: str | None = None,
     ) -> None:
-        """Start a run over `history`; `log` gets the run's id bound.
+        """A run of the agent `config` and `registry` describe (see `Agent.start`).
 
-        `tracing` opens the run's spans (None: no spans); `external` are the definitions
-        of external tools announced with each request, `external_names` their names;
-        `gate` says which calls wait (by default those of the external tools).
-        `meter` holds the run's usage limits and counts its cost and tool calls.
-        `output` reads a typed output (None: the output is the final text).
+        `paused` is `(state, decisions, results)` for a run that resumes a paused one.
         """
-        self.id = uuid.uuid4().hex
-        self.history = history
-        self.deps = deps
-        self.tracing = tracing
-        self.external = tuple(external)
-        self.external_names = external_names
-        self.usage = Usage()
-        self.meter = meter if meter is not None else Meter(None, "")
-        self.rounds = 0
-        self.calls: list[ToolCallRecord] = []
-        self.container: str | None = None
-        self.stop_sequence: str | None = None
-        """The stop sequence the last response stopped at, if it stopped at one."""
-        self.limiter = anyio.CapacityLimiter(tool_concurrency)
-        self.log = log.bind(run_id=self.id)
-        self.stopping = False
-        """Whether the run stops after the turn under way (see `stop_after_turn`)."""
-        self.final: RunResult[Any] | None = None
-        """The result of a run that finished."""
-        self.partial: RunResult[Any] | None = None
-        """The result of a run that ended early (failed or cancelled)."""
-        self.pending: list[dict[str, Any]] = []
-        """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
-        self.held: list[dict[str, Any]] = []
-        """The run's own results of the turn that handed calls back (wire blocks)."""
-        self.gate = gate or Gate(external_names=external_names)
-        self.waiting: list[PendingCall] = []
-        """Every call of the turn that paused the run: approval and external, in order."""
-        self.paused: PausedRun | None = None
-        """The paused run this one resumes, until its turn is answered."""
-        self.output = output
-        self.effects: Effects = DIRECT
-        """Where the run's model requests and tool calls are performed (`agentloop.effects`)."""
+        self._config = config
+        self._registry = registry
+        self._validators = validators
+        self._start = {
+            "prompt": prompt,
+            "history": history,
+            "deps": deps,
+            "external_tools": external_tools,
+            "usage_limits": usage_limits,
+            "output_type": output_type,
+        }
+        self._session = session
+        self._paused = paused
+        self._stream = stream
+        self._on_event = on_event
+        self._effects = effects
+        self._run_id = run_id
+        self._state: RunState | None = None
+        self._snapshot: SessionSnapshot | None = None
+        self._compaction = Compaction(
+            config.history_processors, self._check if config.history_check == "strict" else None
+        )
+        self._params = config.request_params
+        # The events, made on entering; the buffer is unbounded: sending never waits, so
+        # it is never where a cancellation lands, and no event the run made is lost.
+        self._send: MemoryObjectSendStream[Event] | None = None
+        self._receive: MemoryObjectReceiveStream[Event] | None = None
+        self._scope = anyio.CancelScope()
+        self._group: anyio.abc.TaskGroup | CallTasks | None = None
+        self._error: Exception | None = None
 
-    def perform_with(self, effects: Effects, run_id: str) -> None:
-        """Run as `run_id`, its effects performed by `effects` (a durable engine's).
-
-        An engine that replays a run after a crash gives it the same id each time, so
-        that `RunContext.idempotency_key` is the same for each of its calls.
-        """
-        self.effects = effects
-        self.id = run_id
-        self.log = self.log.bind(run_id=run_id)
+    # -- the handle
 
     @property
-    def outcome(self) -> RunResult[Any] | None:
-        """The final result, the partial one if the run ended early, or None while it runs."""
-        return self.final or self.partial
-
-    def start_round(self) -> int:
-        """Count a new model request; return its number (from 1)."""
-        self.rounds += 1
-        return self.rounds
+    def run_id(self) -> str:
+        """Id of the run (bound in its log events too)."""
+        return self._started.id
 
     @property
-    def cost(self) -> float | None:
-        """The run's cost so far in US dollars, or None when a price is unknown.
+    def result(self) -> RunResult[OutputT]:
+        """The run's result so far: final, partial, or a snapshot while it runs.
 
-        Each response is priced as it came (the meter's total, which a cost limit counts).
+        Final when the run is done; partial when it failed or was cancelled (its history
+        valid to send again); while it runs, a snapshot with `stop_reason="running"`,
+        whose `messages` may end with calls still running.
         """
-        return self.meter.cost
-
-    def stop_after_turn(self) -> None:
-        """Let the turn under way finish, then stop before the next model request."""
-        self.stopping = True
-
-    def add_response(
-        self, response: ModelResponse, errors: dict[str, str] | None = None
-    ) -> list[ToolCall]:
-        """Count the response's usage and add it to the history; return its calls."""
-        self.usage += response.usage
-        self.meter.add(response.usage)
-        stopped = response.stop_reason == "stop_sequence"
-        sequence = response.stop_sequence
-        self.stop_sequence = sequence if stopped and isinstance(sequence, str) else None
-        if response.container and response.container.get("id"):
-            self.container = str(response.container["id"])
-        return self.history.add_response(response, errors)
-
-    def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
-        """Count requests made on the run's behalf (a sub-run, a summary) in its usage."""
-        self.usage += usage
-        self.meter.add_cost(cost)
-        self.meter.count_calls(tool_calls)
-
-    def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
-        """Answer a turn's calls in the history and log them."""
-        self.history.answer([result for _, result in pairs])
-        self.log_calls(pairs)
-
-    def close_turn(
-        self,
-        why: str,
-        partial: list[ContentBlock] | None,
-        results: Mapping[str, ToolResult],
-    ) -> None:
-        """End a turn cut short: see `History.close`; the calls answered are logged."""
-        self.log_calls(self.history.close(why, partial=partial, results=results))
-
-    def hand_back(
-        self,
-        calls: Sequence[tuple[ToolCall, Waiting]],
-        own: Sequence[tuple[ToolCall, ToolResult]],
-    ) -> None:
-        """End the run's turns here: `calls` wait for the caller, `own` results are held."""
-        self.waiting = [PendingCall(c.id, c.name, c.input, w.kind, w.reason) for c, w in calls]
-        self.pending = [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
-            for c, w in calls
-            if w.kind == "external"
-        ]
-        self.held = [r.to_block().to_wire() for _, r in own]
-        self.log_calls(own)
+        state = self._started
+        return state.outcome or state.result("running")
 
     @property
-    def pause_reason(self) -> StopReason | None:
-        """Why the run stops for its caller: approval first, then external calls; or None."""
-        if any(w.kind == "approval" for w in self.waiting):
-            return "approval_required"
-        return "tool_use" if self.waiting else None
+    def usage(self) -> Usage:
+        """Tokens used so far (sub-runs and summaries included)."""
+        return self._started.usage
 
-    def restore(self, paused: PausedRun) -> None:
-        """Continue the run `paused` describes (its history is this run's already).
+    @property
+    def calls_run(self) -> int:
+        """Tool calls run so far (sub-runs' included), as `UsageLimits.tool_calls` counts."""
+        return self._started.meter.tool_calls
 
-        A state with no waiting calls is a run between two rounds (a durable run going on
-        in a new process): it has no turn to finish.
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (finished, failed or cancelled)."""
+        return self._state is not None and self._state.outcome is not None
+
+    def cancel(self, *, after_turn: bool = False) -> None:
+        """Stop the run (see docs/cancellation.md).
+
+        Args:
+            after_turn: Let the current turn's tool calls finish, add their results, and
+                stop before the next model request, instead of stopping everything now.
         """
-        self.id = paused.run_id
-        self.log = self.log.bind(run_id=self.id)
-        self.usage = paused.usage
-        self.rounds = paused.rounds
-        self.calls = list(paused.tool_calls)
-        self.container = paused.container
-        self.paused = paused if paused.pending else None
-        # The limits hold over the whole run: count what it spent before the pause (its
-        # responses priced one by one, as they came). The calls waiting for approval were
-        # counted when their response came (a call answered without running is counted
-        # too: the count errs on the safe side).
-        self.meter.add_cost(paused.cost)
-        waiting = sum(1 for p in paused.pending if p.kind == "approval")
-        self.meter.count_calls(len(paused.tool_calls) + waiting)
+        if after_turn and self._state is not None:
+            self._state.stop_after_turn()
+        else:
+            self._scope.cancel()
 
-    def resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
-        """Answer the paused turn: all its results, in order, logged in that order too.
+    async def __aenter__(self) -> Run[OutputT]:
+        if self._state is not None:
+            raise ConfigurationError("a Run is driven once; start another with agent.start()")
+        self._state = await self._prepare()
+        self._send, self._receive = anyio.create_memory_object_stream[Event](math.inf)
+        self._group = task_group_for(self._state.effects)
+        await self._group.__aenter__()
+        self._group.start_soon(self._drive)
+        return self
 
-        The calls of the turn that ran before the pause were logged then, last; their
-        entries move to their place among the others, as if the turn had never stopped.
-        """
-        self.history.answer([r for _, r in pairs])
-        ids = {c.id for c, _ in pairs}
-        earlier = {r.tool_use_id: r for r in self.calls if r.tool_use_id in ids}
-        self.calls = [r for r in self.calls if r.tool_use_id not in ids]
-        for call, result in pairs:
-            if call.id in earlier:
-                self.calls.append(earlier[call.id])
-            else:
-                self.log_calls([(call, result)])
-        self.paused = None
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._group is not None
+        failed = isinstance(exc_info[1], Exception)
+        if failed:
+            # The body failed: stop the run, and let the body's exception go on as itself.
+            self._scope.cancel()
+            exc_info = (None, None, None)
+        try:
+            handled = await self._group.__aexit__(*exc_info)
+        except BaseException as exc:
+            reraise_base_exception(exc)
+            raise
+        finally:
+            assert self._receive is not None
+            self._receive.close()  # the events are for the block: a later read ends at once
+        if self._error is not None and not failed and exc_info[1] is None:
+            error, self._error = self._error, None
+            raise error
+        return handled
 
-    def log_calls(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
-        """Add the calls to `RunResult.tool_calls`."""
-        for call, r in pairs:
-            self.calls.append(
-                ToolCallRecord(
-                    self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration
+    def __aiter__(self) -> Run[OutputT]:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._receive is None:
+            raise ConfigurationError("the run has not started: enter it (`async with run:`)")
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error from None
+            raise StopAsyncIteration from None
+
+    def __repr__(self) -> str:
+        if self._state is None:
+            return "Run(not started)"
+        return f"Run(run_id={self._state.id!r}, done={self.done})"
+
+    @property
+    def _started(self) -> RunState:
+        if self._state is None:
+            raise ConfigurationError("the run has not started: enter it (`async with run:`)")
+        return self._state
+
+    # -- before the first round
+
+    async def _prepare(self) -> RunState:
+        """The run's state from what it was started with; every option checked here."""
+        start = self._start
+        history = start["history"]
+        resuming = self._paused is not None
+        state, decisions, answers = self._paused or (None, None, None)
+        if resuming and (start["prompt"] is not None or history is not None):
+            raise ConfigurationError("a resumed run continues its state: give no prompt or history")
+        snapshot = None
+        if self._session is not None:
+            snapshot = await load_session(self._session, history)
+            history = snapshot.messages
+            if resuming and state is None:
+                state = snapshot.state
+                if state is None:
+                    raise ConfigurationError(
+                        f"session {self._session.session_id!r} holds no paused run to resume"
+                    )
+        if resuming:
+            if state is None:
+                raise ConfigurationError(
+                    "resume() needs the paused run's state (RunResult.state) or its session"
                 )
+            paused = plan(state, decisions, answers, self._registry)
+            run = self._new_state(paused.messages, None, paused.external, None, None)
+            run.restore(paused)
+        else:
+            run = self._new_state(
+                history,
+                start["prompt"],
+                start["external_tools"],
+                start["usage_limits"],
+                start["output_type"],
+            )
+        if self._run_id is not None or self._effects is not None:
+            run.perform_with(self._effects or run.effects, self._run_id or run.id)
+        self._snapshot = snapshot
+        return run
+
+    def _new_state(
+        self,
+        history: Iterable[Message | Mapping[str, Any]] | None,
+        prompt: str | Sequence[ContentBlock] | None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
+        usage_limits: UsageLimits | None,
+        output_type: Any,
+    ) -> RunState:
+        config = self._config
+        linter = HistoryLinter(
+            thinking=config.thinking,
+            tool_choice=config.tool_choice,
+            allow_file_sources=config.files_beta,
+        )
+        messages = History.start(history, prompt, linter)
+        names = _external_names(external_tools, self._registry)
+        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+            raise ConfigurationError(
+                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+            )
+        limits = usage_limits if usage_limits is not None else config.usage_limits
+        check_provider(limits, config.provider)
+        output = self._output(output_type)
+        return RunState(
+            messages,
+            deps=self._start["deps"],
+            tool_concurrency=config.tool_concurrency,
+            log=_log,
+            tracing=tracing_for(config.tracer_provider),
+            registry=self._registry if output is None else output.registry,
+            external=external_tools,
+            external_names=names,
+            gate=Gate(
+                self._registry,
+                external_names=names,
+                approval_required=config.approval_required,
+            ),
+            meter=Meter(limits, config.model, table_provider(provider_name(config.provider))),
+            output=output,
+        )
+
+    def _output(self, output_type: Any) -> OutputRun | None:
+        """The typed output of the run (None when its output is the text)."""
+        config = self._config
+        schema = config.output_schema if output_type is None else schema_of(output_type)
+        if schema is None:
+            return None
+        return OutputRun(
+            schema,
+            resolve_mode(config.output_mode, config.provider),
+            retries=config.output_retries,
+            # Validators check the agent's output type; a run with its own has none.
+            validators=self._validators if output_type is None else (),
+            registry=self._registry,
+        )
+
+    def _check(self, messages: Sequence[Message]) -> None:
+        """Lint compacted messages as the history itself is linted before each request."""
+        config = self._config
+        lint_history(
+            messages,
+            thinking=config.thinking,
+            tool_choice=config.tool_choice,
+            allow_file_sources=config.files_beta,
+        )
+
+    # -- driving: events, session, span, logs
+
+    async def _drive(self) -> None:
+        """Drive the run; its failure is kept for the block's end, never left in the group."""
+        state, send = self._started, self._send
+        assert send is not None
+        with send:
+            try:
+                with self._scope, events_to(send.send_nowait):
+                    try:
+                        await self._kept()
+                    except Exception as exc:
+                        self._error = exc
+            finally:
+                # Cancelled (by `cancel()` or a scope around the run): the partial result.
+                if state.final is None and state.partial is not None and self._error is None:
+                    send.send_nowait(RunFinished(state.partial))
+
+    async def _emit(self, event: Event) -> None:
+        if self._on_event is not None:
+            await self._on_event(event)
+        assert self._send is not None
+        self._send.send_nowait(event)
+
+    async def _kept(self) -> RunResult[Any]:
+        """The run, its messages appended to its session (if any) when it ends."""
+        if self._session is None or self._snapshot is None:
+            return await self._traced(None)
+        return await keeping(self._session, self._snapshot, self._started, self._traced)(None)
+
+    async def _traced(self, _: None) -> RunResult[Any]:
+        """The run inside its `invoke_agent` span, when it has one."""
+        state, config = self._started, self._config
+        if state.tracing is None:
+            return await self._logged()
+        name = provider_name(config.provider)
+        with state.tracing.run(config.name, config.model, name, state.id) as span:
+            try:
+                return await self._logged()
+            finally:
+                if state.outcome is not None:
+                    record_run(span, state.outcome)
+
+    async def _logged(self) -> RunResult[Any]:
+        """The loop with its logs and first and last events; ends early with a partial result."""
+        state = self._started
+        state.log.info("run.start", model=self._config.model, tools=len(self._registry))
+        await self._emit(RunStarted(state.id))
+        try:
+            with structlog.contextvars.bound_contextvars(run_id=state.id):
+                stop = await self._loop()
+                if state.output is not None:
+                    state.output.check_end(stop)
+        except anyio.get_cancelled_exc_class():
+            state.end_early("cancelled")
+            state.log.info("run.cancelled", rounds=state.rounds)
+            raise
+        except AgentloopError as exc:
+            if exc.result is None:
+                exc.result = state.end_early("error")
+            else:
+                state.partial = exc.result
+            state.log.warning("run.error", error=str(exc), error_type=type(exc).__name__)
+            raise
+        except BaseException:
+            state.end_early("error")  # KeyboardInterrupt, SystemExit, ...
+            raise
+        result = state.finish(stop)
+        state.log.info("run.end", stop_reason=stop, rounds=state.rounds, usage=result.usage)
+        await self._emit(RunFinished(result))
+        return result
+
+    # -- the loop: next request -> play the turn -> decide
+
+    async def _loop(self) -> StopReason:
+        """Rounds of request, response and tool calls, until the model is done."""
+        state = self._started
+        if state.paused is not None:
+            turn = Turn(state, state.registry, self._context(state.rounds), self._emit)
+            self._check_failures(await turn.resume(state.paused))
+        while state.rounds < self._config.max_rounds:
+            request = await self._next_request()
+            try:
+                outcome = await self._play_turn(request)
+            except ProviderError as exc:
+                if self._compaction.retry_after(exc):
+                    continue
+                raise
+            stop = await self._decide(outcome)
+            if stop is not None:
+                return stop
+        return "max_rounds"
+
+    async def _next_request(self) -> ModelRequest:
+        """The next round's request: the history checked and compacted, within the limits."""
+        state, config = self._started, self._config
+        if config.history_check == "strict":
+            state.history.check()
+        context = self._context(state.rounds + 1)
+        messages = await self._compaction.messages(state.history.messages, context)
+        request = build_request(config, state, messages, self._params)
+        breach = await check_before_request(state.meter, request, config.provider)
+        if breach is not None:
+            raise breach.error(state.end_early("usage_limit"))
+        return request
+
+    async def _play_turn(self, request: ModelRequest) -> TurnOutcome:
+        """Send `request` and answer the calls of its response: one round."""
+        state = self._started
+        round_ = state.start_round()
+        await self._emit(RequestStarted(round_))
+        emit: Emit = self._emit
+        if state.output is not None:
+            emit = PartialOutputs(state.output, emit, round_)
+        turn = Turn(state, state.registry, self._context(round_), emit)
+        outcome = await turn.play(partial(self._send_request, request))
+        # A cancellation that reached only the tool calls (the response itself came in
+        # whole) ends the run here, with every call answered.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        response = outcome.response
+        await self._emit(RoundFinished(round_, response.stop_reason, response.usage))
+        return outcome
+
+    async def _send_request(
+        self, request: ModelRequest, on_event: Callable[[Any], Awaitable[None]]
+    ) -> ModelResponse:
+        return await send_request(
+            self._config, self._started, request, on_event if self._stream else None
+        )
+
+    async def _decide(self, outcome: TurnOutcome) -> StopReason | None:
+        """Why the run stops after this turn, or None to go on with another round."""
+        state = self._started
+        self._check_failures(outcome.results)
+        breach = state.meter.over()
+        if breach is not None:
+            raise breach.error(state.end_early("usage_limit"))
+        if state.pause_reason is not None:
+            return state.pause_reason
+        if state.stopping:
+            return "cancelled"
+        response = outcome.response
+        if state.output is not None:
+            context = self._context(state.rounds)
+            verdict = await state.output.after_turn(response, outcome.calls, state.history, context)
+            if verdict == "done":
+                await self._emit(OutputReady(state.rounds, state.output.value))
+                return "end_turn"
+            if verdict == "retry":
+                return None
+        stop = response.stop_reason
+        if self._compaction.retry_after(stop_reason=stop):
+            return None
+        if stop not in CONTINUE or (stop not in RESUME and not outcome.calls):
+            return stop or "end_turn"
+        return None
+
+    def _context(self, round_: int) -> RunContext[Any]:
+        """The context of round `round_`: what its calls, rules and processors get."""
+        state, config = self._started, self._config
+        return RunContext(
+            run_id=state.id,
+            round=round_,
+            deps=state.deps,
+            model=config.model,
+            provider=config.provider,
+            meter=state.meter,
+            limiter=state.limiter,
+            timeout=config.tool_timeout,
+            shared_limiter=config.tool_limiter,
+            log=state.log.bind(round=round_),
+            tracing=state.tracing,
+            effects=state.effects,
+        )
+
+    def _check_failures(self, results: Sequence[ToolResult]) -> None:
+        """Under `on_tool_error="stop"`, end the run at the first call that failed."""
+        if self._config.on_tool_error != "stop":
+            return
+        failed = next((r for r in results if r.is_error and r.ran), None)
+        if failed is not None:
+            raise ToolCallFailed(
+                f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
+                result=self._started.result("tool_error"),
             )
 
-    def finish(self, stop_reason: StopReason) -> RunResult[Any]:
-        """The run is over: its final result."""
-        self.final = self.result(stop_reason)
-        return self.final
 
-    def end_early(self, stop_reason: StopReason) -> RunResult[Any]:
-        """The run failed or was cancelled: its partial result (the turn closed already)."""
-        self.partial = self.result(stop_reason)
-        return self.partial
-
-    def result(self, stop_reason: StopReason) -> RunResult[Any]:
-        """The run's result as it stands."""
-        return RunResult(
-            text=self.history.last_text,
-            stop_reason=stop_reason,
-            messages=self.history.dump(),
-            tool_calls=list(self.calls),
-            usage=self.usage,
-            rounds=self.rounds,
-            run_id=self.id,
-            pending=list(self.pending),
-            held=list(self.held),
-            approvals=[
-                ApprovalRequest(w.tool_use_id, w.name, w.input, w.reason)
-                for w in self.waiting
-                if w.kind == "approval"
-            ],
-            state=self._state() if self.waiting else None,
-            output=self.history.last_text if self.output is None else self.output.value,
-            cost=self.cost,
-            stop_sequence=self.stop_sequence,
-            container=self.container,
+def _external_names(
+    external_tools: Sequence[ToolDefinition | Mapping[str, Any]], registry: ToolRegistry
+) -> frozenset[str]:
+    """The names of a run's external tools, checked: JSON values, none of the agent's."""
+    names = []
+    for definition in external_tools:
+        try:
+            name = wire_tool_name(definition)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"external tool: {exc}") from None
+        if name is not None:
+            names.append(name)
+    try:
+        json.dumps([t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools])
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"external tool definitions must be JSON values (they go into the run's state): {exc}"
+        ) from exc
+    clash = sorted(set(names) & set(registry.names))
+    if clash:
+        raise ConfigurationError(
+            f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
+            "the model addresses tools by name"
         )
-
-    def _state(self) -> dict[str, Any]:
-        """What `Agent.resume` needs to continue this paused run (see `agentloop.state`)."""
-        return dump_state(
-            run_id=self.id,
-            rounds=self.rounds,
-            usage=self.usage,
-            messages=self.history.dump(),
-            finished=self.held,
-            pending=self.waiting,
-            tool_calls=self.calls,
-            container=self.container,
-            external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
-            cost=self.cost,
-        )
+    return frozenset(names)

@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .calls import ToolCall, ToolResult
 from .errors import HistoryError, InvalidStateError, StateVersionError, TamperedStateError
 from .messages import Message, ToolResultBlock, parse_history
 from .result import ToolCallRecord, Usage
-from .tools import ToolCall, ToolResult
 
 __all__ = ("STATE_FORMAT", "STATE_VERSION", "PausedRun", "PendingCall", "dump_state", "load_state")
 

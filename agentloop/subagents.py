@@ -1,39 +1,38 @@
 """Sub-agents: an agent run as a tool of another, its spending counted in the parent's.
 
-`Agent.as_tool` wraps an agent in a `Tool` whose call runs the agent on the model's
-prompt. The sub-run takes the parent's `RunContext.deps`, is bounded by what is left of
-the parent's `UsageLimits` (as well as its own), adds its usage, cost and tool calls to the
-parent run's, opens its spans under the tool call's span, and is cancelled with the call.
+`Agent.as_tool` wraps an agent in a `Tool` whose call starts a run of the agent on the
+model's prompt. The sub-run takes the parent's `RunContext.deps`, is bounded by what is
+left of the parent's `UsageLimits` (as well as its own), adds its usage, cost and tool
+calls to the parent run's (`RunContext.add_usage`), opens its spans under the tool call's
+span, and is cancelled with the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
+from .context import RunContext
 from .errors import AgentloopError, ConfigurationError, ToolError
 from .limits import UsageLimits, tighter
-from .result import RunResult
-from .run import RunState
-from .scope import current_scope
-from .tools import RunContext, Tool
+from .run import Run
+from .tools import Tool
 
 __all__ = ("StartRun", "agent_tool")
 
-StartRun = Callable[[str, Any, "UsageLimits | None"], RunState]
-"""Makes the sub-run's state from the prompt, the deps and the limits it runs under."""
+StartRun = Callable[..., Run[Any]]
+"""`Agent.start` of the sub-agent."""
 
 
 def agent_tool(
     start: StartRun,
-    drive: Callable[[RunState], Awaitable[RunResult]],
     *,
     name: str,
     description: str | None = None,
     timeout: float | None = None,
     limits: UsageLimits | None = None,
 ) -> Tool:
-    """A tool whose call starts a run with `start` and drives it with `drive`.
+    """A tool whose call runs a sub-agent, through its `start`.
 
     `limits` are the sub-agent's own; see `Agent.as_tool`, which builds this from an
     agent (this module knows no `Agent`: it sits below it).
@@ -53,28 +52,24 @@ def agent_tool(
             ctx: The calling run's context.
             prompt: The whole task for the sub-agent, with everything it needs to know.
         """
-        scope = current_scope.get()
-        bounds = limits
-        if scope is not None:
-            parent = scope.run
-            breach = parent.meter.before_request(parent.usage)
-            if breach is not None:
-                raise ToolError(
-                    f"Not run: the run's usage limit ({breach.limit} = {breach.bound:g}) "
-                    "was reached."
-                )
-            bounds = tighter(limits, parent.meter.remaining(parent.usage))
+        breach = ctx.limit_reached()
+        if breach is not None:
+            raise ToolError(
+                f"Not run: the run's usage limit ({breach.limit} = {breach.bound:g}) was reached."
+            )
+        run = start(prompt, deps=ctx.deps, usage_limits=tighter(limits, ctx.limits_left()))
+        started = False
         try:
-            run = start(prompt, ctx.deps, bounds)
-        except AgentloopError as exc:  # e.g. a cost limit over a model without a price
+            async with run:
+                started = True
+        except ConfigurationError as exc:  # e.g. a cost limit over a model without a price
             raise ToolError(f"The {name} agent could not start: {exc}") from exc
-        try:
-            result = await drive(run)
         except AgentloopError as exc:
             raise ToolError(f"The {name} agent stopped: {exc}") from exc
         finally:
-            if scope is not None:
-                scope.run.add_usage(run.usage, run.cost, run.meter.tool_calls)
-        return result.text or f"(the {name} agent answered without text)"
+            if started:
+                result = run.result
+                ctx.add_usage(result.usage, result.cost, tool_calls=run.calls_run)
+        return run.result.text or f"(the {name} agent answered without text)"
 
     return Tool(run_agent, name=name, description=description, timeout=timeout)

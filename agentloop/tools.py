@@ -1,9 +1,9 @@
-"""Tools: what the model may call, and the values that describe a call and its result.
+"""Tools: what the model may call.
 
 `@tool` turns a plain function (sync or async) into a `Tool` whose JSON schema comes from
-the signature and docstring (built by `agentloop.schema`). `ToolCall` and `ToolResult`
-are the provider-neutral values that pass between the response, the registry and the
-history.
+the signature and docstring (built by `agentloop.schema`); the registry validates a
+call's input against it and runs it with the call's `RunContext`. The values that
+describe a call and its result (`ToolCall`, `ToolResult`) live in `agentloop.calls`.
 """
 
 from __future__ import annotations
@@ -11,26 +11,23 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import Any, Generic, overload
+from typing import Any, overload
 
-import pydantic_core
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
-from .errors import ConfigurationError, ToolError
-from .messages import (
-    ContentBlock,
-    DocumentBlock,
-    ImageBlock,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
+from .calls import (
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    wire_tool_name,
 )
+from .context import RunContext
+from .errors import ConfigurationError, ToolError
 from .schema import input_model, parse_docstring
 from .schema import input_schema as schema_of
 
@@ -45,184 +42,7 @@ __all__ = (
     "wire_tool_name",
 )
 
-# The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
-DepsT = TypeVar("DepsT", default=Any)
 F = TypeVar("F", bound=Callable[..., Any])
-_BLOCKS = TypeAdapter(list[ContentBlock])
-
-
-@dataclass(frozen=True)
-class RunContext(Generic[DepsT]):
-    """Facts about the current call, injected into a tool parameter typed `RunContext`.
-
-    The parameter is hidden from the schema the model sees. `RunContext[MyDeps]` types
-    `deps`; a bare `RunContext` means `RunContext[Any]`.
-    """
-
-    run_id: str
-    """Id of the run (also bound in every log event of the run)."""
-    round: int
-    """Which model request of the run asked for this call, from 1."""
-    tool_use_id: str
-    """Id of the `tool_use` block being answered."""
-    tool_name: str
-    """Name of the tool being called."""
-    deps: DepsT
-    """The object passed as `agent.run(..., deps=...)`: connections, config, the user."""
-
-    @property
-    def idempotency_key(self) -> str:
-        """`"{run_id}:{tool_use_id}"`: the same every time this call is run again.
-
-        A run that is retried or resumed (a durable run after a crash, a paused run)
-        may run a call whose effect already happened. A tool that changes the world
-        records this key with its effect and skips an effect already recorded under it,
-        so the call's effect happens once.
-        """
-        return f"{self.run_id}:{self.tool_use_id}"
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    """A tool as a model request announces it: provider-neutral."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Further wire fields sent with the definition (e.g. `cache_control`)."""
-
-    def to_wire(self) -> dict[str, Any]:
-        """The Anthropic `tools[]` entry."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema,
-            **self.extra,
-        }
-
-
-def wire_tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:
-    """The name a tool definition announces, or None for a tool kind without one.
-
-    Some kinds the API runs itself carry no name (the MCP connector's
-    `{"type": "mcp_toolset", "mcp_server_name": ...}`): they are announced as they are,
-    and the model never calls them by a name of theirs.
-
-    Raises:
-        ConfigurationError: the definition has neither a name nor a `type`, or its name
-            is not a non-empty string.
-    """
-    if isinstance(definition, ToolDefinition):
-        name: Any = definition.name
-    else:
-        name = definition.get("name")
-        kind = definition.get("type")
-        if name is None and isinstance(kind, str) and kind:
-            return None
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(
-            "a tool needs a name, unless it is a tool kind without one (a `type` such as "
-            f"mcp_toolset): {definition!r}"[:500]
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One call the model asked for: provider-neutral."""
-
-    id: str
-    name: str
-    input: dict[str, Any]
-    error: str | None = None
-    """Why this call must not run (its input was cut off, was not valid JSON, was not an
-    object, ...): the loop answers it with an `is_error` result carrying this text,
-    without running the tool, whatever kind of tool it names."""
-
-    @classmethod
-    def from_block(cls, block: ToolUseBlock, *, error: str | None = None) -> ToolCall:
-        """The call a `tool_use` block asks for (with `error` if it must not run)."""
-        return cls(id=block.id, name=block.name, input=block.input, error=error)
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """The outcome of one call, ready to become a `tool_result` block."""
-
-    tool_use_id: str
-    name: str
-    content: str | list[ContentBlock] | None
-    """What the model sees; `None` for a tool that returned nothing."""
-    is_error: bool = False
-    duration: float = 0.0
-    """Seconds the tool ran (not counting the wait for a concurrency slot)."""
-    ran: bool = True
-    """False when the call was answered without running the tool (cut off, cancelled)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The result as plain JSON values; `from_json` turns them back into an equal one.
-
-        How a result is recorded outside the process (a durable run's step, a paused run).
-        """
-        content = self.content
-        return {
-            "tool_use_id": self.tool_use_id,
-            "name": self.name,
-            "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
-            "is_error": self.is_error,
-            "duration": self.duration,
-            "ran": self.ran,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
-        """The result `to_json` recorded.
-
-        Raises:
-            ValueError: `data` is not what `to_json` writes.
-        """
-        try:
-            content = data["content"]
-            if isinstance(content, list):
-                content = _BLOCKS.validate_python(content)
-            elif content is not None and not isinstance(content, str):
-                raise TypeError(f"content is a {type(content).__name__}")
-            return cls(
-                str(data["tool_use_id"]),
-                str(data["name"]),
-                content,
-                is_error=bool(data["is_error"]),
-                duration=float(data["duration"]),
-                ran=bool(data["ran"]),
-            )
-        except (KeyError, TypeError, ValidationError) as exc:
-            raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
-
-    @classmethod
-    def error(
-        cls, call: ToolCall, message: str, duration: float = 0.0, *, ran: bool = True
-    ) -> ToolResult:
-        """An `is_error` result carrying `message`."""
-        return cls(call.id, call.name, message, is_error=True, duration=duration, ran=ran)
-
-    def to_block(self) -> ToolResultBlock:
-        """The `tool_result` block for the history."""
-        fields: dict[str, Any] = {"tool_use_id": self.tool_use_id}
-        if self.content is not None and self.content != "":
-            fields["content"] = self.content
-        if self.is_error:
-            fields["is_error"] = True
-        return ToolResultBlock(**fields)  # only the fields set here are dumped
-
-    @property
-    def text(self) -> str:
-        """The content as text (block content joined), for logs and the tool-call log."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(b.text if isinstance(b, TextBlock) else f"[{b.type}]" for b in self.content)
 
 
 def _is_context(annotation: Any) -> bool:
@@ -376,18 +196,16 @@ class Tool:
         # The instance is thrown away, so its __dict__ is ours to hand on.
         return self._model.model_validate(arguments).__dict__
 
-    def bind(
-        self, arguments: dict[str, Any], context: Callable[[], RunContext[Any]]
-    ) -> Callable[[], Any]:
+    def bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
         """The call of the function with validated `arguments`, ready to run.
 
-        `context` makes the `RunContext` for a function that takes one (it is not called
-        otherwise). `arguments` (from `validate`) is used up.
+        `ctx` is the call's context, passed to a function that takes one. `arguments`
+        (from `validate`) is used up.
         """
         if self._model is None:
             return partial(self.function, arguments)
         if self._context_param is not None:
-            arguments[self._context_param] = context()
+            arguments[self._context_param] = ctx
         if self._positional:
             args = [arguments.pop(name) for name in self._positional]
             return partial(self.function, *args, **arguments)
@@ -530,31 +348,6 @@ def tool(
 
 # --------------------------------------------------------------------------- outputs
 
-_BLOCK_OUTPUTS = (TextBlock, ImageBlock, DocumentBlock)
-
-
-def to_content(value: Any) -> str | list[ContentBlock] | None:
-    """What the model sees for a tool's return value.
-
-    str as is; None as an empty success; a content block, or a list of them, as block
-    content; a pydantic model as its JSON; anything else JSON-encodable as JSON.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, _BLOCK_OUTPUTS):
-        return [value]
-    if (
-        isinstance(value, (list, tuple))
-        and value
-        and all(isinstance(v, _BLOCK_OUTPUTS) for v in value)
-    ):
-        return list(value)
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return pydantic_core.to_json(value).decode()
-
 
 def describe_validation_error(tool_name: str, error: ValidationError) -> str:
     """An is_error message naming each bad field and what is wrong, for the model to fix."""
@@ -577,42 +370,3 @@ def validation_problems(error: ValidationError) -> list[str]:
             message = "required argument is missing"
         lines.append(f"- {where}: {message}{got}")
     return lines
-
-
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def sendable(result: ToolResult) -> ToolResult:
-    """`result` with text UTF-8 cannot carry (lone surrogates) replaced, and the fact said.
-
-    A tool returning `os.fsdecode(...)` of a file name that is not UTF-8 (what `os.listdir`
-    gives for such names) would otherwise make the next request impossible to send. Each such
-    character becomes U+FFFD, and a note at the end tells the model so.
-    """
-    content = result.content
-    if isinstance(content, str):
-        if content.isascii() or not _SURROGATES.search(content):
-            return result
-        fixed, count = _SURROGATES.subn("\ufffd", content)
-        return replace(result, content=fixed + _replaced_note(count))
-    if not content or not any(
-        isinstance(b, TextBlock) and _SURROGATES.search(b.text) for b in content
-    ):
-        return result
-    blocks: list[ContentBlock] = []
-    total = 0
-    for block in content:
-        if isinstance(block, TextBlock):
-            text, count = _SURROGATES.subn("\ufffd", block.text)
-            total += count
-            block = block.model_copy(update={"text": text}) if count else block
-        blocks.append(block)
-    blocks.append(TextBlock(text=_replaced_note(total).strip()))
-    return replace(result, content=blocks)
-
-
-def _replaced_note(count: int) -> str:
-    return (
-        f"\n[{count} character(s) of this result could not be encoded as UTF-8 (lone "
-        "surrogates, e.g. from a file name that is not UTF-8) and were replaced with U+FFFD]"
-    )

@@ -2,17 +2,22 @@
 
 `Turn.play` sends the request and starts each tool call, as a task of the turn's
 `CallGroup`, as soon as it can: the moment its `tool_use` block closes when the response
-is streamed (unless the tool is `eager=False`), or when the whole response is in. It
-returns the turn's outcome; whatever happens (a cut-off block, a failed stream, a
-cancellation), every `tool_use` of the turn is left with exactly one result.
+is streamed (unless the tool is `eager=False`), or when the whole response is in.
+`Turn.resume` finishes a paused turn instead, seeded with the caller's decisions. Either
+way, whatever happens (a cut-off block, a failed stream, a cancellation), the turn ends in
+`RunState.answer_turn`: every `tool_use` of the turn is left with exactly one result.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from agentloop.approval import Waiting
+from agentloop.calls import ToolCall, ToolResult, sendable
+from agentloop.context import RunContext
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import (
     ApprovalRequested,
@@ -24,11 +29,11 @@ from agentloop.events import (
     friendly_event,
 )
 from agentloop.history import TRUNCATED_MESSAGE, call_of
-from agentloop.messages import ContentBlock, ToolUseBlock
+from agentloop.messages import ContentBlock, TextBlock, ToolUseBlock
 from agentloop.providers.base import BlockStop, ModelResponse, StreamEvent
-from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
-from agentloop.run import CANCELLED_MESSAGE, RunState
-from agentloop.tools import ToolCall, ToolResult, sendable
+from agentloop.registry import CallGroup, ToolRegistry
+from agentloop.runstate import CANCELLED_MESSAGE, RunState
+from agentloop.state import PausedRun
 
 __all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome")
 
@@ -58,7 +63,7 @@ class Turn:
         self,
         run: RunState,
         registry: ToolRegistry,
-        context: ExecutionContext,
+        context: RunContext[Any],
         emit: Emit | None,
     ) -> None:
         """A turn of `run`, its calls run by `registry` with `context`; events to `emit`."""
@@ -180,16 +185,19 @@ class Turn:
 
     def _handed_back(self, call: ToolCall) -> bool:
         """Whether `call` waits for the caller (approval, external) instead of running here."""
-        return call.error is None and self._waiting(call) is not None
+        return self._wait_of(call) is not None
 
-    def _waiting(self, call: ToolCall) -> Waiting | None:
+    def _wait_of(self, call: ToolCall) -> Waiting | None:
+        """Why `call` waits for the caller (the gate is asked once per call); None: it runs."""
+        if call.error is not None:
+            return None
         if call.id not in self.waits:
-            self.waits[call.id] = self.run.gate.check(call, self.context)
+            self.waits[call.id] = self.run.gate.check(call, self.context.for_call(call))
         return self.waits[call.id]
 
     async def _announce_wait(self, call: ToolCall) -> None:
         """Report a call that waits for approval."""
-        waiting = self._waiting(call)
+        waiting = self._wait_of(call)
         if self.emit is not None and waiting is not None and waiting.kind == "approval":
             await self.emit(
                 ApprovalRequested(self.round, call.id, call.name, call.input, waiting.reason)
@@ -199,9 +207,7 @@ class Turn:
         """Why each call that must not run won't, by tool_use id."""
         errors = {**self._by_stop_reason(response), **response.call_errors}
         run = self.run
-        over = run.meter.refused_calls(
-            run.usage, response, errors, run.external_names, self.started
-        )
+        over = run.meter.refused_calls(response, errors, run.external_names, self.started)
         return {**errors, **over}
 
     def _by_stop_reason(self, response: ModelResponse) -> dict[str, str]:
@@ -234,7 +240,7 @@ class Turn:
         partial = None
         if not self.responded:
             partial = [block for _, (block, _) in sorted(self.streamed.items())]
-        self.run.close_turn(why, partial, self.results)
+        self.run.answer_turn(self.results, why, partial=partial)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """The turn's results in tool_use order, added to the history.
@@ -244,18 +250,70 @@ class Turn:
         nothing is added: the run hands those calls back, and keeps its own results for
         the message that will answer them all.
         """
-        own = [c for c in calls if not self._handed_back(c)]
-        results = [
-            self.results.get(c.id) or ToolResult.error(c, CANCELLED_MESSAGE, ran=False) for c in own
-        ]
-        pairs = list(zip(own, results, strict=True))
-        if len(own) < len(calls):
-            waiting = [(c, w) for c in calls if self._handed_back(c) and (w := self._waiting(c))]
-            self.run.hand_back(waiting, pairs)
-        elif calls:
-            self.run.add_results(pairs)
         self.closed = True
-        return results
+        waiting = [(c, w) for c in calls if (w := self._wait_of(c)) is not None]
+        if waiting:
+            own = [c for c in calls if self._wait_of(c) is None]
+            results = [self.results.get(c.id) or _cancelled(c) for c in own]
+            self.run.hand_back(waiting, list(zip(own, results, strict=True)))
+            return results
+        return [r for _, r in self.run.answer_turn(self.results, CANCELLED_MESSAGE)]
+
+    # -- a paused turn, resumed
+
+    async def resume(self, paused: PausedRun) -> list[ToolResult]:
+        """Finish the paused turn, seeded with the caller's answers; return what ran.
+
+        Approved calls run (in parallel, as in any turn); denied and external ones are
+        answered as decided; the calls that finished before the pause keep their
+        results. If the run is cancelled while the approved calls run, the calls left
+        are answered as cancelled before the cancellation goes on.
+        """
+        names = {use.id: use.name for use in paused.messages[-1].tool_uses}
+        for block in paused.finished:
+            self.results[block.tool_use_id] = ToolResult.from_block(block, names[block.tool_use_id])
+        approved = {i: a for i, a in paused.answers.items() if isinstance(a, ToolCall)}
+        try:
+            for answer in paused.answers.values():
+                if isinstance(answer, ToolResult):
+                    await self.finished(answer)
+            if self.emit is not None:
+                for call in approved.values():
+                    await self.emit(
+                        ToolCallReady(self.round, call.id, call.name, call.input, False)
+                    )
+            async with CallGroup(self.registry, self.context) as group:
+                self.group = group
+                for call in approved.values():
+                    self.start(call)
+        finally:
+            for id_, call in approved.items():
+                if id_ in self.results and call.input != _sent_input(paused, id_):
+                    self.results[id_] = _noted(self.results[id_], call.input)
+            self.closed = True
+            self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=approved)
+        return [self.results[i] for i in approved if i in self.results]
+
+
+def _sent_input(paused: PausedRun, tool_use_id: str) -> Any:
+    """The input the model sent for the paused call `tool_use_id`."""
+    return next(u.input for u in paused.messages[-1].tool_uses if u.id == tool_use_id)
+
+
+def _cancelled(call: ToolCall) -> ToolResult:
+    return ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
+
+
+def _noted(result: ToolResult, edited: dict[str, Any]) -> ToolResult:
+    """`result`, telling the model that the call ran with an input a person edited."""
+    note = (
+        "Note: before this call ran, a person approved it with edited input: "
+        f"{json.dumps(edited, ensure_ascii=False)}"
+    )
+    content = result.content
+    if content is None or isinstance(content, str):
+        return replace(result, content=f"{note}\n{content or ''}".rstrip("\n"))
+    return replace(result, content=[TextBlock(text=note), *content])
 
 
 def _why(exc: BaseException) -> str:

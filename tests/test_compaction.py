@@ -173,14 +173,15 @@ async def test_a_summary_is_reused_while_the_history_stays_under_the_limit() -> 
     )
     summarizer = ScriptedProvider(["the gist"] * 3)
     processor = summarize(150, model="m", provider=summarizer, keep_last=1)
-    once = await processor(history)
+    ctx = RunContext("run", 1)  # no run behind it: nothing to count the summary in
+    once = await processor(ctx, history)
     assert len(summarizer.requests) == 1 and once[0].text == SUMMARY_HEADER + "the gist"
     grown = [
         *history,
         Message.of_blocks("assistant", [TextBlock(text="fine")]),
         Message.user("again"),
     ]
-    again = await processor(grown)
+    again = await processor(ctx, grown)
     assert len(summarizer.requests) == 1
     assert again == [*once, *grown[5:]]
     assert estimate_tokens(once) < estimate_tokens(history)
@@ -275,8 +276,8 @@ def test_every_strategy_keeps_a_random_valid_history_valid(
     for processed in (
         clear(list(history)),
         clear.forced(list(history)),
-        anyio.run(folded, list(history)),
-        anyio.run(folded.forced, list(history)),
+        anyio.run(folded, RunContext("run", 1), list(history)),
+        anyio.run(folded.forced, RunContext("run", 1), list(history)),
     ):
         lint_history(processed)
 

@@ -20,6 +20,7 @@ from agentloop import (
     ModelRetry,
     OutputValidationError,
     RunContext,
+    ToolError,
     lint_history,
     tool,
 )
@@ -64,7 +65,7 @@ def get_weather(city: str) -> str:
 @tool
 def strict_lookup(key: str) -> str:
     """Look a key up."""
-    raise ModelRetry(f"no key {key!r}; try 'a'")
+    raise ToolError(f"no key {key!r}; try 'a'")
 
 
 def lint(messages: list[dict[str, Any]]) -> None:
@@ -200,7 +201,7 @@ async def test_invalid_every_time_ends_with_output_validation_error(http_agent: 
     assert partial.messages[-1]["content"][0]["is_error"] is True
 
 
-async def test_a_validator_raising_model_retry_sends_the_model_back(serve: Any) -> None:
+async def test_a_validator_raising_tool_error_sends_the_model_back(serve: Any) -> None:
     script = [
         reply(tool_call("final_result", {"city": "Atlantis", "temp_c": 20})),
         reply(tool_call("final_result", {"city": "Paris", "temp_c": 20})),
@@ -213,7 +214,7 @@ async def test_a_validator_raising_model_retry_sends_the_model_back(serve: Any) 
     async def known_city(ctx: RunContext[set[str]], forecast: Forecast) -> Forecast:
         seen.append((ctx.tool_name, ctx.deps))
         if forecast.city not in ctx.deps:
-            raise ModelRetry(f"{forecast.city} is not a city we know")
+            raise ToolError(f"{forecast.city} is not a city we know")
         return forecast
 
     @agent.output_validator
@@ -227,11 +228,35 @@ async def test_a_validator_raising_model_retry_sends_the_model_back(serve: Any) 
     assert seen == [("final_result", {"Paris"})] * 2
 
 
-async def test_model_retry_from_a_tool_is_an_error_result(serve: Any) -> None:
+async def test_tool_error_from_a_tool_is_an_error_result(serve: Any) -> None:
     server = serve([reply(tool_call("strict_lookup", {"key": "z"})), reply("done")])
     result = await Agent(client=server.client(), tools=[strict_lookup]).run("look z up")
     assert result.tool_calls[0].is_error
     assert result.tool_calls[0].output == "no key 'z'; try 'a'"
+
+
+async def test_model_retry_still_works_as_tool_error_with_a_warning(serve: Any) -> None:
+    @tool
+    def old_style(key: str) -> str:
+        """Look a key up, the old way."""
+        raise ModelRetry(f"no key {key!r}")
+
+    script = [reply(tool_call("old_style", {"key": "z"})), reply(output={"response": 3})]
+    script.append(reply(output={"response": 4}))
+    server = serve(script)
+    agent = Agent(client=server.client(), tools=[old_style], output_type=int)
+
+    @agent.output_validator
+    def even(number: int) -> int:
+        if number % 2:
+            raise ModelRetry("the number must be even")
+        return number
+
+    with pytest.warns(DeprecationWarning, match="raise ToolError"):
+        result = await agent.run("an even number")
+    assert result.output == 4
+    assert result.tool_calls[0].output == "no key 'z'"
+    assert "the number must be even" in json.dumps(server.model.requests[2]["messages"][-1])
 
 
 async def test_other_calls_of_the_final_turn_run_and_are_answered(serve: Any) -> None:
@@ -420,7 +445,7 @@ async def test_native_invalid_every_time_keeps_a_valid_history(serve: Any) -> No
     lint(partial.messages)
 
 
-async def test_native_validator_model_retry(serve: Any) -> None:
+async def test_native_validator_tool_error(serve: Any) -> None:
     script = [reply(output={"response": 3}), reply(output={"response": 4})]
     server = serve(script)
     agent = Agent(client=server.client(), output_type=int)
@@ -428,7 +453,7 @@ async def test_native_validator_model_retry(serve: Any) -> None:
     @agent.output_validator
     def even(number: int) -> int:
         if number % 2:
-            raise ModelRetry("the number must be even")
+            raise ToolError("the number must be even")
         return number
 
     result = await agent.run("an even number")

@@ -16,6 +16,8 @@ import types
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 import agentloop
 import agentloop.testing
 
@@ -23,6 +25,7 @@ PACKAGE = Path(agentloop.__file__).parent
 
 PUBLIC = (
     "Agent",
+    "AgentConfig",
     "AgentloopError",
     "AnthropicProvider",
     "ApprovalRequest",
@@ -49,12 +52,13 @@ PUBLIC = (
     "RepairReport",
     "RequestStarted",
     "RoundFinished",
+    "Run",
     "RunContext",
     "RunError",
     "RunFinished",
+    "RunOptions",
     "RunResult",
     "RunStarted",
-    "RunStream",
     "SQLiteSession",
     "ServerToolResultBlock",
     "ServerToolUseBlock",
@@ -117,6 +121,14 @@ def test_exported_names_are_the_ones_of_their_modules() -> None:
         assert not isinstance(value, types.ModuleType), name
         module = importlib.import_module(f"agentloop.{agentloop._MODULES[name]}")
         assert getattr(module, name) is value, name
+
+
+def test_an_old_name_still_imports_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="RunStream is now Run"):
+        assert agentloop.RunStream is agentloop.Run  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match="RunStream is now agentloop.Run"):
+        from agentloop.stream import RunStream  # type: ignore[attr-defined]
+    assert RunStream is agentloop.Run
 
 
 def test_the_version_is_the_distributions() -> None:

@@ -278,7 +278,8 @@ async def test_failures_become_actionable_error_results(
 
 
 async def test_execute_runs_a_batch_in_order_under_the_cap() -> None:
-    from agentloop.registry import ExecutionContext, ToolRegistry
+    from agentloop import RunContext
+    from agentloop.registry import ToolRegistry
     from agentloop.tools import ToolCall
 
     in_flight = 0
@@ -297,18 +298,28 @@ async def test_execute_runs_a_batch_in_order_under_the_cap() -> None:
     calls = [ToolCall(f"toolu_{n}", "step", {"n": n}) for n in range(10)] + [
         ToolCall("toolu_x", "nope", {})
     ]
-    context = ExecutionContext("run", 1, anyio.CapacityLimiter(3), timeout=5)
+    context = RunContext(run_id="run", round=1, limiter=anyio.CapacityLimiter(3), timeout=5)
     results = await registry.execute(calls, context)
     assert [r.tool_use_id for r in results] == [c.id for c in calls]
     assert [r.content for r in results[:10]] == [str(n) for n in range(10)]
     assert results[-1].is_error and most == 3
 
 
+def test_the_old_execution_context_still_builds_a_context_with_a_warning() -> None:
+    from agentloop import RunContext
+    from agentloop.registry import ExecutionContext
+
+    with pytest.warns(DeprecationWarning, match="RunContext"):
+        ctx = ExecutionContext("run", 2, anyio.CapacityLimiter(1), 5.0, deps="d")
+    assert isinstance(ctx, RunContext)
+    assert (ctx.run_id, ctx.round, ctx.timeout, ctx.deps) == ("run", 2, 5.0, "d")
+
+
 # --------------------------------------------------------------------------- timeouts
 
 
 def context(**options: Any) -> Any:
-    from agentloop.registry import ExecutionContext
+    from agentloop import RunContext
 
     values: dict[str, Any] = {
         "run_id": "run",
@@ -317,7 +328,7 @@ def context(**options: Any) -> Any:
         "timeout": 5.0,
         **options,
     }
-    return ExecutionContext(**values)
+    return RunContext(**values)
 
 
 def calls_of(name: str, count: int, make: Any = lambda i: {}) -> list[Any]:

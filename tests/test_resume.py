@@ -43,7 +43,7 @@ from agentloop.errors import (
     TamperedStateError,
 )
 from agentloop.messages import parse_history
-from agentloop.run import CANCELLED_MESSAGE
+from agentloop.runstate import CANCELLED_MESSAGE
 from agentloop.state import STATE_VERSION
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 

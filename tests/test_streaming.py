@@ -29,7 +29,7 @@ from agentloop.events import (
 from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockDelta, BlockStop
-from agentloop.run import CANCELLED_MESSAGE
+from agentloop.runstate import CANCELLED_MESSAGE
 from agentloop.testing import (
     MessagesServer,
     RawResponse,

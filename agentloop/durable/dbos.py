@@ -31,6 +31,7 @@ from dbos import error as dbos_errors
 
 from agentloop.agent import Agent
 from agentloop.approval import Decision
+from agentloop.calls import ToolCall, ToolDefinition, ToolResult, sendable
 from agentloop.durable.records import result_from_json, result_to_json
 from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
@@ -38,15 +39,17 @@ from agentloop.errors import ConfigurationError, DecisionError, ResumeError
 from agentloop.events import ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
+from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.progress import events_to
 from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import OutputT, RunResult
 from agentloop.resume import plan
-from agentloop.run import RunState
-from agentloop.tools import ToolCall, ToolDefinition, ToolResult, sendable
+from agentloop.run import Run
 
 __all__ = ("DurableAgent",)
+
+_log = get_logger()
 
 
 _POLL_SECONDS = 0.1
@@ -602,7 +605,7 @@ class _Execution:
     effects: Any
     mailbox: Any
     emit: RunPublisher | None
-    current: RunState | None = None
+    current: Run[Any] | None = None
 
     async def result(self, run_id: str) -> dict[str, Any]:
         """Drive the run to its end; its result as JSON values."""
@@ -611,46 +614,63 @@ class _Execution:
         output_type = durable._output_type(request["output_type"])
         deps = durable._deps(request["deps"])
         limits = request["usage_limits"]
-        run, drive = await agent._prepare(
-            None,
-            request["messages"],
-            deps,
-            request["external_tools"],
-            None,
-            None if limits is None else UsageLimits(**limits),
-            request["output_type"],
+        result = await self._drive(
+            agent.start(
+                history=request["messages"],
+                deps=deps,
+                external_tools=request["external_tools"],
+                usage_limits=None if limits is None else UsageLimits(**limits),
+                output_type=request["output_type"],
+                **self._engine(run_id),
+            )
         )
-        self.current = run
-        run.perform_with(self.effects, run_id)
-        result = await drive(self.emit)
         wait = request["wait"]
         while wait is not None and result.state is not None:
             await self.mailbox.publish(result_to_json(result, output_type))
             answer = await self.mailbox.receive(wait)
             if answer is None:
                 break
-            try:
-                run, drive = await agent._prepare_resume(
-                    result.state, answer["decisions"], answer["results"], deps, None
-                )
+            try:  # checked before the run is told it no longer waits
+                plan(result.state, answer["decisions"], answer["results"], agent.registry)
             except ResumeError as exc:
-                run.log.warning("run.answer_refused", error=str(exc))
+                _log.warning("run.answer_refused", run_id=run_id, error=str(exc))
                 continue
             await self.mailbox.publish(None)
-            self.current = run
-            run.perform_with(self.effects, run_id)
-            result = await drive(self.emit)
+            result = await self._drive(
+                agent.start(
+                    state=result.state,
+                    decisions=answer["decisions"],
+                    results=answer["results"],
+                    deps=deps,
+                    **self._engine(run_id),
+                )
+            )
         if wait is not None:
             await self.mailbox.publish(None)
         if self.emit is not None:
             await DBOS.close_stream_async(_stream_key(run_id))
         return result_to_json(result, output_type)
 
+    def _engine(self, run_id: str) -> dict[str, Any]:
+        """What `Agent.start` needs to run inside this workflow, as `run_id`."""
+        return {
+            "stream": self.emit is not None,
+            "on_event": self.emit,
+            "effects": self.effects,
+            "run_id": run_id,
+        }
+
+    async def _drive(self, run: Run[Any]) -> RunResult[Any]:
+        self.current = run
+        async with run:
+            pass
+        return run.result
+
     def cancelled(self) -> dict[str, Any]:
         """The result of the run as it stood when it was cancelled."""
         run = self.current
         assert run is not None
-        outcome = run.outcome
-        if outcome is None:  # cancelled between two runs of the loop: while waiting
-            outcome = run.result("cancelled")
+        # Cancelled mid-run: its partial result; between two runs of the loop (while
+        # waiting): the paused one's (its stop reason is changed by the caller).
+        outcome = run.result
         return result_to_json(outcome, self.durable._output_type(self.request["output_type"]))

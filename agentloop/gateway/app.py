@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from agentloop._wire import random_id
 from agentloop.agent import Agent
+from agentloop.calls import wire_tool_name
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.events import ModelResponded
@@ -34,7 +35,6 @@ from agentloop.logs import get_logger
 from agentloop.providers.base import ModelResponse
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
-from agentloop.tools import wire_tool_name
 
 from .calls import Call, ThreadCall, continued_trace
 from .config import GATEWAY_KEYS_ENV, RUN_HEADER, SECRET_ENV, SESSION_HEADER, GatewayConfig

@@ -234,13 +234,13 @@ class RequestProvider:
         sent = dataclasses.replace(
             request,
             model=agent.model,
-            max_tokens=agent.max_tokens,
-            system=agent.system,
-            tool_choice=agent.tool_choice,
-            thinking=agent.thinking,
-            metadata=agent.metadata,
-            stop_sequences=agent.stop_sequences,
-            params=agent.params,
+            max_tokens=agent.config.max_tokens,
+            system=agent.config.system,
+            tool_choice=agent.config.tool_choice,
+            thinking=agent.config.thinking,
+            metadata=agent.config.metadata,
+            stop_sequences=agent.config.stop_sequences,
+            params=agent.config.request_params,
         )
         return agent, sent
 

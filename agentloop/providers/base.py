@@ -18,6 +18,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 from pydantic import TypeAdapter, ValidationError
 
 from agentloop._wire import compact_json
+from agentloop.calls import ToolDefinition
 from agentloop.errors import ConfigurationError, HistoryError, InvalidResponseError
 from agentloop.messages import (
     ContentBlock,
@@ -28,7 +29,6 @@ from agentloop.messages import (
     parse_history,
 )
 from agentloop.result import Usage
-from agentloop.tools import ToolDefinition
 
 __all__ = (
     "BlockDelta",

@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from agentloop.calls import ToolDefinition
 from agentloop.errors import ConfigurationError
 from agentloop.messages import ContentBlock, Message
-from agentloop.tools import ToolDefinition
 
 from .base import ModelRequest
 

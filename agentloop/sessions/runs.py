@@ -28,7 +28,7 @@ from .base import Session, SessionSnapshot, added_messages
 
 if TYPE_CHECKING:
     from agentloop.result import RunResult
-    from agentloop.run import RunState
+    from agentloop.runstate import RunState
 
 __all__ = ("SAVE_TIMEOUT", "append_result", "keeping", "load_session")
 

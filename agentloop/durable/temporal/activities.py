@@ -22,6 +22,8 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop import errors
 from agentloop.agent import Agent
+from agentloop.calls import ToolCall, ToolResult, sendable
+from agentloop.context import RunContext
 from agentloop.durable.streams import StepPublisher
 from agentloop.durable.temporal.workflow import TOPIC
 from agentloop.errors import ProviderError
@@ -36,8 +38,6 @@ from agentloop.providers.base import (
     retry_after,
 )
 from agentloop.providers.openai import OpenAIChatProvider
-from agentloop.registry import ExecutionContext
-from agentloop.tools import ToolCall, ToolResult, sendable
 
 
 class ActivityOwner(Protocol):
@@ -95,13 +95,16 @@ async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, An
     """
     call = ToolCall(data["id"], data["name"], data["input"])
     round_ = data["round"]
-    context = ExecutionContext(
-        data["run_id"],
-        round_,
-        durable.call_limiter(),
-        durable.agent.tool_timeout,
-        durable.deps,
-        durable.agent.tool_limiter,
+    config = durable.agent.config
+    context = RunContext(
+        run_id=data["run_id"],
+        round=round_,
+        deps=durable.deps,
+        model=config.model,
+        provider=config.provider,
+        limiter=durable.call_limiter(),
+        timeout=config.tool_timeout,
+        shared_limiter=config.tool_limiter,
     )
 
     async def run() -> ToolResult:

@@ -110,7 +110,7 @@ class TemporalAgent:
         self.task_queue = task_queue
         self.deps = deps
         self.model_timeout = model_timeout
-        seconds = agent.tool_timeout if math.isfinite(agent.tool_timeout) else 3600.0
+        seconds = agent.config.tool_timeout if math.isfinite(agent.config.tool_timeout) else 3600.0
         self.tool_timeout = tool_timeout or timedelta(seconds=seconds + 60)
         self.heartbeat_timeout = heartbeat_timeout
         self.retry_policy = retry_policy
@@ -140,7 +140,7 @@ class TemporalAgent:
     def call_limiter(self) -> anyio.CapacityLimiter:
         """The cap on the tool calls this worker runs at once (the agent's `tool_concurrency`)."""
         if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.agent.tool_concurrency)
+            self._limiter = anyio.CapacityLimiter(self.agent.config.tool_concurrency)
         return self._limiter
 
     def worker_options(self) -> dict[str, Any]:

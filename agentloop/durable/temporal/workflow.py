@@ -25,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from agentloop import errors
 from agentloop.agent import Agent
 from agentloop.approval import Approve, Decision, Deny
+from agentloop.calls import ToolCall, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher
 from agentloop.durable.temporal.results import ERROR_FIELDS
@@ -33,9 +34,8 @@ from agentloop.errors import AgentloopError, ProviderError
 from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import RunResult, ToolCallRecord, Usage
 from agentloop.resume import plan
-from agentloop.run import RunState
-from agentloop.state import PausedRun
-from agentloop.tools import ToolCall, ToolResult
+from agentloop.run import Run
+from agentloop.state import dump_state
 
 
 class WorkflowOwner(Protocol):
@@ -87,19 +87,29 @@ async def run_workflow(
     emit = None
     if data.get("stream"):
         emit = flow.publisher(output_type, continued="carry" in data)
-    run: RunState | None = None
+    begin = _beginning(data, run_id)
+    run: Run[Any] | None = None
     try:
-        run, drive = await _start(durable, data, run_id, emit)
         while True:
+            run = durable.agent.start(
+                **begin,
+                deps=durable.deps,
+                stream=emit is not None,
+                on_event=emit,
+                effects=durable.effects(emit),
+                run_id=run_id,
+            )
             try:
-                result = await drive(emit)
+                async with run:
+                    pass
             except _ContinueAsNew:
-                carry = _carry(run, data)
+                carry = _carry(run.result, data)
                 stream = None if emit is None else await flow.close_stream()
                 workflow.continue_as_new(
                     {"carry": carry, "wait_for_external": data.get("wait_for_external")}
                     | {"stream": data.get("stream", False), "stream_state": stream}
                 )
+            result = run.result
             wait = data.get("wait_for_external")
             if result.state is None or not wait:
                 return result_to_json(result, output_type)
@@ -118,15 +128,13 @@ async def run_workflow(
             state.pending = state.waiting = None
             assert state.answers is not None
             results, decisions = state.answers
-            run = durable.agent._resumed_run(result.state, decisions, results, durable.deps)
-            run.perform_with(durable.effects(emit), run_id)
-            drive = _driver(durable.agent, run)
+            begin = {"state": result.state, "decisions": decisions, "results": results}
     except asyncio.CancelledError:
-        if run is None or run.outcome is None:
+        if run is None or not run.done:
             raise
         # Cancelled mid-turn (its calls answered as cancelled), or while it waited for
         # answers: then it ends as it paused, its state kept for `Agent.resume`.
-        cancelled = replace(run.outcome, stop_reason="cancelled")
+        cancelled = replace(run.result, stop_reason="cancelled")
         return result_to_json(cancelled, output_type)
     except AgentloopError as exc:
         partial = None if exc.result is None else result_to_json(exc.result, output_type)
@@ -139,38 +147,32 @@ async def run_workflow(
         ) from exc
 
 
-async def _start(
-    durable: WorkflowOwner, data: dict[str, Any], run_id: str, emit: RunPublisher | None
-) -> tuple[RunState, Callable[[Any], Awaitable[RunResult[Any]]]]:
+def _beginning(data: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """What the workflow's first run starts from (`Agent.start`'s arguments).
+
+    A workflow continued as new starts from the state the last one carried over: a run
+    between two rounds.
+    """
     carry = data.get("carry")
     if carry is None:
-        run, drive = await durable.agent._prepare(
-            data.get("prompt"),
-            data.get("history"),
-            durable.deps,
-            data.get("external_tools", ()),
-            None,
-        )
-    else:
-        run, drive = await durable.agent._prepare(
-            None, carry["messages"], durable.deps, carry["external"], None
-        )
-        run.restore(
-            PausedRun(
-                run_id=run_id,
-                rounds=carry["rounds"],
-                usage=Usage(**carry["usage"]),
-                messages=list(run.history.messages),
-                finished=[],
-                pending=[],
-                tool_calls=[ToolCallRecord(**c) for c in carry["tool_calls"]],
-                container=carry["container"],
-                external=carry["external"],
-                cost=carry["cost"],
-            )
-        )
-    run.perform_with(durable.effects(emit), run_id)
-    return run, drive
+        return {
+            "prompt": data.get("prompt"),
+            "history": data.get("history"),
+            "external_tools": data.get("external_tools", ()),
+        }
+    between_rounds = dump_state(
+        run_id=run_id,
+        rounds=carry["rounds"],
+        usage=Usage(**carry["usage"]),
+        messages=carry["messages"],
+        finished=[],
+        pending=[],
+        tool_calls=[ToolCallRecord(**c) for c in carry["tool_calls"]],
+        container=carry["container"],
+        external=carry["external"],
+        cost=carry["cost"],
+    )
+    return {"state": between_rounds}
 
 
 class TemporalEffects:
@@ -425,23 +427,16 @@ def workflow_class(durable: WorkflowOwner) -> type[AgentWorkflow]:
     )
 
 
-def _driver(agent: Agent[Any], run: RunState) -> Callable[[Any], Awaitable[RunResult[Any]]]:
-    async def drive(emit: Any) -> RunResult[Any]:
-        return await agent._drive(run, emit)
-
-    return drive
-
-
-def _carry(run: RunState, data: dict[str, Any]) -> dict[str, Any]:
-    """What the next workflow run needs to go on with `run` (a round boundary)."""
+def _carry(result: RunResult[Any], data: dict[str, Any]) -> dict[str, Any]:
+    """What the next workflow run needs to go on from `result` (a round boundary)."""
     return {
-        "messages": run.history.dump(),
-        "rounds": run.rounds - 1,  # the round about to start has not been sent
-        "usage": asdict(run.usage),
-        "tool_calls": [asdict(c) for c in run.calls],
-        "container": run.container,
+        "messages": result.messages,
+        "rounds": result.rounds - 1,  # the round about to start has not been sent
+        "usage": asdict(result.usage),
+        "tool_calls": [asdict(c) for c in result.tool_calls],
+        "container": result.container,
         "external": data["carry"]["external"] if "carry" in data else data["external_tools"],
-        "cost": run.cost,
+        "cost": result.cost,
     }
 
 

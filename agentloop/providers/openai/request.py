@@ -13,6 +13,7 @@ from typing import Any
 
 from agentloop import errors
 from agentloop._wire import compact_json
+from agentloop.calls import ToolDefinition
 from agentloop.messages import (
     ContentBlock,
     DocumentBlock,
@@ -24,7 +25,6 @@ from agentloop.messages import (
     ToolUseBlock,
 )
 from agentloop.providers.base import ModelRequest
-from agentloop.tools import ToolDefinition
 
 from .compat import ChatCompat, resolve, wire_id
 

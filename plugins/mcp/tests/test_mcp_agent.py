@@ -9,7 +9,7 @@ from _mcp_support import ConnectionLog, HTTPServerProcess, pid_alive
 from agentloop import Agent, RunResult
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
-from agentloop.run import CANCELLED_MESSAGE
+from agentloop.runstate import CANCELLED_MESSAGE
 from agentloop.testing import ScriptedProvider, reply, tool_call
 
 from agentloop_mcp import MCPServer, MCPToolSource

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 from _mcp_support import ConnectionLog, HTTPServerProcess
-from agentloop import ConfigurationError, ToolError
+from agentloop import ConfigurationError, RunContext, ToolError
 from agentloop.errors import DuplicateToolError
 from agentloop.messages import DocumentBlock, ImageBlock, TextBlock
-from agentloop.registry import ExecutionContext, ToolRegistry
+from agentloop.registry import ToolRegistry
 from agentloop.tools import ToolCall
 from pydantic import ValidationError
 
@@ -122,7 +122,7 @@ async def test_invalid_input_is_answered_without_calling_the_server(
 ) -> None:
     async with MCPToolSource([stdio_server()]) as source:
         registry = ToolRegistry(source.tools())
-        context = ExecutionContext("run", 1, anyio.CapacityLimiter(4), 30.0)
+        context = RunContext(run_id="run", round=1, limiter=anyio.CapacityLimiter(4), timeout=30.0)
         calls = [
             ToolCall("t1", "add", {"a": 1}),
             ToolCall("t2", "add", {"a": "one", "b": 2, "c": 3}),
@@ -265,7 +265,7 @@ async def test_a_call_that_times_out_is_cancelled_on_the_server(
 ) -> None:
     async with MCPToolSource([stdio_server(timeout=0.5)]) as source:
         registry = ToolRegistry(source.tools())
-        context = ExecutionContext("run", 1, anyio.CapacityLimiter(4), 30.0)
+        context = RunContext(run_id="run", round=1, limiter=anyio.CapacityLimiter(4), timeout=30.0)
         [result] = await registry.execute([ToolCall("t1", "block", {"tag": "b"})], context)
         assert result.is_error and "timed out after 0.5 s" in str(result.content)
         # The connection is still good for the next call.

@@ -1,0 +1,258 @@
+"""The values of a tool call: what the model asked for, and what goes back to it.
+
+`ToolDefinition` announces a tool in a request; `ToolCall` is one call a response asks
+for; `ToolResult` is its outcome, ready to become a `tool_result` block. They are
+provider-neutral values, below everything that runs calls (`agentloop.tools` makes the
+tools, `agentloop.registry` runs them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pydantic_core
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .errors import ConfigurationError
+from .messages import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = (
+    "ToolCall",
+    "ToolDefinition",
+    "ToolResult",
+    "sendable",
+    "to_content",
+    "wire_tool_name",
+)
+
+_BLOCKS = TypeAdapter(list[ContentBlock])
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A tool as a model request announces it: provider-neutral."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further wire fields sent with the definition (e.g. `cache_control`)."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The Anthropic `tools[]` entry."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            **self.extra,
+        }
+
+
+def wire_tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:
+    """The name a tool definition announces, or None for a tool kind without one.
+
+    Some kinds the API runs itself carry no name (the MCP connector's
+    `{"type": "mcp_toolset", "mcp_server_name": ...}`): they are announced as they are,
+    and the model never calls them by a name of theirs.
+
+    Raises:
+        ConfigurationError: the definition has neither a name nor a `type`, or its name
+            is not a non-empty string.
+    """
+    if isinstance(definition, ToolDefinition):
+        name: Any = definition.name
+    else:
+        name = definition.get("name")
+        kind = definition.get("type")
+        if name is None and isinstance(kind, str) and kind:
+            return None
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(
+            "a tool needs a name, unless it is a tool kind without one (a `type` such as "
+            f"mcp_toolset): {definition!r}"[:500]
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for: provider-neutral."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+    error: str | None = None
+    """Why this call must not run (its input was cut off, was not valid JSON, was not an
+    object, ...): the loop answers it with an `is_error` result carrying this text,
+    without running the tool, whatever kind of tool it names."""
+
+    @classmethod
+    def from_block(cls, block: ToolUseBlock, *, error: str | None = None) -> ToolCall:
+        """The call a `tool_use` block asks for (with `error` if it must not run)."""
+        return cls(id=block.id, name=block.name, input=block.input, error=error)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one call, ready to become a `tool_result` block."""
+
+    tool_use_id: str
+    name: str
+    content: str | list[ContentBlock] | None
+    """What the model sees; `None` for a tool that returned nothing."""
+    is_error: bool = False
+    duration: float = 0.0
+    """Seconds the tool ran (not counting the wait for a concurrency slot)."""
+    ran: bool = True
+    """False when the call was answered without running the tool (cut off, cancelled)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain JSON values; `from_json` turns them back into an equal one.
+
+        How a result is recorded outside the process (a durable run's step, a paused run).
+        """
+        content = self.content
+        return {
+            "tool_use_id": self.tool_use_id,
+            "name": self.name,
+            "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
+            "is_error": self.is_error,
+            "duration": self.duration,
+            "ran": self.ran,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
+        """The result `to_json` recorded.
+
+        Raises:
+            ValueError: `data` is not what `to_json` writes.
+        """
+        try:
+            content = data["content"]
+            if isinstance(content, list):
+                content = _BLOCKS.validate_python(content)
+            elif content is not None and not isinstance(content, str):
+                raise TypeError(f"content is a {type(content).__name__}")
+            return cls(
+                str(data["tool_use_id"]),
+                str(data["name"]),
+                content,
+                is_error=bool(data["is_error"]),
+                duration=float(data["duration"]),
+                ran=bool(data["ran"]),
+            )
+        except (KeyError, TypeError, ValidationError) as exc:
+            raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
+
+    @classmethod
+    def from_block(cls, block: ToolResultBlock, name: str) -> ToolResult:
+        """The result a `tool_result` block holds (of a call of `name` not run here)."""
+        content = block.content
+        return cls(
+            block.tool_use_id,
+            name,
+            content if isinstance(content, str) else list(content),
+            is_error=block.is_error,
+            ran=False,
+        )
+
+    @classmethod
+    def error(
+        cls, call: ToolCall, message: str, duration: float = 0.0, *, ran: bool = True
+    ) -> ToolResult:
+        """An `is_error` result carrying `message`."""
+        return cls(call.id, call.name, message, is_error=True, duration=duration, ran=ran)
+
+    def to_block(self) -> ToolResultBlock:
+        """The `tool_result` block for the history."""
+        fields: dict[str, Any] = {"tool_use_id": self.tool_use_id}
+        if self.content is not None and self.content != "":
+            fields["content"] = self.content
+        if self.is_error:
+            fields["is_error"] = True
+        return ToolResultBlock(**fields)  # only the fields set here are dumped
+
+    @property
+    def text(self) -> str:
+        """The content as text (block content joined), for logs and the tool-call log."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(b.text if isinstance(b, TextBlock) else f"[{b.type}]" for b in self.content)
+
+
+_BLOCK_OUTPUTS = (TextBlock, ImageBlock, DocumentBlock)
+
+
+def to_content(value: Any) -> str | list[ContentBlock] | None:
+    """What the model sees for a tool's return value.
+
+    str as is; None as an empty success; a content block, or a list of them, as block
+    content; a pydantic model as its JSON; anything else JSON-encodable as JSON.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _BLOCK_OUTPUTS):
+        return [value]
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, _BLOCK_OUTPUTS) for v in value)
+    ):
+        return list(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return pydantic_core.to_json(value).decode()
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def sendable(result: ToolResult) -> ToolResult:
+    """`result` with text UTF-8 cannot carry (lone surrogates) replaced, and the fact said.
+
+    A tool returning `os.fsdecode(...)` of a file name that is not UTF-8 (what `os.listdir`
+    gives for such names) would otherwise make the next request impossible to send. Each such
+    character becomes U+FFFD, and a note at the end tells the model so.
+    """
+    content = result.content
+    if isinstance(content, str):
+        if content.isascii() or not _SURROGATES.search(content):
+            return result
+        fixed, count = _SURROGATES.subn("\ufffd", content)
+        return replace(result, content=fixed + _replaced_note(count))
+    if not content or not any(
+        isinstance(b, TextBlock) and _SURROGATES.search(b.text) for b in content
+    ):
+        return result
+    blocks: list[ContentBlock] = []
+    total = 0
+    for block in content:
+        if isinstance(block, TextBlock):
+            text, count = _SURROGATES.subn("\ufffd", block.text)
+            total += count
+            block = block.model_copy(update={"text": text}) if count else block
+        blocks.append(block)
+    blocks.append(TextBlock(text=_replaced_note(total).strip()))
+    return replace(result, content=blocks)
+
+
+def _replaced_note(count: int) -> str:
+    return (
+        f"\n[{count} character(s) of this result could not be encoded as UTF-8 (lone "
+        "surrogates, e.g. from a file name that is not UTF-8) and were replaced with U+FFFD]"
+    )

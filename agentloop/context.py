@@ -1,0 +1,120 @@
+"""The context a run hands to everything that works on its behalf.
+
+A run builds one frozen `RunContext` per turn, by keyword; each tool call gets a copy
+naming the call (`for_call`, a `dataclasses.replace`). Tools, approval rules, output
+validators and history processors read it; the registry takes its caps, timeout and
+effects from it; and code that spends on the run's behalf (a sub-agent, a summary
+request, an MCP server's sampling) counts it with `add_usage`, explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic
+
+import anyio
+from typing_extensions import TypeVar
+
+from .effects import DIRECT, Effects
+from .result import Usage
+
+if TYPE_CHECKING:
+    from .limits import Breach, Meter, UsageLimits
+    from .providers.base import Provider
+    from .calls import ToolCall
+    from .tracing import Tracing
+
+__all__ = ("DepsT", "RunContext")
+
+# The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
+DepsT = TypeVar("DepsT", default=Any)
+
+
+@dataclass(frozen=True)
+class RunContext(Generic[DepsT]):
+    """What a run tells the code working for it: ids, `deps`, and the run's meter.
+
+    A parameter typed `RunContext` is injected into a tool (and hidden from the schema the
+    model sees); approval rules, output validators and history processors may take one
+    first. `RunContext[MyDeps]` types `deps`; a bare `RunContext` means `RunContext[Any]`.
+    A context made by hand (in a tool's unit test: `RunContext("run", 1, deps=...)`) has
+    no run behind it: `add_usage` counts nothing and no limit applies.
+    """
+
+    run_id: str
+    """Id of the run (also bound in every log event of the run)."""
+    round: int
+    """Which model request of the run this is about, from 1."""
+    tool_use_id: str = ""
+    """Id of the `tool_use` block being answered ("" outside a tool call)."""
+    tool_name: str = ""
+    """Name of the tool being called ("" outside a tool call)."""
+    deps: DepsT = None  # type: ignore[assignment]  # None only where no deps were given
+    """The object passed as `agent.run(..., deps=...)`: connections, config, the user."""
+    _: KW_ONLY
+    model: str = ""
+    """The model the run's requests go to."""
+    provider: Provider | None = field(default=None, repr=False)
+    """Where the run's requests go (for code asking the model on the run's behalf)."""
+    meter: Meter | None = field(default=None, repr=False)
+    """The run's spending and limits (see `add_usage`); None outside a run."""
+    limiter: anyio.CapacityLimiter | None = field(default=None, repr=False)
+    """Caps the run's tool calls in flight at once (the agent's `tool_concurrency`)."""
+    timeout: float = math.inf
+    """Default seconds per call (`math.inf`: none); a tool's own `timeout` wins."""
+    shared_limiter: anyio.CapacityLimiter | None = field(default=None, repr=False)
+    """An optional second cap shared by every run of a process (`tool_limiter`)."""
+    thread_limiter: anyio.CapacityLimiter | None = field(default=None, repr=False)
+    """Worker threads for sync tools; `registry.thread_limiter()` when None."""
+    log: Any = field(default=None, repr=False)
+    """The logger of the run's events (`run_id` and `round` bound); a default if None."""
+    tracing: Tracing | None = field(default=None, repr=False)
+    """The run's spans; each call gets an `execute_tool` span when set."""
+    effects: Effects = field(default=DIRECT, repr=False)
+    """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """`"{run_id}:{tool_use_id}"`: the same every time this call is run again.
+
+        A run that is retried or resumed (a durable run after a crash, a paused run)
+        may run a call whose effect already happened. A tool that changes the world
+        records this key with its effect and skips an effect already recorded under it,
+        so the call's effect happens once.
+        """
+        return f"{self.run_id}:{self.tool_use_id}"
+
+    def for_call(self, call: ToolCall) -> RunContext[DepsT]:
+        """This context, naming `call` (what the call's tool and approval rule get)."""
+        return replace(self, tool_use_id=call.id, tool_name=call.name)
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens the run has used so far (sub-runs and summaries included)."""
+        return self.meter.usage if self.meter is not None else Usage()
+
+    def add_usage(self, usage: Usage, cost: float | None = None, *, tool_calls: int = 0) -> None:
+        """Count requests made on the run's behalf (a sub-run, a summary) in its usage.
+
+        Args:
+            usage: The tokens they used, with their number of `requests`.
+            cost: What they cost in US dollars; None when unknown (the run's cost then
+                becomes unknown too).
+            tool_calls: Tool calls they ran (a sub-run's), counted against the run's
+                `UsageLimits.tool_calls`.
+        """
+        if self.meter is not None:
+            self.meter.add_usage(usage, cost, tool_calls)
+
+    def limits_left(self) -> UsageLimits | None:
+        """What is left of the run's `UsageLimits` (None: the run has none)."""
+        return self.meter.remaining() if self.meter is not None else None
+
+    def limit_reached(self) -> Breach | None:
+        """The limit the run's next model request would certainly go over, or None.
+
+        Check it before making a request on the run's behalf (as a sub-agent or a
+        summary does): a request past the limit must not be sent.
+        """
+        return self.meter.before_request() if self.meter is not None else None

@@ -1,0 +1,90 @@
+"""A round's model request: built from the agent's configuration and the run's history, then sent.
+
+`build_request` makes the provider-neutral `ModelRequest` of the next round (a typed
+output shapes it); `send_request` sends it through the run's effects, streamed when a
+handler of streamed events is given and the provider can stream, inside its `chat` span,
+and logs what came back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from .config import AgentConfig
+from .effects import OnEvent
+from .messages import Message
+from .providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
+from .runstate import RunState
+from .tracing import record_response
+
+__all__ = ("build_request", "provider_name", "send_request")
+
+
+def build_request(
+    config: AgentConfig, state: RunState, messages: Sequence[Message], params: dict[str, Any]
+) -> ModelRequest:
+    """The next request of the run `state`: `messages` (already compacted) and its tools.
+
+    `params` are the config's `request_params`, computed once per run.
+    """
+    registry = state.registry
+    tools = registry.definitions()
+    request = ModelRequest(
+        model=config.model,
+        messages=messages,
+        max_tokens=config.max_tokens,
+        system=config.system,
+        tools=[*tools, *state.external] if state.external else tools,
+        tool_choice=config.tool_choice,
+        thinking=config.thinking,
+        metadata=config.metadata,
+        stop_sequences=config.stop_sequences,
+        container=state.container,
+        params=params,
+        cache=config.cache_marker,
+    )
+    return request if state.output is None else state.output.shape(request)
+
+
+async def send_request(
+    config: AgentConfig, state: RunState, request: ModelRequest, on_event: OnEvent | None
+) -> ModelResponse:
+    """Send `request` through the run's effects; streamed to `on_event` when one is given."""
+    started = time.perf_counter()
+    send = partial(_ask, config.provider, request)
+    if state.tracing is None:
+        response = await state.effects.model(request, state.rounds, send, on_event)
+    else:
+        tracing = state.tracing
+        name = provider_name(config.provider)
+        with tracing.chat(name, config.model, config.max_tokens, request.messages) as span:
+            response = await state.effects.model(request, state.rounds, send, on_event)
+            record_response(span, response, tracing.capture_content)
+    state.log.info(
+        "model.request",
+        round=state.rounds,
+        latency=round(time.perf_counter() - started, 4),
+        input_tokens=response.usage.input_tokens,
+        output_tokens=response.usage.output_tokens,
+        cache_read_input_tokens=response.usage.cache_read_input_tokens,
+        stop_reason=response.stop_reason,
+    )
+    return response
+
+
+async def _ask(
+    provider: Provider, request: ModelRequest, on_event: OnEvent | None
+) -> ModelResponse:
+    """Send `request`, streamed to `on_event` when one is given and the provider can."""
+    if on_event is not None and isinstance(provider, StreamingProvider):
+        return await provider.stream(request, on_event)
+    return await provider.complete(request)
+
+
+def provider_name(provider: Provider) -> str:
+    """The provider's name for traces (`gen_ai.provider.name`)."""
+    name = getattr(provider, "name", None)
+    return name if isinstance(name, str) else type(provider).__name__

@@ -1,0 +1,280 @@
+"""The state of one run: its history, its meter, its tool-call log and its pause.
+
+Every `Run` holds one `RunState`; the loop and its turns change it only through its
+methods, and `result()` reads it as a `RunResult` at any moment. Keeping it apart from
+`Agent` lets one agent serve any number of concurrent runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from .approval import Gate, Waiting
+from .calls import ToolCall, ToolDefinition, ToolResult
+from .effects import DIRECT, Effects
+from .history import History
+from .limits import Meter
+from .messages import ContentBlock
+from .output import OutputRun
+from .providers.base import ModelResponse
+from .registry import ToolRegistry
+from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
+from .state import PausedRun, PendingCall, dump_state
+from .tracing import Tracing
+
+__all__ = ("CANCELLED_MESSAGE", "RunState")
+
+CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
+
+
+class RunState:
+    """One run's state. Its history changes only through `History`'s methods."""
+
+    def __init__(
+        self,
+        history: History,
+        *,
+        deps: Any,
+        tool_concurrency: int,
+        log: Any,
+        tracing: Tracing | None = None,
+        registry: ToolRegistry | None = None,
+        external: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        external_names: frozenset[str] = frozenset(),
+        gate: Gate | None = None,
+        meter: Meter | None = None,
+        output: OutputRun | None = None,
+    ) -> None:
+        """Start a run over `history`; `log` gets the run's id bound.
+
+        `tracing` opens the run's spans (None: no spans); `registry` holds the tools the
+        run announces and runs (a typed output's final-result tools included);
+        `external` are the definitions of external tools announced with each request,
+        `external_names` their names;
+        `gate` says which calls wait (by default those of the external tools).
+        `meter` counts the run's tokens, cost and tool calls against its usage limits.
+        `output` reads a typed output (None: the output is the final text).
+        """
+        self.id = uuid.uuid4().hex
+        self.history = history
+        self.deps = deps
+        self.tracing = tracing
+        self.registry = registry if registry is not None else ToolRegistry()
+        self.external = tuple(external)
+        self.external_names = external_names
+        self.meter = meter if meter is not None else Meter(None, "")
+        self.rounds = 0
+        self.calls: list[ToolCallRecord] = []
+        self.container: str | None = None
+        self.stop_sequence: str | None = None
+        """The stop sequence the last response stopped at, if it stopped at one."""
+        self.limiter = anyio.CapacityLimiter(tool_concurrency)
+        self.log = log.bind(run_id=self.id)
+        self.stopping = False
+        """Whether the run stops after the turn under way (see `stop_after_turn`)."""
+        self.final: RunResult[Any] | None = None
+        """The result of a run that finished."""
+        self.partial: RunResult[Any] | None = None
+        """The result of a run that ended early (failed or cancelled)."""
+        self.pending: list[dict[str, Any]] = []
+        """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
+        self.held: list[dict[str, Any]] = []
+        """The run's own results of the turn that handed calls back (wire blocks)."""
+        self.gate = gate or Gate(external_names=external_names)
+        self.waiting: list[PendingCall] = []
+        """Every call of the turn that paused the run: approval and external, in order."""
+        self.paused: PausedRun | None = None
+        """The paused run this one resumes, until its turn is answered."""
+        self.output = output
+        self.effects: Effects = DIRECT
+        """Where the run's model requests and tool calls are performed (`agentloop.effects`)."""
+
+    def perform_with(self, effects: Effects, run_id: str) -> None:
+        """Run as `run_id`, its effects performed by `effects` (a durable engine's).
+
+        An engine that replays a run after a crash gives it the same id each time, so
+        that `RunContext.idempotency_key` is the same for each of its calls.
+        """
+        self.effects = effects
+        self.id = run_id
+        self.log = self.log.bind(run_id=run_id)
+
+    @property
+    def outcome(self) -> RunResult[Any] | None:
+        """The final result, the partial one if the run ended early, or None while it runs."""
+        return self.final or self.partial
+
+    def start_round(self) -> int:
+        """Count a new model request; return its number (from 1)."""
+        self.rounds += 1
+        return self.rounds
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens used so far (the meter's total, sub-runs and summaries included)."""
+        return self.meter.usage
+
+    @property
+    def cost(self) -> float | None:
+        """The run's cost so far in US dollars, or None when a price is unknown.
+
+        Each response is priced as it came (the meter's total, which a cost limit counts).
+        """
+        return self.meter.cost
+
+    def stop_after_turn(self) -> None:
+        """Let the turn under way finish, then stop before the next model request."""
+        self.stopping = True
+
+    def add_response(
+        self, response: ModelResponse, errors: dict[str, str] | None = None
+    ) -> list[ToolCall]:
+        """Count the response's usage and add it to the history; return its calls."""
+        self.meter.add(response.usage)
+        stopped = response.stop_reason == "stop_sequence"
+        sequence = response.stop_sequence
+        self.stop_sequence = sequence if stopped and isinstance(sequence, str) else None
+        if response.container and response.container.get("id"):
+            self.container = str(response.container["id"])
+        return self.history.add_response(response, errors)
+
+    def answer_turn(
+        self,
+        results: Mapping[str, ToolResult],
+        missing: str,
+        *,
+        partial: Sequence[ContentBlock] | None = None,
+        calls: Mapping[str, ToolCall] | None = None,
+    ) -> list[tuple[ToolCall, ToolResult]]:
+        """Answer the turn's calls in the history (see `History.answer_turn`) and log them.
+
+        `calls` names, by id, a call that ran with other input than its `tool_use`
+        block's (a person's edit): the log shows what ran.
+        """
+        pairs = self.history.answer_turn(results, missing, partial=partial)
+        if calls:
+            pairs = [(calls.get(c.id, c), r) for c, r in pairs]
+        if self.paused is None:
+            self.log_calls(pairs)
+        else:
+            self._log_resumed(pairs)
+        return pairs
+
+    def hand_back(
+        self,
+        calls: Sequence[tuple[ToolCall, Waiting]],
+        own: Sequence[tuple[ToolCall, ToolResult]],
+    ) -> None:
+        """End the run's turns here: `calls` wait for the caller, `own` results are held."""
+        self.waiting = [PendingCall(c.id, c.name, c.input, w.kind, w.reason) for c, w in calls]
+        self.pending = [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
+            for c, w in calls
+            if w.kind == "external"
+        ]
+        self.held = [r.to_block().to_wire() for _, r in own]
+        self.log_calls(own)
+
+    @property
+    def pause_reason(self) -> StopReason | None:
+        """Why the run stops for its caller: approval first, then external calls; or None."""
+        if any(w.kind == "approval" for w in self.waiting):
+            return "approval_required"
+        return "tool_use" if self.waiting else None
+
+    def restore(self, paused: PausedRun) -> None:
+        """Continue the run `paused` describes (its history is this run's already).
+
+        A state with no waiting calls is a run between two rounds (a durable run going on
+        in a new process): it has no turn to finish.
+        """
+        self.id = paused.run_id
+        self.log = self.log.bind(run_id=self.id)
+        self.rounds = paused.rounds
+        self.calls = list(paused.tool_calls)
+        self.container = paused.container
+        self.paused = paused if paused.pending else None
+        # The limits hold over the whole run: count what it spent before the pause (its
+        # responses priced one by one, as they came). The calls waiting for approval were
+        # counted when their response came (a call answered without running is counted
+        # too: the count errs on the safe side).
+        waiting = sum(1 for p in paused.pending if p.kind == "approval")
+        self.meter.add_usage(paused.usage, paused.cost, len(paused.tool_calls) + waiting)
+
+    def _log_resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
+        """Log the paused turn's calls in order: the run's turn is over, as if never paused.
+
+        The calls of the turn that ran before the pause were logged then, last; their
+        entries move to their place among the others.
+        """
+        ids = {c.id for c, _ in pairs}
+        earlier = {r.tool_use_id: r for r in self.calls if r.tool_use_id in ids}
+        self.calls = [r for r in self.calls if r.tool_use_id not in ids]
+        for call, result in pairs:
+            if call.id in earlier:
+                self.calls.append(earlier[call.id])
+            else:
+                self.log_calls([(call, result)])
+        self.paused = None
+
+    def log_calls(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
+        """Add the calls to `RunResult.tool_calls`."""
+        for call, r in pairs:
+            self.calls.append(
+                ToolCallRecord(
+                    self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration
+                )
+            )
+
+    def finish(self, stop_reason: StopReason) -> RunResult[Any]:
+        """The run is over: its final result."""
+        self.final = self.result(stop_reason)
+        return self.final
+
+    def end_early(self, stop_reason: StopReason) -> RunResult[Any]:
+        """The run failed or was cancelled: its partial result (the turn closed already)."""
+        self.partial = self.result(stop_reason)
+        return self.partial
+
+    def result(self, stop_reason: StopReason) -> RunResult[Any]:
+        """The run's result as it stands."""
+        return RunResult(
+            text=self.history.last_text,
+            stop_reason=stop_reason,
+            messages=self.history.dump(),
+            tool_calls=list(self.calls),
+            usage=self.usage,
+            rounds=self.rounds,
+            run_id=self.id,
+            pending=list(self.pending),
+            held=list(self.held),
+            approvals=[
+                ApprovalRequest(w.tool_use_id, w.name, w.input, w.reason)
+                for w in self.waiting
+                if w.kind == "approval"
+            ],
+            state=self._state() if self.waiting else None,
+            output=self.history.last_text if self.output is None else self.output.value,
+            cost=self.cost,
+            stop_sequence=self.stop_sequence,
+            container=self.container,
+        )
+
+    def _state(self) -> dict[str, Any]:
+        """What `Agent.resume` needs to continue this paused run (see `agentloop.state`)."""
+        return dump_state(
+            run_id=self.id,
+            rounds=self.rounds,
+            usage=self.usage,
+            messages=self.history.dump(),
+            finished=self.held,
+            pending=self.waiting,
+            tool_calls=self.calls,
+            container=self.container,
+            external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
+            cost=self.cost,
+        )
