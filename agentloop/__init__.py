@@ -16,9 +16,9 @@ import warnings
 # Only modules and private names here: every public name of this module is exported.
 if typing.TYPE_CHECKING:
     from .agent import Agent as Agent
-    from .agent import RunOptions as RunOptions
     from .approval import Approve as Approve
     from .approval import Deny as Deny
+    from .calls import ToolDefinition as ToolDefinition
     from .config import AgentConfig as AgentConfig
     from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
@@ -77,11 +77,11 @@ if typing.TYPE_CHECKING:
     from .result import ToolCallRecord as ToolCallRecord
     from .result import Usage as Usage
     from .run import Run as Run
+    from .run import RunOptions as RunOptions
     from .sessions import RedisSession as RedisSession
     from .sessions import Session as Session
     from .sessions import SQLiteSession as SQLiteSession
     from .tools import Tool as Tool
-    from .calls import ToolDefinition as ToolDefinition
     from .tools import raw_tools as raw_tools
     from .tools import tool as tool
 
@@ -149,7 +149,7 @@ _MODULES = {
     "UnknownBlock": "messages",
     "Usage": "result",
     "Run": "run",
-    "RunOptions": "agent",
+    "RunOptions": "run",
     "AgentConfig": "config",
     "UsageLimitExceeded": "errors",
     "UsageLimits": "limits",

@@ -9,61 +9,38 @@ it. An agent keeps no per-run state, so one serves any number of concurrent runs
 from __future__ import annotations
 
 import types
+import warnings
 from collections.abc import (
     AsyncIterator,
     Callable,
-    Collection,
     Iterable,
     Mapping,
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import anyio
-from opentelemetry.trace import TracerProvider
 from typing_extensions import Unpack
 
-from .approval import ApprovalRule, Decision
-from .calls import ToolDefinition
-from .compaction import HistoryProcessor
-from .config import DEFAULT_MODEL, AgentConfig
-from .effects import Effects
+from .approval import Decision
+from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
 from .errors import ConfigurationError
-from .limits import UsageLimits
-from .messages import ContentBlock, Message
-from .output import OutputMode, OutputValidator, check_validator
+from .messages import ContentBlock
+from .output import OutputValidator, check_validator
 from .providers.base import Provider
-from .providers.caching import CacheSetting
 from .registry import ToolRegistry
 from .result import OutputT, RunResult
-from .run import Run
+from .run import Run, RunOptions, StartOptions
 from .sessions.base import Session
 from .tools import Tool
-from .turn import Emit
 
-__all__ = ("DEFAULT_MODEL", "Agent", "RunOptions")
+__all__ = ("DEFAULT_MODEL", "Agent")
 
 RunOutputT = TypeVar("RunOutputT")
 """The output type of one run given `output_type=`, instead of the agent's."""
 Prompt = str | Sequence[ContentBlock] | None
-
-
-class RunOptions(TypedDict, total=False):
-    """What a run may be given besides its prompt (`start`, `run`, `run_stream`, ...)."""
-
-    history: Iterable[Message | Mapping[str, Any]] | None
-    """Earlier messages (e.g. a previous `RunResult.messages`)."""
-    deps: Any
-    """Any object; tools receive it as `RunContext.deps`."""
-    external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
-    """Tools announced to the model that this run does not run: their calls are handed
-    back (`stop_reason="tool_use"`, `RunResult.pending`; see docs/approval.md)."""
-    session: Session | None
-    """A `Session` to continue instead of `history`; what the run adds is appended."""
-    usage_limits: UsageLimits | None
-    """The most this run may spend, instead of the agent's `usage_limits`."""
 
 
 class Agent(Generic[OutputT]):
@@ -74,38 +51,17 @@ class Agent(Generic[OutputT]):
     (`Agent[Forecast]` for `output_type=Forecast`).
     """
 
-    def __init__(  # noqa: D417 (the options are documented on AgentConfig)
+    def __init__(
         self,
         model: str = DEFAULT_MODEL,
         *,
         provider: Provider | None = None,
         client: Any = None,
         tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
-        system: str | Sequence[Mapping[str, Any]] | None = None,
-        max_rounds: int = 10,
-        max_tokens: int = 4096,
-        tool_concurrency: int = 8,
-        tool_timeout: float = 30.0,
-        tool_limiter: anyio.CapacityLimiter | None = None,
-        tool_choice: Mapping[str, Any] | None = None,
-        thinking: Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        stop_sequences: Sequence[str] | None = None,
-        on_tool_error: Literal["continue", "stop"] = "continue",
-        params: Mapping[str, Any] | None = None,
-        name: str = "agentloop",
-        tracer_provider: TracerProvider | None = None,
-        history_check: Literal["strict", "off"] = "strict",
-        approval_required: Collection[str] | ApprovalRule | None = None,
-        usage_limits: UsageLimits | None = None,
-        history_processors: Sequence[HistoryProcessor] = (),
-        context_management: Mapping[str, Any] | None = None,
         output_type: type[OutputT] | types.UnionType | None = None,
-        output_mode: OutputMode = "auto",
-        output_retries: int = 2,
-        cache: CacheSetting = "auto",
+        **options: Unpack[AgentOptions],
     ) -> None:
-        """Configure an agent: each option is a field of `AgentConfig`, documented there.
+        """Configure an agent.
 
         Args:
             model: Model name sent with each request.
@@ -114,7 +70,10 @@ class Agent(Generic[OutputT]):
                 client class of the SDK: Bedrock, Vertex, ...) or `openai.AsyncOpenAI`
                 (Chat Completions, see `OpenAIChatProvider`); ignored with `provider`.
             tools: Tools (functions are wrapped with `tool`), or a ready `ToolRegistry`.
-            **options: The other fields of `AgentConfig`.
+            output_type: What a run ends with, validated, as `result.output` (see
+                `AgentConfig.output_type`); the final text by default.
+            **options: The other options: `system`, `max_rounds`, `tool_concurrency`,
+                `tool_timeout`, ... (every field of `AgentConfig`, documented there).
 
         Raises:
             ConfigurationError: an option has a value that cannot work; nothing is
@@ -131,29 +90,8 @@ class Agent(Generic[OutputT]):
         self.config = AgentConfig(
             provider=provider,
             model=model,
-            system=system,
-            max_rounds=max_rounds,
-            max_tokens=max_tokens,
-            tool_concurrency=tool_concurrency,
-            tool_timeout=tool_timeout,
-            tool_limiter=tool_limiter,
-            tool_choice=tool_choice,
-            thinking=thinking,
-            metadata=metadata,
-            stop_sequences=stop_sequences,
-            on_tool_error=on_tool_error,
-            params=params or {},
-            context_management=context_management,
-            name=name,
-            tracer_provider=tracer_provider,
-            history_check=history_check,
-            approval_required=approval_required,
-            usage_limits=usage_limits,
-            history_processors=history_processors,
             output_type=str if output_type is None else output_type,
-            output_mode=output_mode,
-            output_retries=output_retries,
-            cache=cache,
+            **options,
         )
         """The agent's options, checked (see `AgentConfig`)."""
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -187,6 +125,19 @@ class Agent(Generic[OutputT]):
         """What the agent's runs end with (`config.output_type`)."""
         return self.config.output_type
 
+    if not TYPE_CHECKING:  # a type checker points to `config` instead
+
+        def __getattr__(self, name: str) -> Any:
+            """Deprecated: an option read on the agent (`agent.max_rounds`): read `config`."""
+            if name in AgentConfig.__dataclass_fields__:
+                warnings.warn(
+                    f"agent.{name} is deprecated: read agent.config.{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(self.config, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def output_validator(self, validator: OutputValidator) -> OutputValidator:
         """Add a check of every run's output, usable as a decorator.
 
@@ -210,76 +161,46 @@ class Agent(Generic[OutputT]):
 
     # -- the run you hold
 
+    @overload
+    def start(
+        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[StartOptions]
+    ) -> Run[OutputT]: ...
+    @overload
     def start(
         self,
         prompt: Prompt = None,
         *,
-        history: Iterable[Message | Mapping[str, Any]] | None = None,
-        deps: Any = None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
-        session: Session | None = None,
-        usage_limits: UsageLimits | None = None,
-        output_type: Any = None,
-        state: Mapping[str, Any] | None = None,
-        decisions: Mapping[str, Decision] | None = None,
-        results: Mapping[str, Any] | None = None,
-        stream: bool = True,
-        on_event: Emit | None = None,
-        effects: Effects | None = None,
-        run_id: str | None = None,
+        output_type: type[RunOutputT],
+        **options: Unpack[StartOptions],
+    ) -> Run[RunOutputT]: ...
+    @overload
+    def start(
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: types.UnionType,
+        **options: Unpack[StartOptions],
+    ) -> Run[Any]: ...
+
+    def start(
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[StartOptions]
     ) -> Run[Any]:
         """A run of this agent, to hold: `async with agent.start(...) as run:` drives it.
 
-        Nothing happens until the run is entered; its options are checked then (see
-        `Run`). The run's result is `run.result` at any moment, after a cancellation
-        too (see docs/runs.md).
+        Nothing happens until the run is entered (see `Run`, which documents the
+        options: `history`, `deps`, `external_tools`, `session`, `usage_limits`, and
+        `state` with `decisions` and `results` to resume a paused run). `run.result` is
+        the run's result at any moment, after a cancellation too (docs/runs.md).
 
-        Args:
-            prompt: The new user input; `None` continues `history` as it is (for
-                example after `max_rounds`).
-            history: Earlier messages (e.g. a previous `RunResult.messages`).
-            deps: Any object; tools receive it as `RunContext.deps`.
-            external_tools: Tools announced to the model that this run does not run:
-                when the model calls one, the run runs the turn's other calls, then ends
-                with `stop_reason="tool_use"`, the calls in `RunResult.pending` and its
-                own results in `RunResult.held`. Continue with `resume(result.state,
-                results={tool_use_id: ...})`. `ToolDefinition`s or wire dicts.
-            session: A `Session` (`agentloop.sessions`) to continue instead of
-                `history`; what the run adds is appended when it ends.
-            usage_limits: The most this run may spend, instead of the agent's.
-            output_type: This run's output type, instead of the agent's.
-            state: A paused run's `RunResult.state`, to continue instead of a prompt (as
-                `resume` does), with `decisions` and `results` answering its calls.
-            decisions: See `resume`.
-            results: See `resume`.
-            stream: Send each model request streamed (when the provider can), so the
-                run's events include text and input deltas as they arrive, and tool calls
-                start as soon as their block is complete; False sends plain requests.
-            on_event: Awaited with each of the run's own events as it happens, before the
-                run goes on (a durable engine records them in order); iterating the run
-                gives the same events.
-            effects: Where the run's model requests and tool calls are performed (a
-                durable engine's `agentloop.effects.Effects`); by default here and now.
-            run_id: The run's id, instead of a new one (an engine running a run again
-                gives the same id, so its calls keep their idempotency keys).
+        ```python
+        async with agent.start("Weather in Paris?") as run:
+            async for event in run:
+                print(event)
+        print(run.result.text, run.usage)
+        ```
         """
-        resuming = state is not None or decisions is not None or results is not None
         return Run(
-            self.config,
-            self.registry,
-            self._validators,
-            prompt=prompt,
-            history=history,
-            deps=deps,
-            external_tools=external_tools,
-            session=session,
-            usage_limits=usage_limits,
-            output_type=output_type,
-            paused=(state, decisions, results) if resuming else None,
-            stream=stream,
-            on_event=on_event,
-            effects=effects,
-            run_id=run_id,
+            self.config, self.registry, self._validators, prompt, output_type=output_type, **options
         )
 
     # -- thin layers over `start`
@@ -416,8 +337,7 @@ class Agent(Generic[OutputT]):
             ConfigurationError: this agent lacks a tool the paused run needs.
             ProviderError, ToolCallFailed: as for `run`.
         """
-        run = self._resumed(state, decisions, results, deps, session, stream=False)
-        async with run:
+        async with self._resuming(state, decisions, results, deps, session, stream=False) as run:
             pass
         return run.result
 
@@ -437,11 +357,11 @@ class Agent(Generic[OutputT]):
         the approved ones, `ToolResultEvent` for every new result), then the loop's
         events follow. The errors of `resume()` are raised on entering the block.
         """
-        run = self._resumed(state, decisions, results, deps, session, stream=True)
+        run = self._resuming(state, decisions, results, deps, session, stream=True)
         async with self._cancelled_on_exit(run) as held:
             yield held
 
-    def _resumed(
+    def _resuming(
         self,
         state: Mapping[str, Any] | None,
         decisions: Mapping[str, Decision] | None,
@@ -451,19 +371,15 @@ class Agent(Generic[OutputT]):
         *,
         stream: bool,
     ) -> Run[Any]:
-        """The run that continues a paused one (the state, or the one in `session`)."""
-        return Run(
-            self.config,
-            self.registry,
-            self._validators,
-            prompt=None,
-            history=None,
+        """The run that continues a paused one (from `state`, or the one in `session`)."""
+        # Answers are always given (none is an empty set), so the run resumes, and a
+        # waiting call left unanswered is refused as such.
+        return self.start(
+            state=state,
+            decisions=decisions if decisions is not None or results is not None else {},
+            results=results,
             deps=deps,
-            external_tools=(),
             session=session,
-            usage_limits=None,
-            output_type=None,
-            paused=(state, decisions, results),
             stream=stream,
         )
 

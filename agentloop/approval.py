@@ -15,10 +15,10 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .calls import ToolCall
+from .context import RunContext
 from .errors import ConfigurationError
 from .logs import get_logger
 from .registry import ToolRegistry
-from .context import RunContext
 
 __all__ = (
     "ApprovalPolicy",

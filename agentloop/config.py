@@ -7,8 +7,8 @@ checks an option again. Each field's docstring is the option's documentation.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 import anyio
 from opentelemetry.trace import TracerProvider
@@ -22,10 +22,40 @@ from .output import OutputMode, OutputSchema, output_schema
 from .providers.base import Provider
 from .providers.caching import CacheSetting, cache_marker
 
-__all__ = ("DEFAULT_MODEL", "AgentConfig", "schema_of")
+__all__ = ("DEFAULT_MODEL", "AgentConfig", "AgentOptions", "schema_of")
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model an `Agent` uses when none is given."""
+
+
+class AgentOptions(TypedDict, total=False):
+    """The options `Agent(...)` takes as keywords besides its model, provider and tools.
+
+    Each is the field of `AgentConfig` of the same name, documented there.
+    """
+
+    system: str | Sequence[Mapping[str, Any]] | None
+    max_rounds: int
+    max_tokens: int
+    tool_concurrency: int
+    tool_timeout: float
+    tool_limiter: anyio.CapacityLimiter | None
+    tool_choice: Mapping[str, Any] | None
+    thinking: Mapping[str, Any] | None
+    metadata: Mapping[str, Any] | None
+    stop_sequences: Sequence[str] | None
+    on_tool_error: Literal["continue", "stop"]
+    params: Mapping[str, Any] | None
+    context_management: Mapping[str, Any] | None
+    name: str
+    tracer_provider: TracerProvider | None
+    history_check: Literal["strict", "off"]
+    approval_required: Collection[str] | ApprovalRule | None
+    usage_limits: UsageLimits | None
+    history_processors: Sequence[HistoryProcessor]
+    output_mode: OutputMode
+    output_retries: int
+    cache: CacheSetting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +97,7 @@ class AgentConfig:
     on_tool_error: Literal["continue", "stop"] = "continue"
     """`"continue"` sends failures to the model as `is_error` results; `"stop"` also ends
     the run with `ToolCallFailed` once the turn's results are in the history."""
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] | None = None
     """Further request fields, passed through as they are (`temperature`, `top_p`,
     `service_tier`, `betas`, `extra_headers`, ...)."""
     context_management: Mapping[str, Any] | None = None
@@ -141,16 +171,16 @@ class AgentConfig:
         # Kept in their checked forms (frozen: set once, here).
         object.__setattr__(self, "approval_required", agent_rule(self.approval_required))
         object.__setattr__(self, "history_processors", tuple(self.history_processors))
-        object.__setattr__(self, "params", dict(self.params or {}))
         cache_marker(self.cache)
         self.output_schema  # noqa: B018 (refuses an output type it cannot describe)
 
     @property
     def request_params(self) -> dict[str, Any]:
         """`params`, with `context_management` and the betas it needs added."""
+        params = self.params or {}
         if self.context_management is None:
-            return dict(self.params)
-        return context_management_params(self.context_management, self.params)
+            return dict(params)
+        return context_management_params(self.context_management, params)
 
     @property
     def cache_marker(self) -> dict[str, Any] | None:
@@ -160,8 +190,9 @@ class AgentConfig:
     @property
     def files_beta(self) -> bool:
         """Whether requests opt into the Files API, which allows `file` sources."""
-        headers = self.params.get("extra_headers") or {}
-        betas = self.params.get("betas") or ()
+        params = self.params or {}
+        headers = params.get("extra_headers") or {}
+        betas = params.get("betas") or ()
         betas = [betas] if isinstance(betas, str) else list(betas)
         return any("files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas])
 

@@ -20,9 +20,9 @@ from .effects import DIRECT, Effects
 from .result import Usage
 
 if TYPE_CHECKING:
+    from .calls import ToolCall
     from .limits import Breach, Meter, UsageLimits
     from .providers.base import Provider
-    from .calls import ToolCall
     from .tracing import Tracing
 
 __all__ = ("DepsT", "RunContext")

@@ -34,8 +34,8 @@ import anyio
 import anyio.abc
 
 if TYPE_CHECKING:
-    from .providers.base import ModelRequest, ModelResponse, StreamEvent
     from .calls import ToolCall, ToolResult
+    from .providers.base import ModelRequest, ModelResponse, StreamEvent
 
 __all__ = ("DIRECT", "CallTasks", "DirectEffects", "Effects", "OnEvent", "Send", "task_group_for")
 

@@ -267,10 +267,11 @@ class Meter:
         """The calls of `response` that must not run for a limit, with the reason.
 
         Call it before counting `response`. Calls in `errors` (refused for another
-        reason, unless already `started`) and of `external` tools do not count. When the response itself crossed a
-        limit, or running its calls would go over `tool_calls`, every call is refused,
-        except those already `started` (an eager tool under streaming), which finish;
-        otherwise the calls are counted as run and none is refused.
+        reason, unless already `started`) and of `external` tools do not count. When the
+        response itself crossed a limit, or running its calls would go over
+        `tool_calls`, every call is refused, except those already `started` (an eager
+        tool under streaming), which finish; otherwise the calls are counted as run and
+        none is refused.
         """
         # A call already started runs whatever `errors` says of it (an eager call whose
         # block the stop reason cuts off finishes): it counts.

@@ -22,12 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
 from .calls import ToolCall, ToolResult
+from .context import RunContext
 from .errors import ConfigurationError, OutputValidationError, ToolError
 from .history import History
 from .providers.base import ModelRequest, ModelResponse
 from .registry import ToolRegistry
 from .schema import type_schema
-from .context import RunContext
 from .tools import Tool, describe_validation_error, validation_problems
 
 __all__ = (

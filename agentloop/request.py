@@ -16,11 +16,17 @@ from typing import Any
 from .config import AgentConfig
 from .effects import OnEvent
 from .messages import Message
-from .providers.base import ModelRequest, ModelResponse, Provider, StreamingProvider
+from .providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StreamingProvider,
+    provider_name,
+)
 from .runstate import RunState
 from .tracing import record_response
 
-__all__ = ("build_request", "provider_name", "send_request")
+__all__ = ("build_request", "send_request")
 
 
 def build_request(
@@ -82,9 +88,3 @@ async def _ask(
     if on_event is not None and isinstance(provider, StreamingProvider):
         return await provider.stream(request, on_event)
     return await provider.complete(request)
-
-
-def provider_name(provider: Provider) -> str:
-    """The provider's name for traces (`gen_ai.provider.name`)."""
-    name = getattr(provider, "name", None)
-    return name if isinstance(name, str) else type(provider).__name__

@@ -13,21 +13,19 @@ and `_decide` (go on, or why the run stops).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any, Generic
+from typing import Any, Generic, TypedDict
 
 import anyio
 import anyio.lowlevel
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .approval import Gate
-from .calls import ToolDefinition, ToolResult, wire_tool_name
+from .calls import ToolDefinition, ToolResult
 from .compaction import Compaction
-from .config import AgentConfig, schema_of
+from .config import AgentConfig
 from .context import RunContext
 from .effects import CallTasks, Effects, task_group_for
 from .errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
@@ -39,29 +37,49 @@ from .events import (
     RunFinished,
     RunStarted,
 )
-from .history import History
-from .limits import Meter, UsageLimits, check_before_request, check_provider
-from .lint import HistoryLinter, lint_history
+from .limits import UsageLimits, check_before_request
+from .lint import lint_history
 from .logs import get_logger
 from .messages import ContentBlock, Message
-from .output import OutputRun, OutputValidator, resolve_mode
+from .output import OutputValidator
 from .partial import PartialOutputs
-from .pricing import table_provider
 from .progress import events_to
-from .providers.base import ModelRequest, ModelResponse
+from .providers.base import ModelRequest, ModelResponse, provider_name
 from .registry import ToolRegistry, reraise_base_exception
-from .request import build_request, provider_name, send_request
+from .request import build_request, send_request
 from .result import OutputT, RunResult, StopReason, Usage
 from .resume import plan
-from .runstate import RunState
+from .runstate import RunState, new_state
 from .sessions.base import Session, SessionSnapshot
 from .sessions.runs import keeping, load_session
-from .tracing import record_run, tracing_for
+from .tracing import record_run
 from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
-__all__ = ("Run",)
+__all__ = ("Run", "RunOptions", "StartOptions")
 
 _log = get_logger()
+
+
+class RunOptions(TypedDict, total=False):
+    """What a run may be given besides its prompt and output type (`Agent.run`, ...)."""
+
+    history: Iterable[Message | Mapping[str, Any]] | None
+    deps: Any
+    external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
+    session: Session | None
+    usage_limits: UsageLimits | None
+
+
+class StartOptions(RunOptions, total=False):
+    """What `Agent.start` takes besides `RunOptions`: a resumption, and an engine's hooks."""
+
+    state: Mapping[str, Any] | None
+    decisions: Mapping[str, Any] | None
+    results: Mapping[str, Any] | None
+    stream: bool
+    on_event: Emit | None
+    effects: Effects | None
+    run_id: str | None
 
 
 class Run(Generic[OutputT]):
@@ -86,23 +104,57 @@ class Run(Generic[OutputT]):
         config: AgentConfig,
         registry: ToolRegistry,
         validators: Sequence[OutputValidator],
+        prompt: str | Sequence[ContentBlock] | None = None,
         *,
-        prompt: str | Sequence[ContentBlock] | None,
-        history: Iterable[Message | Mapping[str, Any]] | None,
-        deps: Any,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
-        session: Session | None,
-        usage_limits: UsageLimits | None,
-        output_type: Any,
-        paused: tuple[Any, Any, Any] | None,
-        stream: bool,
+        output_type: Any = None,
+        history: Iterable[Message | Mapping[str, Any]] | None = None,
+        deps: Any = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+        session: Session | None = None,
+        usage_limits: UsageLimits | None = None,
+        state: Mapping[str, Any] | None = None,
+        decisions: Mapping[str, Any] | None = None,
+        results: Mapping[str, Any] | None = None,
+        stream: bool = True,
         on_event: Emit | None = None,
         effects: Effects | None = None,
         run_id: str | None = None,
     ) -> None:
-        """A run of the agent `config` and `registry` describe (see `Agent.start`).
+        """A run of the agent `config`, `registry` and `validators` describe.
 
-        `paused` is `(state, decisions, results)` for a run that resumes a paused one.
+        Made by `Agent.start`, which passes its arguments on.
+
+        Args:
+            config: The agent's options.
+            registry: The agent's tools.
+            validators: The agent's output validators.
+            prompt: The new user input; `None` continues `history` as it is (for
+                example after `max_rounds`).
+            output_type: This run's output type, instead of the agent's.
+            history: Earlier messages (e.g. a previous `RunResult.messages`).
+            deps: Any object; tools receive it as `RunContext.deps`.
+            external_tools: Tools announced to the model that this run does not run:
+                when the model calls one, the run runs the turn's other calls, then ends
+                with `stop_reason="tool_use"`, the calls in `RunResult.pending` and its
+                own results in `RunResult.held`. Continue with `resume(result.state,
+                results={tool_use_id: ...})`. `ToolDefinition`s or wire dicts.
+            session: A `Session` (`agentloop.sessions`) to continue instead of
+                `history`; what the run adds is appended when it ends.
+            usage_limits: The most this run may spend, instead of the agent's.
+            state: A paused run's `RunResult.state`, to continue instead of a prompt
+                (what `Agent.resume` does); with a `session`, the state stored there.
+            decisions: For a resumed run: `Approve()` or `Deny(...)` by tool_use id.
+            results: For a resumed run: the results of external calls by tool_use id.
+            stream: Send each model request streamed (when the provider can), so the
+                events include text and input deltas as they arrive and tool calls start
+                as soon as their block is complete; False sends plain requests.
+            on_event: Awaited with each of the run's own events as it happens, before
+                the run goes on (a durable engine records them in order); iterating the
+                run gives the same events.
+            effects: Where the run's model requests and tool calls are performed (a
+                durable engine's `agentloop.effects.Effects`); by default here and now.
+            run_id: The run's id, instead of a new one (an engine running a run again
+                gives the same id, so its calls keep their idempotency keys).
         """
         self._config = config
         self._registry = registry
@@ -116,7 +168,8 @@ class Run(Generic[OutputT]):
             "output_type": output_type,
         }
         self._session = session
-        self._paused = paused
+        resuming = state is not None or decisions is not None or results is not None
+        self._paused = (state, decisions, results) if resuming else None
         self._stream = stream
         self._on_event = on_event
         self._effects = effects
@@ -261,15 +314,15 @@ class Run(Generic[OutputT]):
                     "resume() needs the paused run's state (RunResult.state) or its session"
                 )
             paused = plan(state, decisions, answers, self._registry)
-            run = self._new_state(paused.messages, None, paused.external, None, None)
+            run = self._new_state(paused.messages, None, external_tools=paused.external)
             run.restore(paused)
         else:
             run = self._new_state(
                 history,
                 start["prompt"],
-                start["external_tools"],
-                start["usage_limits"],
-                start["output_type"],
+                external_tools=start["external_tools"],
+                usage_limits=start["usage_limits"],
+                output_type=start["output_type"],
             )
         if self._run_id is not None or self._effects is not None:
             run.perform_with(self._effects or run.effects, self._run_id or run.id)
@@ -280,56 +333,16 @@ class Run(Generic[OutputT]):
         self,
         history: Iterable[Message | Mapping[str, Any]] | None,
         prompt: str | Sequence[ContentBlock] | None,
-        external_tools: Sequence[ToolDefinition | Mapping[str, Any]],
-        usage_limits: UsageLimits | None,
-        output_type: Any,
+        **options: Any,
     ) -> RunState:
-        config = self._config
-        linter = HistoryLinter(
-            thinking=config.thinking,
-            tool_choice=config.tool_choice,
-            allow_file_sources=config.files_beta,
-        )
-        messages = History.start(history, prompt, linter)
-        names = _external_names(external_tools, self._registry)
-        if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
-            raise ConfigurationError(
-                f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
-            )
-        limits = usage_limits if usage_limits is not None else config.usage_limits
-        check_provider(limits, config.provider)
-        output = self._output(output_type)
-        return RunState(
-            messages,
+        return new_state(
+            self._config,
+            self._registry,
+            self._validators,
+            history=history,
+            prompt=prompt,
             deps=self._start["deps"],
-            tool_concurrency=config.tool_concurrency,
-            log=_log,
-            tracing=tracing_for(config.tracer_provider),
-            registry=self._registry if output is None else output.registry,
-            external=external_tools,
-            external_names=names,
-            gate=Gate(
-                self._registry,
-                external_names=names,
-                approval_required=config.approval_required,
-            ),
-            meter=Meter(limits, config.model, table_provider(provider_name(config.provider))),
-            output=output,
-        )
-
-    def _output(self, output_type: Any) -> OutputRun | None:
-        """The typed output of the run (None when its output is the text)."""
-        config = self._config
-        schema = config.output_schema if output_type is None else schema_of(output_type)
-        if schema is None:
-            return None
-        return OutputRun(
-            schema,
-            resolve_mode(config.output_mode, config.provider),
-            retries=config.output_retries,
-            # Validators check the agent's output type; a run with its own has none.
-            validators=self._validators if output_type is None else (),
-            registry=self._registry,
+            **options,
         )
 
     def _check(self, messages: Sequence[Message]) -> None:
@@ -527,30 +540,3 @@ class Run(Generic[OutputT]):
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=self._started.result("tool_error"),
             )
-
-
-def _external_names(
-    external_tools: Sequence[ToolDefinition | Mapping[str, Any]], registry: ToolRegistry
-) -> frozenset[str]:
-    """The names of a run's external tools, checked: JSON values, none of the agent's."""
-    names = []
-    for definition in external_tools:
-        try:
-            name = wire_tool_name(definition)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"external tool: {exc}") from None
-        if name is not None:
-            names.append(name)
-    try:
-        json.dumps([t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools])
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"external tool definitions must be JSON values (they go into the run's state): {exc}"
-        ) from exc
-    clash = sorted(set(names) & set(registry.names))
-    if clash:
-        raise ConfigurationError(
-            f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
-            "the model addresses tools by name"
-        )
-    return frozenset(names)

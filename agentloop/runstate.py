@@ -7,26 +7,34 @@ methods, and `result()` reads it as a `RunResult` at any moment. Keeping it apar
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from .approval import Gate, Waiting
-from .calls import ToolCall, ToolDefinition, ToolResult
+from .calls import ToolCall, ToolDefinition, ToolResult, wire_tool_name
+from .config import AgentConfig, schema_of
 from .effects import DIRECT, Effects
+from .errors import ConfigurationError
 from .history import History
-from .limits import Meter
-from .messages import ContentBlock
-from .output import OutputRun
-from .providers.base import ModelResponse
+from .limits import Meter, UsageLimits, check_provider
+from .lint import HistoryLinter
+from .logs import get_logger
+from .messages import ContentBlock, Message
+from .output import OutputRun, OutputValidator, resolve_mode
+from .pricing import table_provider
+from .providers.base import ModelResponse, provider_name
 from .registry import ToolRegistry
 from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
 from .state import PausedRun, PendingCall, dump_state
-from .tracing import Tracing
+from .tracing import Tracing, tracing_for
 
-__all__ = ("CANCELLED_MESSAGE", "RunState")
+__all__ = ("CANCELLED_MESSAGE", "RunState", "new_state")
+
+_log = get_logger()
 
 CANCELLED_MESSAGE = "Cancelled: the run was stopped before this call finished."
 
@@ -152,8 +160,9 @@ class RunState:
     ) -> list[tuple[ToolCall, ToolResult]]:
         """Answer the turn's calls in the history (see `History.answer_turn`) and log them.
 
-        `calls` names, by id, a call that ran with other input than its `tool_use`
-        block's (a person's edit): the log shows what ran.
+        `calls` are the turn's calls by id, as the log shows them: what the model sent
+        (an input that is not an object is kept as `{}` in the history) or what ran (a
+        person's edit).
         """
         pairs = self.history.answer_turn(results, missing, partial=partial)
         if calls:
@@ -278,3 +287,97 @@ class RunState:
             external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
             cost=self.cost,
         )
+
+
+def new_state(
+    config: AgentConfig,
+    registry: ToolRegistry,
+    validators: Sequence[OutputValidator],
+    *,
+    history: Iterable[Message | Mapping[str, Any]] | None,
+    prompt: str | Sequence[ContentBlock] | None,
+    deps: Any,
+    external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
+    usage_limits: UsageLimits | None = None,
+    output_type: Any = None,
+) -> RunState:
+    """The state of a new run of the agent `config` and `registry` describe.
+
+    Raises:
+        ConfigurationError: the prompt, history, external tools or limits cannot be used.
+        HistoryError: an item of `history` is not a valid message.
+    """
+    linter = HistoryLinter(
+        thinking=config.thinking,
+        tool_choice=config.tool_choice,
+        allow_file_sources=config.files_beta,
+    )
+    messages = History.start(history, prompt, linter)
+    names = _external_names(external_tools, registry)
+    if usage_limits is not None and not isinstance(usage_limits, UsageLimits):
+        raise ConfigurationError(
+            f"usage_limits must be a UsageLimits, not {type(usage_limits).__name__}"
+        )
+    limits = usage_limits if usage_limits is not None else config.usage_limits
+    check_provider(limits, config.provider)
+    output = _output(config, registry, validators, output_type)
+    return RunState(
+        messages,
+        deps=deps,
+        tool_concurrency=config.tool_concurrency,
+        log=_log,
+        tracing=tracing_for(config.tracer_provider),
+        registry=registry if output is None else output.registry,
+        external=external_tools,
+        external_names=names,
+        gate=Gate(registry, external_names=names, approval_required=config.approval_required),
+        meter=Meter(limits, config.model, table_provider(provider_name(config.provider))),
+        output=output,
+    )
+
+
+def _output(
+    config: AgentConfig,
+    registry: ToolRegistry,
+    validators: Sequence[OutputValidator],
+    output_type: Any,
+) -> OutputRun | None:
+    """The typed output of a run (None when its output is the text)."""
+    schema = config.output_schema if output_type is None else schema_of(output_type)
+    if schema is None:
+        return None
+    return OutputRun(
+        schema,
+        resolve_mode(config.output_mode, config.provider),
+        retries=config.output_retries,
+        # Validators check the agent's output type; a run with its own has none.
+        validators=validators if output_type is None else (),
+        registry=registry,
+    )
+
+
+def _external_names(
+    external_tools: Sequence[ToolDefinition | Mapping[str, Any]], registry: ToolRegistry
+) -> frozenset[str]:
+    """The names of a run's external tools, checked: JSON values, none of the agent's."""
+    names = []
+    for definition in external_tools:
+        try:
+            name = wire_tool_name(definition)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"external tool: {exc}") from None
+        if name is not None:
+            names.append(name)
+    try:
+        json.dumps([t.to_wire() if isinstance(t, ToolDefinition) else t for t in external_tools])
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"external tool definitions must be JSON values (they go into the run's state): {exc}"
+        ) from exc
+    clash = sorted(set(names) & set(registry.names))
+    if clash:
+        raise ConfigurationError(
+            f"external tool name(s) {', '.join(clash)} are also tools of this agent; "
+            "the model addresses tools by name"
+        )
+    return frozenset(names)

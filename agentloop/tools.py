@@ -52,6 +52,18 @@ def _is_context(annotation: Any) -> bool:
 Executor = Callable[[str, dict[str, Any]], "tuple[bool, str] | Awaitable[tuple[bool, str]]"]
 
 
+def _first_context_param(function: Callable[..., Any]) -> str | None:
+    """The first parameter's name, when it is annotated `RunContext` (a raw-schema tool)."""
+    try:
+        hints = typing.get_type_hints(function)
+        first = next(iter(inspect.signature(function).parameters.values()), None)
+    except (NameError, TypeError, ValueError):
+        return None
+    if first is None or not _is_context(hints.get(first.name)):
+        return None
+    return first.name
+
+
 def _is_async(function: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
         getattr(function, "__call__", None)  # noqa: B004
@@ -91,8 +103,9 @@ class Tool:
                 waits for the function to return first, so its effects have landed before
                 the model hears of the timeout. Async functions are always cancelled.
             input_schema: The input's JSON schema, when the signature does not describe
-                it: the function is then called with the input dict as its one argument,
-                unvalidated (validating it is the function's job).
+                it: the function is then called with the input dict as its one argument
+                (after the call's `RunContext`, when its first parameter is annotated
+                `RunContext`), unvalidated (validating it is the function's job).
             requires_approval: Whether a call waits for a person's decision before it
                 runs: True, False, or `rule(ctx, input) -> bool` deciding per call (a
                 non-empty string counts as True and is shown as the reason). See
@@ -120,6 +133,7 @@ class Tool:
             self.input_schema: dict[str, Any] = schema_of(self._model, self.name)
         else:
             self.input_schema = dict(input_schema)
+            self._context_param = _first_context_param(function)
         self.definition = ToolDefinition(self.name, self.description, self.input_schema)
         self.__doc__ = function.__doc__
         self.__name__ = self.name
@@ -203,6 +217,8 @@ class Tool:
         (from `validate`) is used up.
         """
         if self._model is None:
+            if self._context_param is not None:
+                return partial(self.function, ctx, arguments)
             return partial(self.function, arguments)
         if self._context_param is not None:
             arguments[self._context_param] = ctx

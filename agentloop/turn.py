@@ -79,6 +79,7 @@ class Turn:
         self.started: set[str] = set()
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
+        self.calls: dict[str, ToolCall] = {}  # the response's calls, as the model sent them
         self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
         self.closed = False
 
@@ -162,6 +163,7 @@ class Turn:
     async def respond(self, response: ModelResponse) -> list[ToolCall]:
         """Add the response to the history and start (or answer) its remaining calls."""
         calls = self.run.add_response(response, self._not_runnable(response))
+        self.calls = {c.id: c for c in calls}
         self.responded = True
         ready = []
         for call in calls:
@@ -240,7 +242,7 @@ class Turn:
         partial = None
         if not self.responded:
             partial = [block for _, (block, _) in sorted(self.streamed.items())]
-        self.run.answer_turn(self.results, why, partial=partial)
+        self.run.answer_turn(self.results, why, partial=partial, calls=self.calls)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """The turn's results in tool_use order, added to the history.
@@ -257,7 +259,8 @@ class Turn:
             results = [self.results.get(c.id) or _cancelled(c) for c in own]
             self.run.hand_back(waiting, list(zip(own, results, strict=True)))
             return results
-        return [r for _, r in self.run.answer_turn(self.results, CANCELLED_MESSAGE)]
+        pairs = self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=self.calls)
+        return [r for _, r in pairs]
 
     # -- a paused turn, resumed
 

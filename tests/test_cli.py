@@ -605,7 +605,7 @@ def test_seconds_are_what_agent_takes(text: str, value: float | None) -> None:
             Agent(tool_timeout=parse_seconds("tool_timeout", text))
     else:
         assert values.seconds(text) == value
-        assert Agent(tool_timeout=value).tool_timeout == value
+        assert Agent(tool_timeout=value).config.tool_timeout == value
 
 
 def test_a_session_lifetime_must_end() -> None:

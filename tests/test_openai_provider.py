@@ -544,7 +544,7 @@ async def test_params_win_and_their_tools_are_added(serve_chat: Any, stream: boo
             max_tokens=100,
             messages=[Message.user("go")],
             tools=[echo.definition],
-            params=agent.params,
+            params=agent.config.request_params,
         )
     )
     assert response.text == "ok" and response.headers["content-type"].startswith(

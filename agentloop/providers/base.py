@@ -41,6 +41,7 @@ __all__ = (
     "StreamEvent",
     "StreamingProvider",
     "Usage",
+    "provider_name",
     "retry_after",
 )
 
@@ -403,3 +404,9 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         if math.isfinite(seconds):
             return max(seconds, 0.0)
     return None
+
+
+def provider_name(provider: Provider) -> str:
+    """The provider's name (its `name`, or its class's): in traces and the price table."""
+    name = getattr(provider, "name", None)
+    return name if isinstance(name, str) else type(provider).__name__

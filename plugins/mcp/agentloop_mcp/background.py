@@ -5,7 +5,7 @@ live connection for every call. `BackgroundToolSource` runs the source on an eve
 in a daemon thread until `close()` (or the end of the process), and hands out tools that
 forward each call to that loop, from whatever loop the agent runs on. Cancelling or
 timing out a call on the agent's side cancels it on the server's side too. A call carries
-its run and event loop (`Caller`), so a server's sampling request during it is answered
+its context and event loop (`Caller`), so a server's sampling request during it is answered
 by the run's model on the run's own loop.
 """
 
@@ -23,9 +23,8 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-from agentloop import Tool
+from agentloop import RunContext, Tool
 from agentloop.messages import ContentBlock
-from agentloop.scope import current_scope
 
 from .config import MCPServer, load_config
 from .sampling import Caller, calling
@@ -152,13 +151,17 @@ class _BridgedTool(Tool):
         return self.inner.validate(arguments)
 
     def __call__(self, **arguments: Any) -> Any:
-        """Call the tool directly, with its arguments by name (a coroutine)."""
-        return self._forward(arguments)
+        """Call the tool directly, with its arguments by name (a coroutine), in no run."""
+        return self._forward(RunContext("", 0, tool_name=self.name), arguments)
 
-    async def _forward(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
+    async def _forward(
+        self, ctx: RunContext[Any], arguments: dict[str, Any]
+    ) -> str | list[ContentBlock] | None:
         """Run the call on the source's loop and wait for it here."""
-        caller = Caller(current_scope.get(), anyio.lowlevel.current_token())
-        future = self._portal.start_task_soon(_as_caller, caller, self.inner.function, arguments)
+        caller = Caller(ctx, anyio.lowlevel.current_token())
+        future = self._portal.start_task_soon(
+            _as_caller, caller, self.inner.function, ctx, arguments
+        )
         try:
             result: str | list[ContentBlock] | None = await anyio.to_thread.run_sync(
                 future.result, abandon_on_cancel=True
@@ -170,11 +173,14 @@ class _BridgedTool(Tool):
 
 
 async def _as_caller(
-    caller: Caller, call: Callable[[dict[str, Any]], Awaitable[Any]], arguments: dict[str, Any]
+    caller: Caller,
+    call: Callable[[RunContext[Any], dict[str, Any]], Awaitable[Any]],
+    ctx: RunContext[Any],
+    arguments: dict[str, Any],
 ) -> Any:
-    """`call(arguments)` on the source's loop, made on behalf of `caller` (its run, its loop)."""
+    """`call(ctx, arguments)` on the source's loop, on behalf of `caller` (its run, its loop)."""
     calling.set(caller)  # this task's own context
-    return await call(arguments)
+    return await call(ctx, arguments)
 
 
 # --------------------------------------------------------------------------- shared sources

@@ -1,10 +1,9 @@
 """Sampling: a server's `sampling/createMessage` answered by a model, on the calling run's account.
 
 The SDK calls the sampling callback in the connection's own task, not in the tool call's,
-so the run that made the call (`agentloop.scope.current_scope`) is not visible there.
-The link is made by hand: each tool call carries its `Caller` (the run's scope, and the
-event loop it runs on when that is not the connection's), and the callback finds the call
-a request belongs to:
+so the run that made the call is not visible there. The link is made by hand: each tool
+call carries its `Caller` (the call's `RunContext`, and the event loop it runs on when
+that is not the connection's), and the callback finds the call a request belongs to:
 
 1. exactly, when the SDK answers the request inside the call: a server on the 2026
    protocol asks for input as part of the call's result (`input_required`), and the
@@ -34,12 +33,12 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 import mcp.types as mcp_types
+from agentloop import RunContext
 from agentloop.logs import get_logger
 from agentloop.messages import ImageBlock, Message, TextBlock
 from agentloop.pricing import cost_of
-from agentloop.providers.base import ModelRequest, ModelResponse, Provider
+from agentloop.providers.base import ModelRequest, ModelResponse, Provider, provider_name
 from agentloop.result import Usage
-from agentloop.scope import RunScope, current_scope
 
 from .config import MCPConfigError, MCPServer
 
@@ -79,17 +78,22 @@ class MCPSampling:
 
 @dataclass(frozen=True, eq=False)
 class Caller:
-    """Who made a tool call: the run under way (if any) and the event loop it runs on."""
+    """Who made a tool call: the call's run (if any) and the event loop it runs on."""
 
-    scope: RunScope | None
-    """The calling run, with its provider and model; None outside any run."""
+    ctx: RunContext[Any] | None
+    """The call's context: its run's id, provider, model and meter; None outside a run."""
     token: anyio.lowlevel.EventLoopToken | None = None
     """The caller's event loop when it is not the connection's (a background source)."""
 
+    @property
+    def run_id(self) -> str | None:
+        """The calling run's id (None outside a run)."""
+        return self.ctx.run_id if self.ctx is not None and self.ctx.meter is not None else None
+
     @classmethod
-    def here(cls) -> Caller:
-        """The caller of a tool call made in this task (see `calling`)."""
-        return calling.get() or cls(current_scope.get())
+    def here(cls, ctx: RunContext[Any] | None) -> Caller:
+        """The caller of a tool call made in this task with `ctx` (see `calling`)."""
+        return calling.get() or cls(ctx)
 
     async def run(self, func: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Await `func()` on the caller's event loop (here, when it is this one)."""
@@ -148,13 +152,9 @@ class _Sampler:
     ) -> mcp_types.CreateMessageResult | mcp_types.ErrorData:
         """Answer one `sampling/createMessage`, or refuse it with the protocol's error."""
         caller, unknown = self.caller()
-        scope = caller.scope if caller is not None else None
-        provider = self.sampling.provider or (scope.provider if scope is not None else None)
-        model = (
-            self.server.sampling_model
-            or self.sampling.model
-            or (scope.model if scope is not None else None)
-        )
+        ctx = caller.ctx if caller is not None else None
+        provider = self.sampling.provider or (ctx.provider if ctx is not None else None)
+        model = self.server.sampling_model or self.sampling.model or (ctx.model if ctx else None)
         if provider is None or model is None:
             why = unknown or "no run made the call"
             return self._refuse(f"sampling is answered by the calling run's model, and {why}")
@@ -172,7 +172,7 @@ class _Sampler:
             stop_sequences=params.stop_sequences,
             params={} if params.temperature is None else {"temperature": params.temperature},
         )
-        ask = partial(_complete, provider, request, scope)
+        ask = partial(_complete, provider, request, ctx)
         self.started += 1
         try:
             response = await (caller.run(ask) if caller is not None else ask())
@@ -193,7 +193,7 @@ class _Sampler:
         self._log.info(
             "mcp.sampled",
             model=model,
-            counted_in_run=scope.run.id if scope is not None else None,
+            counted_in_run=caller.run_id if caller is not None else None,
             usage=str(self.spent),
         )
         return mcp_types.CreateMessageResult(
@@ -208,10 +208,9 @@ class _Sampler:
         exact = in_call.get()
         if exact is not None:
             return exact, ""
-        found: dict[tuple[int, anyio.lowlevel.EventLoopToken | None], Caller] = {}
+        found: dict[tuple[str | None, anyio.lowlevel.EventLoopToken | None], Caller] = {}
         for caller in self._callers():
-            run = caller.scope.run if caller.scope is not None else None
-            found.setdefault((id(run), caller.token), caller)  # tokens of one loop are equal
+            found.setdefault((caller.run_id, caller.token), caller)  # tokens of one loop are equal
         if len(found) == 1:
             return next(iter(found.values())), ""
         if not found:
@@ -228,32 +227,25 @@ class _OverBudget(Exception):
 
 
 async def _complete(
-    provider: Provider, request: ModelRequest, scope: RunScope | None
+    provider: Provider, request: ModelRequest, ctx: RunContext[Any] | None
 ) -> ModelResponse:
-    """Send `request`; count its usage and cost in the run of `scope`.
+    """Send `request`; count its usage and cost in the run of the call's `ctx`.
 
     Runs on the run's own event loop, so the run is read and written only there.
 
     Raises:
         _OverBudget: the run's usage limits leave no room for a request.
     """
-    if scope is not None:
-        breach = scope.run.meter.before_request(scope.run.usage)
-        if breach is not None:
-            raise _OverBudget(
-                f"the calling run's usage limit ({breach.limit} = {breach.bound:g}) was reached"
-            )
+    breach = ctx.limit_reached() if ctx is not None else None
+    if breach is not None:
+        raise _OverBudget(
+            f"the calling run's usage limit ({breach.limit} = {breach.bound:g}) was reached"
+        )
     response = await provider.complete(request)
-    if scope is not None:
-        cost = cost_of(request.model, response.usage, provider=_provider_name(provider))
-        scope.run.add_usage(response.usage, cost)
+    if ctx is not None:
+        cost = cost_of(request.model, response.usage, provider=provider_name(provider))
+        ctx.add_usage(response.usage, cost)
     return response
-
-
-def _provider_name(provider: Provider) -> str:
-    """The provider's id in the price table, as the agent names it for a run's own cost."""
-    name = getattr(provider, "name", None)
-    return name if isinstance(name, str) else type(provider).__name__
 
 
 def _message(message: mcp_types.SamplingMessage) -> Message:

@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import mcp.types as mcp_types
-from agentloop import Tool, ToolError
+from agentloop import RunContext, Tool, ToolError
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
 from agentloop.progress import progress_reporter
@@ -85,11 +85,16 @@ class MCPTool(Tool):
         return dict(arguments)
 
     def __call__(self, **arguments: Any) -> Any:
-        """Call the tool directly, with its arguments by name (a coroutine)."""
-        return self._call(arguments)
+        """Call the tool directly, with its arguments by name (a coroutine), in no run."""
+        return self._call(RunContext("", 0, tool_name=self.name), arguments)
 
-    async def _call(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
+    async def _call(
+        self, ctx: RunContext[Any], arguments: dict[str, Any]
+    ) -> str | list[ContentBlock] | None:
         """Call the tool on its server; the result as tool_result content.
+
+        `ctx` is the call's: a server's sampling request during the call is answered by,
+        and counted in, its run.
 
         Raises:
             ToolError: the server reported an error, or the call could not be completed.
@@ -99,7 +104,7 @@ class MCPTool(Tool):
             arguments,
             retryable=self.retryable,
             on_progress=progress_reporter(),
-            caller=Caller.here(),
+            caller=Caller.here(ctx),
         )
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
@@ -133,7 +138,9 @@ class MCPResourceTool(MCPTool):
         )
         super().__init__(connection, spec, name)
 
-    async def _call(self, arguments: dict[str, Any]) -> str | list[ContentBlock] | None:
+    async def _call(
+        self, ctx: RunContext[Any], arguments: dict[str, Any]
+    ) -> str | list[ContentBlock] | None:
         """Read the resource; its contents as tool_result content.
 
         Raises:
