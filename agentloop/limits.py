@@ -11,7 +11,10 @@ turn's calls without running them and end with `UsageLimitExceeded`. Cost comes 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+import warnings
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +46,19 @@ LIMIT_REACHED = (
 """The `is_error` text of a call the response that crossed a limit asked for."""
 
 
+_BUILDING: ContextVar[bool] = ContextVar("agentloop_limits_building", default=False)
+"""Set while agentloop derives limits from a user's (a sub-run's): warned of once, there."""
+
+
+@contextmanager
+def _building() -> Iterator[None]:
+    token = _BUILDING.set(True)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
 @dataclass(frozen=True, kw_only=True)
 class UsageLimits:
     """The most one run may use. `None` (the default) leaves a quantity unbounded.
@@ -52,7 +68,10 @@ class UsageLimits:
     """
 
     requests: int | None = None
-    """Model requests (compaction summaries and sub-agent requests included)."""
+    """Deprecated: bound a run's model requests with `Agent(max_rounds=...)`, which ends
+    the run with a history ready to continue (`stop_reason="max_rounds"`) rather than
+    with an error. Still counted as before (compaction summaries and sub-agent requests
+    included), with a `DeprecationWarning` when set."""
     input_tokens: int | None = None
     """Input tokens read by the model: uncached, cache writes and cache reads together."""
     output_tokens: int | None = None
@@ -78,6 +97,14 @@ class UsageLimits:
             value = getattr(self, name)
             if value is not None:
                 check_count(f"UsageLimits.{name}", value)
+        if self.requests is not None and not _BUILDING.get():
+            warnings.warn(
+                "UsageLimits(requests=...) is deprecated: bound a run's model requests with "
+                "Agent(max_rounds=...), which ends it with stop_reason 'max_rounds' and a "
+                "history ready to continue; UsageLimits bound what a run spends",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         if self.tool_calls is not None:
             check_count("UsageLimits.tool_calls", self.tool_calls, minimum=0)
         cost = self.cost_usd
@@ -112,15 +139,16 @@ class UsageLimits:
         cost_left = None
         if self.cost_usd is not None:
             cost_left = max(self.cost_usd - (cost or 0.0), 1e-12)
-        return UsageLimits(
-            requests=at_least_one(left(self.requests, usage.requests)),
-            input_tokens=at_least_one(left(self.input_tokens, input_tokens(usage))),
-            output_tokens=at_least_one(left(self.output_tokens, usage.output_tokens)),
-            total_tokens=at_least_one(left(self.total_tokens, usage.total_tokens)),
-            tool_calls=left(self.tool_calls, tool_calls),
-            cost_usd=cost_left,
-            count_tokens_before_request=self.count_tokens_before_request,
-        )
+        with _building():
+            return UsageLimits(
+                requests=at_least_one(left(self.requests, usage.requests)),
+                input_tokens=at_least_one(left(self.input_tokens, input_tokens(usage))),
+                output_tokens=at_least_one(left(self.output_tokens, usage.output_tokens)),
+                total_tokens=at_least_one(left(self.total_tokens, usage.total_tokens)),
+                tool_calls=left(self.tool_calls, tool_calls),
+                cost_usd=cost_left,
+                count_tokens_before_request=self.count_tokens_before_request,
+            )
 
 
 @dataclass(frozen=True)
@@ -164,17 +192,18 @@ def tighter(first: UsageLimits | None, second: UsageLimits | None) -> UsageLimit
     def least(a: Any, b: Any) -> Any:
         return b if a is None else a if b is None else min(a, b)
 
-    return UsageLimits(
-        requests=least(first.requests, second.requests),
-        input_tokens=least(first.input_tokens, second.input_tokens),
-        output_tokens=least(first.output_tokens, second.output_tokens),
-        total_tokens=least(first.total_tokens, second.total_tokens),
-        tool_calls=least(first.tool_calls, second.tool_calls),
-        cost_usd=least(first.cost_usd, second.cost_usd),
-        count_tokens_before_request=(
-            first.count_tokens_before_request or second.count_tokens_before_request
-        ),
-    )
+    with _building():
+        return UsageLimits(
+            requests=least(first.requests, second.requests),
+            input_tokens=least(first.input_tokens, second.input_tokens),
+            output_tokens=least(first.output_tokens, second.output_tokens),
+            total_tokens=least(first.total_tokens, second.total_tokens),
+            tool_calls=least(first.tool_calls, second.tool_calls),
+            cost_usd=least(first.cost_usd, second.cost_usd),
+            count_tokens_before_request=(
+                first.count_tokens_before_request or second.count_tokens_before_request
+            ),
+        )
 
 
 def input_tokens(usage: Usage) -> int:

@@ -282,6 +282,7 @@ def test_every_strategy_keeps_a_random_valid_history_valid(
         lint_history(processed)
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_summary_requests_count_against_the_runs_limits(serve: Any) -> None:
     from agentloop import UsageLimitExceeded, UsageLimits
 

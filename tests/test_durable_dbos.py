@@ -312,6 +312,7 @@ async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
     ]
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_a_run_s_error_is_recorded_and_raised_to_whoever_attaches(
     launch: Callable[[], None],
 ) -> None:

@@ -63,6 +63,7 @@ def assert_valid(result: Any) -> None:
     assert result.messages[-1]["role"] == "user"
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 @pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
 async def test_requests_limit_stops_before_the_request_over_it(serve: Any, streamed: bool) -> None:
     counter = Counter()
@@ -284,6 +285,7 @@ async def test_exact_pre_check_needs_a_provider_that_counts(
         await agent.run("hi", usage_limits=limits)
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_a_runs_limits_replace_the_agents(serve: Any) -> None:
     server = serve(calls_forever({"input_tokens": 10, "output_tokens": 5}))
     agent = Agent(
@@ -294,6 +296,7 @@ async def test_a_runs_limits_replace_the_agents(serve: Any) -> None:
     assert caught.value.bound == 3 and len(server.requests) == 3
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 def test_run_sync_takes_usage_limits() -> None:
     provider = ScriptedProvider(calls_forever({"input_tokens": 10, "output_tokens": 5}))
     agent = Agent(provider=provider, tools=[Counter().tool])
@@ -302,6 +305,7 @@ def test_run_sync_takes_usage_limits() -> None:
     assert caught.value.result is not None and caught.value.result.rounds == 1
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_within_limits_a_run_ends_as_usual(serve: Any) -> None:
     server = serve([reply(tool_call("ping", {"n": 1})), reply("done")])
     limits = UsageLimits(requests=2, tool_calls=1, input_tokens=20, output_tokens=10)
@@ -357,6 +361,7 @@ async def test_limits_hold_on_every_provider_and_stream(http_agent: Any) -> None
     tool_calls=st.none() | st.integers(min_value=0, max_value=6),
     streamed=st.booleans(),
 )
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 def test_any_limit_over_random_model_behaviour_leaves_a_valid_history(
     turns: list[tuple[list[str], str]],
     requests: int | None,
@@ -414,3 +419,19 @@ async def test_a_resumed_run_counts_what_it_spent_before_its_pause(serve: Any) -
     assert counter.runs == 2 and caught.value.limit == "tool_calls"
     assert caught.value.result is not None
     assert_valid(caught.value.result)
+
+
+async def test_requests_are_bounded_by_max_rounds_and_the_old_limit_warns(serve: Any) -> None:
+    """One way to bound a run's requests: `max_rounds`, which returns, history complete."""
+    with pytest.warns(DeprecationWarning, match=r"max_rounds"):
+        UsageLimits(requests=2)
+    server = serve(calls_forever({"input_tokens": 10, "output_tokens": 1}))
+    agent = Agent(client=server.client(), tools=[Counter().tool], max_rounds=2)
+    result = await agent.run("go")
+    assert result.stop_reason == "max_rounds" and result.usage.requests == 2
+    assert len(server.requests) == 2
+    lint_history(parse_history(result.messages))
+    again = await agent.run(history=result.messages)  # continues where it stopped
+    sent = server.requests[2]["messages"]  # the whole history (with cache markers)
+    assert [m["role"] for m in sent] == [m["role"] for m in result.messages]
+    assert again.stop_reason == "max_rounds" and again.usage.requests == 2

@@ -62,6 +62,7 @@ async def test_a_sub_agents_usage_is_added_to_the_parents(serve: Any) -> None:
     assert tools[0]["input_schema"]["required"] == ["prompt"]
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_a_parent_limit_stops_the_sub_run_and_then_the_parent(serve: Any) -> None:
     sub_server = serve(lambda body: reply(tool_call("lookup", {"term": "more"}), usage=SUB_USAGE))
     researcher = Agent(client=sub_server.client(), tools=[lookup])
