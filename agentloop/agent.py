@@ -10,13 +10,7 @@ from __future__ import annotations
 
 import types
 import warnings
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -24,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import anyio
 from typing_extensions import Unpack
 
-from .approval import Decision
 from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
 from .errors import ConfigurationError
 from .messages import ContentBlock
@@ -32,8 +25,7 @@ from .output import OutputValidator, check_validator
 from .providers.base import Provider
 from .registry import ToolRegistry
 from .result import OutputT, RunResult
-from .run import Run, RunOptions, StartOptions
-from .sessions.base import Session
+from .run import ResumeOptions, Run, RunOptions, StartOptions, cancelled_on_exit
 from .tools import Tool
 
 __all__ = ("DEFAULT_MODEL", "Agent")
@@ -289,46 +281,29 @@ class Agent(Generic[OutputT]):
         print(run.result.text)
         ```
         """
-        async with self._cancelled_on_exit(
-            self.start(prompt, output_type=output_type, **options)
-        ) as run:
+        async with cancelled_on_exit(self.start(prompt, output_type=output_type, **options)) as run:
             yield run
 
     async def resume(
-        self,
-        state: Mapping[str, Any] | None = None,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
-        results: Mapping[str, Any] | None = None,
-        deps: Any = None,
-        session: Session | None = None,
+        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions]
     ) -> RunResult[Any]:
         """Continue a run that ended with calls waiting, from its `RunResult.state`.
 
         The state may come from another process (stored as JSON); this agent must be
-        configured as the one that ran it (tools, model, limits). Approved calls run, with
-        the edited input if one is given (validated again); denied ones are answered
-        `is_error` with the reason; external calls are answered with `results`. The
-        turn's results go to the model in the model's order and the loop goes on, as if
-        the run had never stopped (its id, rounds, usage and tool-call log continue).
-
-        ```python
-        result = await agent.run("Refund order 42")
-        while result.stop_reason == "approval_required":
-            decisions = {a.tool_use_id: Approve() for a in result.approvals}
-            result = await agent.resume(result.state, decisions=decisions)
-        ```
+        configured as the one that ran it. Approved calls run (with the edited input, if
+        one is given); denied ones are answered `is_error` with the reason; external
+        calls are answered with `results`; then the loop goes on as if the run had never
+        stopped (see docs/approval.md). `agent.start(state=...)` holds such a run.
 
         Args:
-            state: `RunResult.state` of the paused run (as it was, or read back from JSON).
-            decisions: `Approve()`, `Approve(input=...)` or `Deny("reason")` for every call
-                in `RunResult.approvals`, by tool_use id.
-            results: For every call of an external tool (`RunResult.pending`), by
-                tool_use id: what the tool returned (as a tool's return value would be
-                sent), a `ToolError` for a failure, or a `tool_result` block.
-            deps: The run's `deps`, handed to tools again (they are not in the state).
-            session: The session the paused run was in: `state` defaults to the paused
-                run's state stored there, and what the resumed run adds is appended to it.
+            state: `RunResult.state` of the paused run (as it was, or read back from JSON);
+                with a `session`, by default the paused run's state stored there.
+            **options: `decisions` (`Approve()`, `Approve(input=...)` or `Deny("reason")`
+                for every call in `RunResult.approvals`, by tool_use id), `results` (for
+                every call of an external tool, `RunResult.pending`: what it returned, a
+                `ToolError`, or a `tool_result` block), `deps` (handed to tools again;
+                they are not in the state), `session` (the paused run's, which what the
+                resumed run adds is appended to).
 
         Raises:
             ResumeError: the state cannot be resumed (`InvalidStateError`,
@@ -337,19 +312,13 @@ class Agent(Generic[OutputT]):
             ConfigurationError: this agent lacks a tool the paused run needs.
             ProviderError, ToolCallFailed: as for `run`.
         """
-        async with self._resuming(state, decisions, results, deps, session, stream=False) as run:
+        async with self._resuming(state, options, stream=False) as run:
             pass
         return run.result
 
     @asynccontextmanager
     async def resume_stream(
-        self,
-        state: Mapping[str, Any] | None = None,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
-        results: Mapping[str, Any] | None = None,
-        deps: Any = None,
-        session: Session | None = None,
+        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions]
     ) -> AsyncIterator[Run[Any]]:
         """`resume()` as a stream of events, as `run_stream()` is to `run()`.
 
@@ -357,40 +326,18 @@ class Agent(Generic[OutputT]):
         the approved ones, `ToolResultEvent` for every new result), then the loop's
         events follow. The errors of `resume()` are raised on entering the block.
         """
-        run = self._resuming(state, decisions, results, deps, session, stream=True)
-        async with self._cancelled_on_exit(run) as held:
-            yield held
+        async with cancelled_on_exit(self._resuming(state, options, stream=True)) as run:
+            yield run
 
     def _resuming(
-        self,
-        state: Mapping[str, Any] | None,
-        decisions: Mapping[str, Decision] | None,
-        results: Mapping[str, Any] | None,
-        deps: Any,
-        session: Session | None,
-        *,
-        stream: bool,
+        self, state: Mapping[str, Any] | None, options: ResumeOptions, *, stream: bool
     ) -> Run[Any]:
-        """The run that continues a paused one (from `state`, or the one in `session`)."""
+        """The run that continues a paused one (from `state`, or the one in its session)."""
         # Answers are always given (none is an empty set), so the run resumes, and a
         # waiting call left unanswered is refused as such.
-        return self.start(
-            state=state,
-            decisions=decisions if decisions is not None or results is not None else {},
-            results=results,
-            deps=deps,
-            session=session,
-            stream=stream,
-        )
-
-    @asynccontextmanager
-    async def _cancelled_on_exit(self, run: Run[Any]) -> AsyncIterator[Run[Any]]:
-        """`run` entered; leaving the block before it ends cancels it (`run_stream`)."""
-        async with run:
-            try:
-                yield run
-            finally:
-                run.cancel()
+        if options.get("decisions") is None and options.get("results") is None:
+            options = {**options, "decisions": {}}
+        return self.start(state=state, stream=stream, **options)
 
     def as_tool(
         self,

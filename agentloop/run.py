@@ -14,7 +14,8 @@ and `_decide` (go on, or why the run stops).
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Generic, TypedDict
 
@@ -55,7 +56,7 @@ from .sessions.runs import keeping, load_session
 from .tracing import record_run
 from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
-__all__ = ("Run", "RunOptions", "StartOptions")
+__all__ = ("ResumeOptions", "Run", "RunOptions", "StartOptions", "cancelled_on_exit")
 
 _log = get_logger()
 
@@ -68,6 +69,15 @@ class RunOptions(TypedDict, total=False):
     external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
     session: Session | None
     usage_limits: UsageLimits | None
+
+
+class ResumeOptions(TypedDict, total=False):
+    """What `Agent.resume` takes besides the paused run's state."""
+
+    decisions: Mapping[str, Any] | None
+    results: Mapping[str, Any] | None
+    deps: Any
+    session: Session | None
 
 
 class StartOptions(RunOptions, total=False):
@@ -540,3 +550,13 @@ class Run(Generic[OutputT]):
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=self._started.result("tool_error"),
             )
+
+
+@asynccontextmanager
+async def cancelled_on_exit(run: Run[OutputT]) -> AsyncIterator[Run[OutputT]]:
+    """`run`, entered; leaving the block before it ends cancels it (`Agent.run_stream`)."""
+    async with run:
+        try:
+            yield run
+        finally:
+            run.cancel()

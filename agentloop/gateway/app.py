@@ -27,7 +27,6 @@ from starlette.routing import Route
 
 from agentloop._wire import random_id
 from agentloop.agent import Agent
-from agentloop.calls import wire_tool_name
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.events import ModelResponded
@@ -36,7 +35,7 @@ from agentloop.providers.base import ModelResponse
 from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
-from .calls import Call, ThreadCall, continued_trace
+from .calls import Call, continued_trace, expand_thread
 from .config import GATEWAY_KEYS_ENV, RUN_HEADER, SECRET_ENV, SESSION_HEADER, GatewayConfig
 from .durable import DurableRequests, open_durable
 from .errors import Refusal, answer_failure, error_body, json_answer, store_failure
@@ -47,12 +46,13 @@ from .parsing import (
     MessagesFields,
     api_headers,
     check_fields,
+    client_tool_names,
     credential,
     json_object,
     last_assistant,
 )
 from .runs import RUN_ID_PREFIX, canonical_request, request_run_id
-from .sessions import Found, Sessions, continue_history, last_marker, moved_markers
+from .sessions import Found, Sessions, continue_history, last_marker
 from .stores import Store, open_store
 from .streaming import StreamResponse, cancel_on_disconnect
 from .upstream import Upstream, client_headers
@@ -319,7 +319,7 @@ class Gateway:
             body = await json_object(request)
             check_fields(body, CountFields)
             client_tools = body.get("tools") or []
-            self._client_tool_names(client_tools)
+            client_tool_names(client_tools, self.internal)
             _, body["messages"] = await self._restore(scope, body["messages"])
         except Refusal as refusal:
             body = error_body(refusal.kind, str(refusal), request_id, refusal.details)
@@ -382,11 +382,12 @@ class Gateway:
             # Of the request as the client sent it (a thread request not yet expanded).
             canonical = canonical_request(body, headers, request.query_params)
             run_id = request_run_id(self.sessions, scope, canonical)
-        thread = await self._thread(body, scope)
+        assert self.sessions is not None
+        thread = await expand_thread(self.sessions, body, scope)
         check_fields(body, MessagesFields)
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
-        names = self._client_tool_names(client_tools)
+        names = client_tool_names(client_tools, self.internal)
         found, history = await self._restore(scope, visible)
         stream = body.get("stream") is True
         provider = self.upstream.provider(upstream_credential, stream=stream)
@@ -450,32 +451,6 @@ class Gateway:
             raise Refusal(401, "authentication_error", "x-api-key header is required")
         return presented, presented
 
-    def _client_tool_names(self, tools: Any) -> frozenset[str]:
-        """The names of the client's tools; a tool kind without a name is passed on as it is.
-
-        Only what no upstream could take is refused: `tools` that is not a list of
-        objects, a tool with neither a name nor a `type`, and a name of the gateway's own.
-        """
-        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
-        names: list[str] = []
-        for number, definition in enumerate(tools):
-            try:
-                name = wire_tool_name(definition)
-            except ConfigurationError as exc:
-                raise Refusal(400, "invalid_request_error", f"tools.{number}: {exc}") from None
-            if name is not None:
-                names.append(name)
-        clash = sorted(set(names) & self.internal)
-        if clash:
-            raise Refusal(
-                400,
-                "invalid_request_error",
-                f"tools: {', '.join(clash)} is the name of a tool this gateway runs itself; "
-                "rename the client tool",
-            )
-        return frozenset(names)
-
     async def _restore(self, scope: str, visible: list[Any]) -> tuple[Found, list[Any]]:
         """The session a visible conversation continues, and the upstream history.
 
@@ -506,47 +481,6 @@ class Gateway:
             return found, list(visible)
         history = continue_history(found.session, visible[end:], marker=last_marker(prefix))
         return found, history
-
-    async def _thread(self, body: dict[str, Any], scope: str) -> ThreadCall | None:
-        """Expand a message-thread request into a whole conversation (in place)."""
-        assert self.sessions is not None
-        thread = body.pop("thread", None)
-        if thread is None:
-            return None
-        kind = thread.get("type") if isinstance(thread, dict) else None
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise Refusal(400, "invalid_request_error", "messages: Field required")
-        if kind == "create":
-            fields: dict[str, Any] = {k: body[k] for k in ("system", "tools") if k in body}
-            return ThreadCall(None, fields, list(messages))
-        if kind != "continue":
-            raise Refusal(400, "invalid_request_error", "thread.type: must be create or continue")
-        previous = thread.get("previous_message_id")
-        if not isinstance(previous, str) or not previous:
-            raise Refusal(400, "invalid_request_error", "thread.previous_message_id: required")
-        repeated = [k for k in ("system", "tools") if k in body]
-        if repeated:
-            raise Refusal(
-                400,
-                "invalid_request_error",
-                f"{' and '.join(repeated)}: a thread keeps the values it was created with; "
-                "a continue request cannot send them",
-                {"error_code": "thread_fingerprint_mismatch"},
-            )
-        with store_failure("finding the thread"):
-            parent = await self.sessions.load_thread(self.sessions.thread_key(scope, previous))
-        if parent is None:
-            raise Refusal(
-                404,
-                "not_found_error",
-                f"no thread holds a response with id {previous!r}",
-                {"error_code": "thread_not_found"},
-            )
-        body.update(parent.fields)
-        earlier = moved_markers(parent.messages, last_marker(parent.messages))
-        body["messages"] = [*earlier, *messages]
-        return ThreadCall(parent, parent.fields, list(messages))
 
     async def _finish(
         self, call: Call, result: RunResult, responses: list[ModelResponse]

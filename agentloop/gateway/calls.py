@@ -16,9 +16,10 @@ from opentelemetry.context import Context
 
 from agentloop.agent import Agent
 
-from .sessions import Session, Thread
+from .errors import Refusal, store_failure
+from .sessions import Session, Sessions, Thread, last_marker, moved_markers
 
-__all__ = ("Call", "ThreadCall", "continued_trace")
+__all__ = ("Call", "ThreadCall", "continued_trace", "expand_thread")
 
 
 @dataclass
@@ -74,3 +75,44 @@ def continued_trace(call: Call) -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
+
+
+async def expand_thread(sessions: Sessions, body: dict[str, Any], scope: str) -> ThreadCall | None:
+    """Expand a message-thread request into a whole conversation (in place)."""
+    thread = body.pop("thread", None)
+    if thread is None:
+        return None
+    kind = thread.get("type") if isinstance(thread, dict) else None
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise Refusal(400, "invalid_request_error", "messages: Field required")
+    if kind == "create":
+        fields: dict[str, Any] = {k: body[k] for k in ("system", "tools") if k in body}
+        return ThreadCall(None, fields, list(messages))
+    if kind != "continue":
+        raise Refusal(400, "invalid_request_error", "thread.type: must be create or continue")
+    previous = thread.get("previous_message_id")
+    if not isinstance(previous, str) or not previous:
+        raise Refusal(400, "invalid_request_error", "thread.previous_message_id: required")
+    repeated = [k for k in ("system", "tools") if k in body]
+    if repeated:
+        raise Refusal(
+            400,
+            "invalid_request_error",
+            f"{' and '.join(repeated)}: a thread keeps the values it was created with; "
+            "a continue request cannot send them",
+            {"error_code": "thread_fingerprint_mismatch"},
+        )
+    with store_failure("finding the thread"):
+        parent = await sessions.load_thread(sessions.thread_key(scope, previous))
+    if parent is None:
+        raise Refusal(
+            404,
+            "not_found_error",
+            f"no thread holds a response with id {previous!r}",
+            {"error_code": "thread_not_found"},
+        )
+    body.update(parent.fields)
+    earlier = moved_markers(parent.messages, last_marker(parent.messages))
+    body["messages"] = [*earlier, *messages]
+    return ThreadCall(parent, parent.fields, list(messages))

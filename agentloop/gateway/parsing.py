@@ -14,6 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 
+from agentloop.calls import wire_tool_name
+from agentloop.errors import ConfigurationError
+
 from .errors import Refusal
 from .upstream import forwarded_headers
 
@@ -26,6 +29,7 @@ __all__ = (
     "MessagesFields",
     "api_headers",
     "check_fields",
+    "client_tool_names",
     "credential",
     "json_object",
     "last_assistant",
@@ -187,3 +191,31 @@ def last_assistant(messages: Sequence[Any]) -> int:
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             return i
     return -1
+
+
+def client_tool_names(tools: Any, internal: frozenset[str]) -> frozenset[str]:
+    """The names of the client's tools; a tool kind without a name is passed on as it is.
+
+    Only what no upstream could take is refused: `tools` that is not a list of
+    objects, a tool with neither a name nor a `type`, and a name of the gateway's own
+    (`internal`).
+    """
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise Refusal(400, "invalid_request_error", "tools: must be a list of tool objects")
+    names: list[str] = []
+    for number, definition in enumerate(tools):
+        try:
+            name = wire_tool_name(definition)
+        except ConfigurationError as exc:
+            raise Refusal(400, "invalid_request_error", f"tools.{number}: {exc}") from None
+        if name is not None:
+            names.append(name)
+    clash = sorted(set(names) & internal)
+    if clash:
+        raise Refusal(
+            400,
+            "invalid_request_error",
+            f"tools: {', '.join(clash)} is the name of a tool this gateway runs itself; "
+            "rename the client tool",
+        )
+    return frozenset(names)

@@ -31,8 +31,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
-import secrets
 import stat
 import threading
 import time
@@ -45,6 +43,21 @@ from typing import Final, Literal, get_args
 from agentloop import ToolError
 
 from .config import CortexConfig, config_problem
+from .files import (
+    O_CLOEXEC,
+    TMP_PREFIX,
+    check_entry,
+    hard_link_message,
+    history_entries,
+    next_version,
+    open_dir,
+    reason,
+    remove,
+    sweep,
+    symlink_message,
+    trim,
+    write_temp,
+)
 from .ledger import Entry, Ledger, digest
 
 __all__ = ("FILENAMES", "HISTORY_DIR", "LOCK_TIMEOUT", "Change", "CortexFile", "CortexStore")
@@ -60,11 +73,6 @@ HISTORY_DIR: Final = ".history"
 
 LOCK_TIMEOUT: Final = 20.0
 """Seconds a change waits for another writer of the same file before giving up."""
-
-_HISTORY_NAME = re.compile(r"([0-9]+)-([0-9]+)\.md")
-_TMP_PREFIX = ".tmp-"
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _O_CLOEXEC
 
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
@@ -113,7 +121,7 @@ class CortexStore:
         try:
             real_root = os.path.realpath(config.root)
         except OSError as exc:
-            raise ToolError(f"cannot resolve the cortex root: {_reason(exc)}") from None
+            raise ToolError(f"cannot resolve the cortex root: {reason(exc)}") from None
         self.root = Path(real_root)
         """The resolved root directory."""
         self.directory = self.root / config.persona
@@ -198,16 +206,16 @@ class CortexStore:
             if pfd is None:
                 return []
             fds.callback(os.close, pfd)
-            hfd = _open_dir(pfd, HISTORY_DIR, create=False, label=self._label(HISTORY_DIR))
+            hfd = open_dir(pfd, HISTORY_DIR, create=False, label=self._label(HISTORY_DIR))
             if hfd is None:
                 return []
             fds.callback(os.close, hfd)
             label = self._label(f"{HISTORY_DIR}/{name}")
-            sfd = _open_dir(hfd, name, create=False, label=label)
+            sfd = open_dir(hfd, name, create=False, label=label)
             if sfd is None:
                 return []
             fds.callback(os.close, sfd)
-            entries = _history_entries(sfd)
+            entries = history_entries(sfd)
         return [self.directory / HISTORY_DIR / name / entry for _, _, entry in entries]
 
     # ------------------------------------------------------------------ checks
@@ -222,7 +230,7 @@ class CortexStore:
         try:
             yield
         except OSError as exc:
-            raise ToolError(f"cannot {action} {self._label(name)}: {_reason(exc)}") from None
+            raise ToolError(f"cannot {action} {self._label(name)}: {reason(exc)}") from None
 
     def _encode(self, text: object, what: str) -> bytes:
         if not isinstance(text, str):
@@ -253,11 +261,11 @@ class CortexStore:
             (HISTORY_DIR, "dir"),
         )
         for entry, want in expected:
-            _check_entry(pfd, entry, want, self._label(entry))
-        hfd = _open_dir(pfd, HISTORY_DIR, create=False, label=self._label(HISTORY_DIR))
+            check_entry(pfd, entry, want, self._label(entry))
+        hfd = open_dir(pfd, HISTORY_DIR, create=False, label=self._label(HISTORY_DIR))
         if hfd is not None:
             try:
-                _check_entry(hfd, name, "dir", self._label(f"{HISTORY_DIR}/{name}"))
+                check_entry(hfd, name, "dir", self._label(f"{HISTORY_DIR}/{name}"))
             finally:
                 os.close(hfd)
 
@@ -266,21 +274,19 @@ class CortexStore:
     def _open_persona(self, *, create: bool) -> int | None:
         """A descriptor of the persona directory, or None if it is missing (and not created)."""
         try:
-            rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+            rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
         except FileNotFoundError:
             if not create:
                 return None
             try:
                 os.makedirs(self.root, mode=0o700, exist_ok=True)
-                rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+                rfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
             except OSError as exc:
-                raise ToolError(
-                    f"cannot create the cortex root directory: {_reason(exc)}"
-                ) from None
+                raise ToolError(f"cannot create the cortex root directory: {reason(exc)}") from None
         except OSError as exc:
-            raise ToolError(f"cannot open the cortex root directory: {_reason(exc)}") from None
+            raise ToolError(f"cannot open the cortex root directory: {reason(exc)}") from None
         try:
-            pfd = _open_dir(rfd, self.config.persona, create=create, label=self.config.persona)
+            pfd = open_dir(rfd, self.config.persona, create=create, label=self.config.persona)
         finally:
             os.close(rfd)
         if pfd is None:
@@ -302,7 +308,7 @@ class CortexStore:
             real = os.path.realpath(self.directory)
         except OSError as exc:
             raise ToolError(
-                f"cannot resolve persona directory {self.config.persona!r}: {_reason(exc)}"
+                f"cannot resolve persona directory {self.config.persona!r}: {reason(exc)}"
             ) from None
         root = str(self.root)
         if real == root or os.path.commonpath([real, root]) != root:
@@ -315,19 +321,19 @@ class CortexStore:
         """The content of `name` in the persona directory, or None if it does not exist."""
         label = self._label(name)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC, dir_fd=pfd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, dir_fd=pfd)
         except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ToolError(_symlink_message(label)) from None
-            raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
+                raise ToolError(symlink_message(label)) from None
+            raise ToolError(f"cannot open {label}: {reason(exc)}") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"refusing to use {label}: it is not a regular file")
             if info.st_nlink > 1:
-                raise ToolError(_hard_link_message(label, info.st_nlink))
+                raise ToolError(hard_link_message(label, info.st_nlink))
             chunks: list[bytes] = []
             while chunk := os.read(fd, 1 << 20):
                 chunks.append(chunk)
@@ -359,8 +365,8 @@ class CortexStore:
             held.enter_context(self._locked(pfd, name))
             self._refuse_planted(pfd, name)
             ledger_name = f".{name}.applied"
-            _sweep(pfd, f".{name}{_TMP_PREFIX}")
-            _sweep(pfd, f".{ledger_name}{_TMP_PREFIX}")
+            sweep(pfd, f".{name}{TMP_PREFIX}")
+            sweep(pfd, f".{ledger_name}{TMP_PREFIX}")
             old = self._read_bytes(pfd, name)
             ledger = Ledger.parse(self._read_bytes(pfd, ledger_name))
             settled = ledger.settle(old)
@@ -381,11 +387,11 @@ class CortexStore:
 
     def _replace_file(self, pfd: int, name: str, data: bytes) -> None:
         """Make `name` hold `data` at once: a temporary file, fsynced, renamed over it."""
-        tmp = _write_temp(pfd, f".{name}{_TMP_PREFIX}", data)
+        tmp = write_temp(pfd, f".{name}{TMP_PREFIX}", data)
         try:
             os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
         except BaseException:
-            _remove(pfd, tmp)
+            remove(pfd, tmp)
             raise
 
     def _commit(self, pfd: int, name: str, data: bytes, previous: bytes | None) -> None:
@@ -404,23 +410,23 @@ class CortexStore:
         sfd: int | None = None
         try:
             with ExitStack() as fds, ExitStack() as undo:
-                tmp = _write_temp(pfd, f".{name}{_TMP_PREFIX}", data)
-                undo.callback(_remove, pfd, tmp)
+                tmp = write_temp(pfd, f".{name}{TMP_PREFIX}", data)
+                undo.callback(remove, pfd, tmp)
                 if previous is not None:
                     history_label = self._label(HISTORY_DIR)
-                    hfd = _open_dir(pfd, HISTORY_DIR, create=True, label=history_label, undo=undo)
+                    hfd = open_dir(pfd, HISTORY_DIR, create=True, label=history_label, undo=undo)
                     assert hfd is not None
                     fds.callback(os.close, hfd)
                     sub_label = self._label(f"{HISTORY_DIR}/{name}")
-                    sfd = _open_dir(hfd, name, create=True, label=sub_label, undo=undo)
+                    sfd = open_dir(hfd, name, create=True, label=sub_label, undo=undo)
                     assert sfd is not None
                     fds.callback(os.close, sfd)
-                    _sweep(sfd, _TMP_PREFIX)
-                    version_tmp = _write_temp(sfd, _TMP_PREFIX, previous)
-                    undo.callback(_remove, sfd, version_tmp)
-                    entry = _next_version(_history_entries(sfd))
+                    sweep(sfd, TMP_PREFIX)
+                    version_tmp = write_temp(sfd, TMP_PREFIX, previous)
+                    undo.callback(remove, sfd, version_tmp)
+                    entry = next_version(history_entries(sfd))
                     os.rename(version_tmp, entry, src_dir_fd=sfd, dst_dir_fd=sfd)
-                    undo.callback(_remove, sfd, entry)
+                    undo.callback(remove, sfd, entry)
                     os.fsync(sfd)
                 os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
                 # The change is made: nothing may undo it now.
@@ -431,9 +437,9 @@ class CortexStore:
                     os.fsync(pfd)
                 if sfd is not None:
                     with suppress(OSError):
-                        _trim(sfd, self.config.history)
+                        trim(sfd, self.config.history)
         except OSError as exc:
-            raise ToolError(f"cannot write {label}: {_reason(exc)}; nothing was changed") from None
+            raise ToolError(f"cannot write {label}: {reason(exc)}; nothing was changed") from None
 
     @contextmanager
     def _locked(self, pfd: int, name: str) -> Iterator[None]:
@@ -446,12 +452,12 @@ class CortexStore:
         try:
             label = self._label(f".{name}.lock")
             try:
-                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _O_CLOEXEC
+                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | O_CLOEXEC
                 fd = os.open(f".{name}.lock", flags, 0o600, dir_fd=pfd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise ToolError(_symlink_message(label)) from None
-                raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
+                    raise ToolError(symlink_message(label)) from None
+                raise ToolError(f"cannot open {label}: {reason(exc)}") from None
             try:
                 delay = 0.001
                 while True:
@@ -482,148 +488,3 @@ def _check_name(filename: object) -> str:
         return filename
     allowed = ", ".join(FILENAMES)
     raise ToolError(f"invalid filename {filename!r}: it must be one of {allowed}")
-
-
-def _symlink_message(label: str) -> str:
-    return (
-        f"refusing to use {label}: it is a symbolic link; cortex only uses real files and "
-        "directories inside the persona directory"
-    )
-
-
-def _hard_link_message(label: str, links: int) -> str:
-    return (
-        f"refusing to use {label}: it has {links} hard links, so it may be a file outside "
-        "the persona directory"
-    )
-
-
-def _check_entry(dfd: int, entry: str, want: Literal["file", "dir"], label: str) -> None:
-    """Refuse `entry` of directory `dfd` if it exists and is a symlink or of the wrong kind."""
-    try:
-        info = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise ToolError(_symlink_message(label))
-    ok = stat.S_ISREG(info.st_mode) if want == "file" else stat.S_ISDIR(info.st_mode)
-    if not ok:
-        kind = "regular file" if want == "file" else "directory"
-        raise ToolError(f"refusing to use {label}: it is not a {kind}")
-    if want == "file" and info.st_nlink > 1:
-        raise ToolError(_hard_link_message(label, info.st_nlink))
-
-
-def _reason(exc: OSError) -> str:
-    """What went wrong, as the operating system says it."""
-    return exc.strerror or str(exc)
-
-
-def _remove(dfd: int, entry: str, *, directory: bool = False) -> None:
-    """Delete `entry` of `dfd` (undoing a step of a change); it may be gone already."""
-    with suppress(OSError):
-        if directory:
-            os.rmdir(entry, dir_fd=dfd)
-        else:
-            os.unlink(entry, dir_fd=dfd)
-
-
-def _open_dir(
-    parent: int, name: str, *, create: bool, label: str, undo: ExitStack | None = None
-) -> int | None:
-    """A descriptor of directory `name` in `parent`, never following a symlink.
-
-    Returns None when it does not exist and `create` is false. When it makes the
-    directory, it registers its removal with `undo` (if given).
-    """
-    _check_entry(parent, name, "dir", label)
-    try:
-        return os.open(name, _O_DIR, dir_fd=parent)
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise ToolError(_symlink_message(label)) from None
-        raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise ToolError(f"cannot create {label}: {_reason(exc)}") from None
-    else:
-        if undo is not None:
-            undo.callback(_remove, parent, name, directory=True)
-        try:
-            os.fsync(parent)
-        except OSError as exc:
-            raise ToolError(f"cannot create {label}: {_reason(exc)}") from None
-    try:
-        return os.open(name, _O_DIR, dir_fd=parent)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise ToolError(_symlink_message(label)) from None
-        raise ToolError(f"cannot open {label}: {_reason(exc)}") from None
-
-
-def _write_temp(dfd: int, prefix: str, data: bytes) -> str:
-    """A new file in `dfd` holding `data`, fsynced; its name starts with `prefix`.
-
-    On failure nothing is left behind.
-    """
-    tmp = f"{prefix}{secrets.token_hex(8)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        _remove(dfd, tmp)
-        raise
-    return tmp
-
-
-def _next_version(entries: list[tuple[int, int, str]]) -> str:
-    """The name of a new version, after every one in `entries`."""
-    stamp, counter = time.time_ns(), 0
-    if entries and (stamp, counter) <= entries[-1][:2]:
-        # The clock did not move (or went back): keep the names in order anyway.
-        stamp, counter = entries[-1][0], entries[-1][1] + 1
-    return f"{stamp}-{counter}.md"
-
-
-def _trim(dfd: int, limit: int) -> None:
-    """Delete the oldest versions in history directory `dfd` beyond `limit`."""
-    entries = _history_entries(dfd)
-    for _, _, entry in entries[: max(len(entries) - limit, 0)]:
-        with suppress(FileNotFoundError):
-            os.unlink(entry, dir_fd=dfd)
-    os.fsync(dfd)
-
-
-def _sweep(dfd: int, prefix: str) -> None:
-    """Delete temporary files left by a writer that died (only called under the lock).
-
-    Housekeeping only: whatever cannot be deleted stays, and the change goes on.
-    """
-    with suppress(OSError):
-        for entry in os.listdir(dfd):
-            if entry.startswith(prefix):
-                _remove(dfd, entry)
-
-
-def _history_entries(dfd: int) -> list[tuple[int, int, str]]:
-    """The version files in a history directory as (stamp, counter, name), oldest first."""
-    entries = []
-    for entry in os.listdir(dfd):
-        match = _HISTORY_NAME.fullmatch(entry)
-        if match is not None:
-            entries.append((int(match[1]), int(match[2]), entry))
-    entries.sort()
-    return entries

@@ -20,7 +20,7 @@ from agentloop import RunContext, ToolError
 
 from agentloop_cortex import CortexConfig, CortexStore, append_file, replace_in_file, write_file
 
-STORE_MODULE = "agentloop_cortex.store"
+STORE_MODULES = {"agentloop_cortex.store", "agentloop_cortex.files"}  # the store and its steps
 NO_SPACE = "No space left on device"
 
 
@@ -81,7 +81,7 @@ class DiskFull:
         def call(*args: Any, **kwargs: Any) -> Any:
             caller = sys._getframe(1).f_globals.get("__name__")
             creates = name != "open" or bool(args[1] & os.O_CREAT)
-            if caller == STORE_MODULE and creates and self.at != -1:
+            if caller in STORE_MODULES and creates and self.at != -1:
                 if self.at is None or self.calls == self.at:
                     self.calls += 1
                     self.fired.append(name)
@@ -398,7 +398,7 @@ def test_os_errors_in_path_handling_are_tool_errors(
         real = getattr(os, name)
 
         def failing(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            if sys._getframe(1).f_globals.get("__name__") == STORE_MODULE:
+            if sys._getframe(1).f_globals.get("__name__") in STORE_MODULES:
                 raise OSError(errno.EIO, os.strerror(errno.EIO))
             return _real(*args, **kwargs)
 

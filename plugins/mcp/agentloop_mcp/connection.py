@@ -17,40 +17,39 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import httpx2
 import mcp.types as mcp_types
-import pydantic
-from agentloop import AgentloopError, ToolError
+from agentloop import ToolError
 from agentloop.logs import get_logger
 from agentloop.progress import ProgressReporter
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .capabilities import ElicitationHandler, elicitation_callback, roots_callback
 from .config import MCPServer
 from .sampling import Caller, MCPSampling, in_call, sampling_callback
+from .transport import (
+    MCPConnectError,
+    MCPRequestError,
+    connection_lost,
+    describe,
+    garbled,
+    not_delivered,
+    transport,
+)
 
 __all__ = ("MCPConnectError", "MCPRequestError", "ServerConnection")
 
 _log = get_logger()
-
-NOT_DELIVERED = "request not delivered"
-"""Starts the message of a call that provably never reached the server (connect refused)."""
 
 _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
 
@@ -62,22 +61,6 @@ _CLIENT_INFO = mcp_types.Implementation(name="agentloop-mcp", version="0.1.0")
 logging.getLogger("mcp").addHandler(logging.NullHandler())
 _MAX_BACKOFF = 10.0
 _MAX_PAGES = 100
-
-
-class MCPRequestError(AgentloopError):
-    """A request to a server other than a tool call (resources, prompts) failed."""
-
-
-class MCPConnectError(AgentloopError):
-    """An MCP server could not be started or reached when the tool source opened."""
-
-    def __init__(self, message: str, *, server: str | None = None, reason: str = "") -> None:
-        """`message` names the server; `server` and `reason` are kept for reports."""
-        super().__init__(message)
-        self.server = server
-        """The server's name (None when several are meant)."""
-        self.reason = reason or message
-        """Why, without the server's name."""
 
 
 @dataclass(frozen=True)
@@ -315,14 +298,14 @@ class ServerConnection:
                         ready()
                     await self._serve(client, lost)
             if scope.cancelled_caught and not connected:
-                return False, _garbled(garbage) or f"no answer within {self._connect_timeout:g} s"
+                return False, garbled(garbage) or f"no answer within {self._connect_timeout:g} s"
         except Exception as exc:
-            return connected, _garbled(garbage) or _describe(exc)
+            return connected, garbled(garbage) or describe(exc)
         return connected, "the connection was lost"
 
     def _client(self, lost: anyio.Event, garbage: list[str]) -> Client:
         return Client(
-            _transport(self.server, lost, garbage),
+            transport(self.server, lost, garbage),
             mode=self.server.mode,
             cache=None,
             message_handler=self._on_message,
@@ -389,9 +372,9 @@ class ServerConnection:
                         progress_callback=on_progress if self.server.progress else None,
                     )
             except MCPError as exc:
-                if _not_delivered(exc):
+                if not_delivered(exc):
                     request.state = "queued"
-                if _connection_lost(exc):
+                if connection_lost(exc):
                     lost.set()
                     return  # settled by the supervisor once the connection is closed
                 outcome = _Failure(
@@ -404,7 +387,7 @@ class ServerConnection:
             except Exception as exc:
                 outcome = _Failure(
                     f"MCP server '{self.server.name}': the call to '{request.name}' failed: "
-                    f"{_describe(exc)}"
+                    f"{describe(exc)}"
                 )
         request.scope = None
         self._in_flight.pop(request, None)
@@ -488,7 +471,7 @@ class ServerConnection:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._tools_changed.set()
         elif isinstance(message, Exception):
-            self._log.debug("mcp.transport_error", error=_describe(message))
+            self._log.debug("mcp.transport_error", error=describe(message))
         await anyio.lowlevel.checkpoint()
 
     async def _watch_tools(self, client: Client) -> None:
@@ -502,7 +485,7 @@ class ServerConnection:
                     async for _event in subscription:
                         await self._refresh(client)
             except (ListenNotSupportedError, SubscriptionLost, MCPError, TimeoutError) as exc:
-                self._log.debug("mcp.listen_ended", error=_describe(exc))
+                self._log.debug("mcp.listen_ended", error=describe(exc))
             return
         while True:  # earlier protocol versions send the notification unasked
             await self._tools_changed.wait()
@@ -513,169 +496,8 @@ class ServerConnection:
         try:
             tools = await self._list_tools(client)
         except Exception as exc:
-            self._log.warning("mcp.tools_refresh_failed", error=_describe(exc))
+            self._log.warning("mcp.tools_refresh_failed", error=describe(exc))
             return
         self.tools = tools
         self._log.info("mcp.tools_changed", tools=[t.name for t in tools])
         self._on_tools_changed(self)
-
-
-# --------------------------------------------------------------------------- transports
-
-
-@asynccontextmanager
-async def _transport(
-    server: MCPServer, lost: anyio.Event, garbage: list[str]
-) -> AsyncIterator[tuple[_WatchedStream, MemoryObjectSendStream[SessionMessage]]]:
-    """The server's transport, with a read stream that reports when it ends."""
-    if server.transport == "stdio":
-        params = StdioServerParameters(
-            command=str(server.command),
-            args=list(server.args),
-            env=dict(server.env) or None,
-            cwd=server.cwd,
-        )
-        async with stdio_client(params, errlog=_errlog()) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
-    elif server.transport == "sse":
-        async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write
-    else:
-        async with (
-            _HTTPClient(
-                headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
-            ) as http,
-            streamable_http_client(str(server.url), http_client=http) as (read, write),
-        ):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
-
-
-def _garbled(garbage: list[str]) -> str | None:
-    """Why a connect failed, when the server wrote lines that are not MCP messages."""
-    if not garbage:
-        return None
-    return (
-        f"the server wrote something that is not an MCP message on its output ({garbage[0]}); "
-        "a stdio server must write only JSON-RPC to stdout (logs go to stderr)"
-    )
-
-
-class _WatchedStream:
-    """A transport's read stream that sets `lost` when it ends: how a dead process shows.
-
-    It also keeps the first thing read that was not a message (a server printing logs on
-    stdout) in `garbage`, to explain a failed connect.
-    """
-
-    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
-        self._inner = inner
-        self._lost = lost
-        self._garbage = garbage
-
-    @property
-    def last_context(self) -> Any:
-        """The sender's context of the last message, when the inner stream keeps one."""
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> Any:
-        """The next message; the end of the stream marks the connection lost."""
-        try:
-            item = await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._lost.set()
-            raise
-        if isinstance(item, Exception) and not self._garbage:
-            self._garbage.append(_first_line(item))
-            _log.warning("mcp.not_a_message", error=self._garbage[0])
-        return item
-
-    async def aclose(self) -> None:
-        """Close the inner stream."""
-        await self._inner.aclose()
-
-    def __aiter__(self) -> _WatchedStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _WatchedStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-class _HTTPClient(httpx2.AsyncClient):
-    """An HTTP client that answers a POST it could not even connect for with an MCP error.
-
-    Without this, a refused connection surfaces as an exception that tears the transport
-    down, and the call it carried could not be told apart from one cut off mid-way. As a
-    JSON-RPC error the call fails on its own, marked as never delivered, so it can safely
-    be sent again after the reconnect.
-    """
-
-    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error."""
-        try:
-            return await super().send(request, **kwargs)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
-            if request.method != "POST":
-                raise
-            body = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": mcp_types.CONNECTION_CLOSED,
-                    "message": f"{NOT_DELIVERED}: {_describe(exc)}",
-                },
-            }
-            return httpx2.Response(503, json=body, request=request)
-
-
-def _not_delivered(error: MCPError) -> bool:
-    message = error.error.message
-    if error.error.code == mcp_types.CONNECTION_CLOSED and message.startswith(NOT_DELIVERED):
-        return True
-    # A server that restarted does not know our session: it refused the call unread.
-    return error.error.code == mcp_types.INVALID_REQUEST and message == "Session terminated"
-
-
-def _connection_lost(error: MCPError) -> bool:
-    return error.error.code == mcp_types.CONNECTION_CLOSED or _not_delivered(error)
-
-
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: ours, when it is a real file."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    raise MCPConnectError("no stderr to give an MCP server process")
-
-
-def _first_line(exc: Exception) -> str:
-    """A parse error in a few words: the line the server wrote, when pydantic kept it."""
-    if isinstance(exc, pydantic.ValidationError):
-        found = [e.get("input") for e in exc.errors()]
-        if found and isinstance(found[0], str):
-            return f"a line reading {found[0][:100]!r}"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = " / ".join(lines[:3]) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _describe(exc: BaseException) -> str:
-    inner = getattr(exc, "exceptions", None)  # an exception group (3.10 has no builtin name)
-    if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
-        return _describe(inner[0])
-    if isinstance(exc, MCPError):
-        return exc.error.message
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,222 @@
+"""How a connection reaches its MCP server, and the errors it reports.
+
+`transport` opens the server's transport (a stdio process, SSE, or streamable HTTP) with a
+read stream that marks the connection lost when it ends and keeps the first line a server
+wrote that is not an MCP message; the helpers below tell apart a request that never
+reached the server from one cut off mid-way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import mcp.types as mcp_types
+import pydantic
+from agentloop import AgentloopError
+from agentloop.logs import get_logger
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from .config import MCPServer
+
+__all__ = (
+    "NOT_DELIVERED",
+    "MCPConnectError",
+    "MCPRequestError",
+    "connection_lost",
+    "describe",
+    "garbled",
+    "not_delivered",
+    "transport",
+)
+
+_log = get_logger()
+
+NOT_DELIVERED = "request not delivered"
+"""Starts the message of a call that provably never reached the server (connect refused)."""
+
+
+class MCPRequestError(AgentloopError):
+    """A request to a server other than a tool call (resources, prompts) failed."""
+
+
+class MCPConnectError(AgentloopError):
+    """An MCP server could not be started or reached when the tool source opened."""
+
+    def __init__(self, message: str, *, server: str | None = None, reason: str = "") -> None:
+        """`message` names the server; `server` and `reason` are kept for reports."""
+        super().__init__(message)
+        self.server = server
+        """The server's name (None when several are meant)."""
+        self.reason = reason or message
+        """Why, without the server's name."""
+
+
+@asynccontextmanager
+async def transport(
+    server: MCPServer, lost: anyio.Event, garbage: list[str]
+) -> AsyncIterator[tuple[_WatchedStream, MemoryObjectSendStream[SessionMessage]]]:
+    """The server's transport, with a read stream that reports when it ends."""
+    if server.transport == "stdio":
+        params = StdioServerParameters(
+            command=str(server.command),
+            args=list(server.args),
+            env=dict(server.env) or None,
+            cwd=server.cwd,
+        )
+        async with stdio_client(params, errlog=_errlog()) as (read, write):
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+    elif server.transport == "sse":
+        async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
+            yield _WatchedStream(read, lost, garbage), write
+    else:
+        async with (
+            _HTTPClient(
+                headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+            ) as http,
+            streamable_http_client(str(server.url), http_client=http) as (read, write),
+        ):
+            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+
+
+def garbled(garbage: list[str]) -> str | None:
+    """Why a connect failed, when the server wrote lines that are not MCP messages."""
+    if not garbage:
+        return None
+    return (
+        f"the server wrote something that is not an MCP message on its output ({garbage[0]}); "
+        "a stdio server must write only JSON-RPC to stdout (logs go to stderr)"
+    )
+
+
+class _WatchedStream:
+    """A transport's read stream that sets `lost` when it ends: how a dead process shows.
+
+    It also keeps the first thing read that was not a message (a server printing logs on
+    stdout) in `garbage`, to explain a failed connect.
+    """
+
+    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
+        self._inner = inner
+        self._lost = lost
+        self._garbage = garbage
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message, when the inner stream keeps one."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        """The next message; the end of the stream marks the connection lost."""
+        try:
+            item = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._lost.set()
+            raise
+        if isinstance(item, Exception) and not self._garbage:
+            self._garbage.append(_first_line(item))
+            _log.warning("mcp.not_a_message", error=self._garbage[0])
+        return item
+
+    async def aclose(self) -> None:
+        """Close the inner stream."""
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _HTTPClient(httpx2.AsyncClient):
+    """An HTTP client that answers a POST it could not even connect for with an MCP error.
+
+    Without this, a refused connection surfaces as an exception that tears the transport
+    down, and the call it carried could not be told apart from one cut off mid-way. As a
+    JSON-RPC error the call fails on its own, marked as never delivered, so it can safely
+    be sent again after the reconnect.
+    """
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error."""
+        try:
+            return await super().send(request, **kwargs)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            if request.method != "POST":
+                raise
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": mcp_types.CONNECTION_CLOSED,
+                    "message": f"{NOT_DELIVERED}: {describe(exc)}",
+                },
+            }
+            return httpx2.Response(503, json=body, request=request)
+
+
+def not_delivered(error: MCPError) -> bool:
+    """Whether a request provably never reached the server (it can be sent again)."""
+    message = error.error.message
+    if error.error.code == mcp_types.CONNECTION_CLOSED and message.startswith(NOT_DELIVERED):
+        return True
+    # A server that restarted does not know our session: it refused the call unread.
+    return error.error.code == mcp_types.INVALID_REQUEST and message == "Session terminated"
+
+
+def connection_lost(error: MCPError) -> bool:
+    """Whether `error` says the connection is gone (the call may be retried after it)."""
+    return error.error.code == mcp_types.CONNECTION_CLOSED or not_delivered(error)
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: ours, when it is a real file."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _first_line(exc: Exception) -> str:
+    """A parse error in a few words: the line the server wrote, when pydantic kept it."""
+    if isinstance(exc, pydantic.ValidationError):
+        found = [e.get("input") for e in exc.errors()]
+        if found and isinstance(found[0], str):
+            return f"a line reading {found[0][:100]!r}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " / ".join(lines[:3]) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in a few words (an exception group of one: its exception)."""
+    inner = getattr(exc, "exceptions", None)  # an exception group (3.10 has no builtin name)
+    if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        return describe(inner[0])
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
