@@ -55,7 +55,7 @@ class PlatformRoute:
 
     platform: Literal["bedrock", "vertex"]
     model: str
-    """The model the path names (Vertex AI's token count names none)."""
+    """The model the path names (`count-tokens` on Vertex AI's token-counting path)."""
     stream: bool
     """The path asks for a streamed answer."""
     counts_tokens: bool = False
