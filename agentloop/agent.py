@@ -147,9 +147,10 @@ class Agent(Generic[OutputT]):
             model: Model name sent with each request.
             provider: Where requests go; by default an `AnthropicProvider` over `client`.
             client: An `anthropic.AsyncAnthropic` to use (base_url, retries, headers and
-                timeouts are its own), or an `openai.AsyncOpenAI` (then requests go to
-                its Chat Completions endpoint, see `OpenAIChatProvider`); ignored when
-                `provider` is given.
+                timeouts are its own) or one of the SDK's asynchronous platform clients
+                (`AsyncAnthropicBedrock`, `AsyncAnthropicVertex`, ...), or an
+                `openai.AsyncOpenAI` (then requests go to its Chat Completions endpoint,
+                see `OpenAIChatProvider`); ignored when `provider` is given.
             system: System prompt, a string or a list of text blocks.
             tools: Tools (functions are wrapped with `tool`), or a ready `ToolRegistry`.
             max_rounds: Most model requests one run may make; when reached the run stops
