@@ -83,6 +83,7 @@ from agentloop.run import RunState
 from agentloop.scope import RunScope, entered
 from agentloop.sessions.base import Session
 from agentloop.sessions.runs import keeping, load_session
+from agentloop.state import PausedRun
 from agentloop.stream import RunStream
 from agentloop.tools import RunContext, Tool, ToolDefinition, ToolResult, wire_tool_name
 from agentloop.tracing import record_response, record_run, tracing_for
@@ -575,6 +576,7 @@ class Agent(Generic[OutputT]):
         description: str | None = None,
         *,
         timeout: float | None = None,
+        external_tools: _External = (),
     ) -> Tool:
         """This agent as a tool of another: each call runs it on the prompt the model writes.
 
@@ -585,20 +587,35 @@ class Agent(Generic[OutputT]):
         calling run) cancels it. A sub-run that fails or goes over a limit answers the
         call with an `is_error` result.
 
+        The sub-run's id is the call's `RunContext.idempotency_key`, so the sub-agent's
+        own calls have keys derived from it: the same keys when the call runs again (a
+        durable run recovered after a crash), and other keys for every other call.
+
+        A sub-run that pauses (its calls wait for approval, or are calls of its
+        `external_tools`) pauses the calling run too: the calling run's result lists
+        those calls in `approvals` and `pending`, each with the sub-agent call it is
+        inside (`ApprovalRequest.via`), and its `state` holds the sub-run's. `resume`
+        answers them by tool_use id, like the calling run's own: the sub-run goes on
+        first, its answer is the call's result, then the calling run goes on.
+
         Args:
             name: The tool's name; by default the agent's `name`.
             description: What the model is told the tool does.
             timeout: Seconds a call may take; by default the calling agent's
                 `tool_timeout`.
+            external_tools: Tools announced to the sub-agent's model that the caller of
+                the calling run runs (see `run`): a call of one pauses both runs.
         """
         from .subagents import agent_tool
 
-        def start(prompt: str, deps: Any, limits: UsageLimits | None) -> RunState:
-            return self._new_run(None, prompt, deps, (), limits)
+        def start(prompt: str, deps: Any, limits: UsageLimits | None, run_id: str) -> RunState:
+            return self._new_run(None, prompt, deps, external_tools, limits, run_id=run_id)
 
         return agent_tool(
             start,
+            self._restored_run,
             partial(self._drive, emit=None),
+            sub_tools=self.registry,
             name=name or self.name,
             description=description,
             timeout=timeout,
@@ -705,8 +722,13 @@ class Agent(Generic[OutputT]):
         results: Mapping[str, Any] | None,
         deps: Any,
     ) -> RunState:
-        paused = plan(state, decisions, results, self.registry)
-        run = self._new_run(paused.messages, None, deps, paused.external)
+        return self._restored_run(plan(state, decisions, results, self.registry), deps)
+
+    def _restored_run(
+        self, paused: PausedRun, deps: Any, usage_limits: UsageLimits | None = None
+    ) -> RunState:
+        """The run `paused` (answered by `plan`), ready to go on."""
+        run = self._new_run(paused.messages, None, deps, paused.external, usage_limits)
         run.restore(paused)
         return run
 
@@ -717,6 +739,8 @@ class Agent(Generic[OutputT]):
         if run.paused is not None:
             ran = await finish_turn(run, self.registry, self._context(run, run.rounds), emit)
             self._check_failures(run, ran)
+            if run.pause_reason is not None:  # a sub-run paused again
+                return run.pause_reason
         forced = False  # compact whatever the size: the last request was refused for length
         while run.rounds < self.max_rounds:
             if self.history_check == "strict":
@@ -800,6 +824,8 @@ class Agent(Generic[OutputT]):
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         usage_limits: UsageLimits | None = None,
         output_type: Any = None,
+        *,
+        run_id: str | None = None,
     ) -> RunState:
         linter = HistoryLinter(
             thinking=self.thinking,
@@ -844,6 +870,7 @@ class Agent(Generic[OutputT]):
             ),
             meter=Meter(limits, self.model, table_provider(_provider_name(self.provider))),
             output=self._output_run(output_type),
+            run_id=run_id,
         )
 
     def _output_run(self, output_type: Any) -> OutputRun | None:

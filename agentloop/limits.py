@@ -237,11 +237,25 @@ class Meter:
         """Count `n` tool calls run (or started)."""
         self.tool_calls += n
 
-    def remaining(self, usage: Usage) -> UsageLimits | None:
-        """The budget left after `usage` (the run's totals so far)."""
+    def remaining(
+        self,
+        usage: Usage,
+        back: Usage | None = None,
+        back_cost: float | None = 0.0,
+        back_calls: int = 0,
+    ) -> UsageLimits | None:
+        """The budget left after `usage` (the run's totals so far) and this meter's counts.
+
+        `back`, `back_cost` and `back_calls` are a part of those totals to leave out:
+        what a resumed sub-run spent before it paused, which it counts again itself.
+        """
         if self.limits is None:
             return None
-        return self.limits.remaining(usage, self.tool_calls, self.cost)
+        cost = self.cost
+        if cost is not None and back_cost is not None:
+            cost -= back_cost
+        used = usage if back is None else usage - back
+        return self.limits.remaining(used, self.tool_calls - back_calls, cost)
 
     def over(self, usage: Usage) -> Breach | None:
         """The limit a response crossed, or the first one the totals went over.

@@ -32,6 +32,7 @@ from .errors import DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
 from .tools import (
+    CallPaused,
     RunContext,
     Tool,
     ToolCall,
@@ -294,6 +295,8 @@ class ToolRegistry:
                     "but its output was discarded.",
                     duration,
                 )
+            if isinstance(value, CallPaused):
+                return ToolResult(call.id, call.name, None, duration=duration, paused=value.state)
             return ToolResult(call.id, call.name, to_content(value), duration=duration)
         finally:
             slots.release()

@@ -5,6 +5,11 @@ checks them all before anything happens: every waiting call gets exactly one ans
 the right kind, and an edited input fits its tool. `finish_turn` then runs the approved
 calls through the registry, answers the rest, and adds the whole turn's results to the
 history in the model's order, as the turn would have if it had never stopped.
+
+A sub-agent's call whose run paused is answered by running it again: its tool
+(`agentloop.subagents`) finds the sub-run's own plan among the answers and resumes it.
+One flat dict of answers by tool_use id covers the calls of the run and of its sub-runs.
+If a sub-run pauses again, so does the run, with the turn's other results held.
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from .approval import Approve, Deny
-from .errors import ConfigurationError, DecisionError, ToolError
-from .events import ToolCallReady, ToolResultEvent
+from .errors import ConfigurationError, DecisionError, InvalidStateError, ToolError
+from .events import ToolCallReady
 from .messages import ContentBlock, TextBlock, ToolResultBlock, parse_history
 from .registry import ExecutionContext, ToolRegistry
 from .run import CANCELLED_MESSAGE, RunState
-from .state import PausedRun, PendingCall, load_state
+from .state import PausedRun, PendingCall, load_state, waiting_calls
+from .subagents import AgentTool
 from .tools import ToolCall, ToolResult, describe_validation_error, sendable, to_content
-from .turn import Emit
+from .turn import Emit, result_events
 
 __all__ = ("finish_turn", "plan")
 
@@ -45,15 +51,51 @@ def plan(
     paused = load_state(state)
     decisions = _mapping("decisions", decisions)
     results = _mapping("results", results)
-    waiting = {p.tool_use_id: p for p in paused.pending}
+    calls = [call for _, call in waiting_calls(paused.pending)]
+    waiting = {p.tool_use_id: p for p in calls}
+    if len(waiting) < len(calls):
+        raise InvalidStateError(
+            "two calls the run waits for (in it or in its sub-runs) have the same id, so "
+            "answers by id cannot tell them apart"
+        )
     _check_ids(waiting, decisions, "approval", "decisions", "results")
     _check_ids(waiting, results, "external", "results", "decisions")
-    answers: dict[str, ToolCall | ToolResult] = {}
-    for id_, decision in decisions.items():
-        answers[id_] = _decided(waiting[id_], decision, registry)
-    for id_, value in results.items():
-        answers[id_] = _external_result(waiting[id_], value)
+    return _answered(paused, decisions, results, registry)
+
+
+def _answered(
+    paused: PausedRun,
+    decisions: Mapping[str, Any],
+    results: Mapping[str, Any],
+    registry: ToolRegistry,
+) -> PausedRun:
+    """`paused` with the answer of each call it waits for (checked: each has one).
+
+    A sub-agent's call is answered with its sub-run, answered the same way through the
+    sub-agent's own tools.
+    """
+    answers: dict[str, ToolCall | ToolResult | PausedRun] = {}
+    for call in paused.pending:
+        id_ = call.tool_use_id
+        if call.run is not None:
+            tools = _sub_agent(call, registry).sub_tools
+            answers[id_] = _answered(load_state(call.run), decisions, results, tools)
+        elif id_ in decisions:
+            answers[id_] = _decided(call, decisions[id_], registry)
+        else:
+            answers[id_] = _external_result(call, results[id_])
     return replace(paused, answers=answers)
+
+
+def _sub_agent(call: PendingCall, registry: ToolRegistry) -> AgentTool:
+    tool = registry.get(call.name)
+    if not isinstance(tool, AgentTool):
+        raise ConfigurationError(
+            f"the paused run waits for its sub-agent '{call.name}', which is not a sub-agent "
+            "(Agent.as_tool) of this agent; resume it with an agent configured as the one "
+            "that ran it"
+        )
+    return tool
 
 
 def _mapping(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -175,23 +217,22 @@ async def finish_turn(
     answers = paused.answers
     names = {use.id: use.name for use in paused.messages[-1].tool_uses}
     done = {b.tool_use_id: _from_block(b, names[b.tool_use_id]) for b in paused.finished}
-    to_run = [a for a in answers.values() if isinstance(a, ToolCall)]
+    waiting = {p.tool_use_id: ToolCall(p.tool_use_id, p.name, p.input) for p in paused.pending}
+    # A sub-agent's call runs again as the model asked it: its tool resumes the sub-run.
+    to_run = [
+        waiting[id_] if isinstance(answer, PausedRun) else answer
+        for id_, answer in answers.items()
+        if not isinstance(answer, ToolResult)
+    ]
 
     async def report(result: ToolResult) -> None:
         done[result.tool_use_id] = result
         if emit is not None:
-            await emit(
-                ToolResultEvent(
-                    context.round,
-                    result.tool_use_id,
-                    result.name,
-                    result.is_error,
-                    result.text,
-                    result.duration,
-                )
-            )
+            for event in result_events(context.round, result):
+                await emit(event)
 
     ran: list[ToolResult] = []
+    ended = False
     try:
         for given in answers.values():
             if isinstance(given, ToolResult):
@@ -201,19 +242,34 @@ async def finish_turn(
                 await emit(ToolCallReady(context.round, call.id, call.name, call.input, False))
         if to_run:
             ran = await registry.execute(to_run, context, on_result=report)
+        ended = True
     finally:
-        pairs = []
-        for use in paused.messages[-1].tool_uses:
-            answer = answers.get(use.id)
-            call = ToolCall(use.id, use.name, use.input)
-            if isinstance(answer, ToolCall):
-                call = answer
-            result = done.get(use.id) or ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
-            if isinstance(answer, ToolCall) and answer.input != use.input:
-                result = _noted(result, answer.input)
-            pairs.append((call, sendable(result)))
-        run.resumed(pairs)
+        _answer(run, paused, done, ended)
     return ran
+
+
+def _answer(run: RunState, paused: PausedRun, done: Mapping[str, ToolResult], ended: bool) -> None:
+    """Answer the paused turn with the results `done`, or pause the run again.
+
+    A sub-run that paused again makes the run pause again, the turn's other results
+    held; unless the turn did not end (it was cancelled, or failed): then that call is
+    answered as cancelled, as any call left without a result.
+    """
+    pairs = []
+    for use in paused.messages[-1].tool_uses:
+        answer = paused.answers.get(use.id)
+        call = answer if isinstance(answer, ToolCall) else ToolCall(use.id, use.name, use.input)
+        result = done.get(use.id)
+        if result is None or (result.paused is not None and not ended):
+            result = ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
+        if call.input != use.input:
+            result = _noted(result, call.input)
+        pairs.append((call, sendable(result)))
+    again = [PendingCall.sub_run(c, r.paused) for c, r in pairs if r.paused is not None]
+    if again:
+        run.hand_back(again, [(c, r) for c, r in pairs if r.paused is None])
+    else:
+        run.resumed(pairs)
 
 
 def _noted(result: ToolResult, edited: dict[str, Any]) -> ToolResult:

@@ -35,6 +35,7 @@ from .schema import input_model, parse_docstring
 from .schema import input_schema as schema_of
 
 __all__ = (
+    "CallPaused",
     "RunContext",
     "Tool",
     "ToolCall",
@@ -159,6 +160,9 @@ class ToolResult:
     """Seconds the tool ran (not counting the wait for a concurrency slot)."""
     ran: bool = True
     """False when the call was answered without running the tool (cut off, cancelled)."""
+    paused: dict[str, Any] | None = None
+    """The state of a run the call started that paused (a sub-agent's, see `CallPaused`):
+    then the call has no answer yet, and waits with that run for its caller."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as plain JSON values; `from_json` turns them back into an equal one.
@@ -166,7 +170,7 @@ class ToolResult:
         How a result is recorded outside the process (a durable run's step, a paused run).
         """
         content = self.content
-        return {
+        data = {
             "tool_use_id": self.tool_use_id,
             "name": self.name,
             "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
@@ -174,6 +178,7 @@ class ToolResult:
             "duration": self.duration,
             "ran": self.ran,
         }
+        return data if self.paused is None else data | {"paused": self.paused}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
@@ -188,6 +193,9 @@ class ToolResult:
                 content = _BLOCKS.validate_python(content)
             elif content is not None and not isinstance(content, str):
                 raise TypeError(f"content is a {type(content).__name__}")
+            paused = data.get("paused")  # absent from what an earlier version recorded
+            if paused is not None and not isinstance(paused, dict):
+                raise TypeError(f"paused is a {type(paused).__name__}")
             return cls(
                 str(data["tool_use_id"]),
                 str(data["name"]),
@@ -195,6 +203,7 @@ class ToolResult:
                 is_error=bool(data["is_error"]),
                 duration=float(data["duration"]),
                 ran=bool(data["ran"]),
+                paused=paused,
             )
         except (KeyError, TypeError, ValidationError) as exc:
             raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
@@ -223,6 +232,20 @@ class ToolResult:
         if isinstance(self.content, str):
             return self.content
         return "".join(b.text if isinstance(b, TextBlock) else f"[{b.type}]" for b in self.content)
+
+
+@dataclass(frozen=True)
+class CallPaused:
+    """What a tool returns when its call waits: a run it started paused.
+
+    A sub-agent's tool (`Agent.as_tool`) returns it when the sub-agent's run ends with
+    calls waiting for approval or for the caller. The call then gets no result: the
+    calling run pauses too, with this state inside its own, and resuming it resumes
+    this run first.
+    """
+
+    state: dict[str, Any]
+    """The paused run's `RunResult.state`."""
 
 
 def _is_context(annotation: Any) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentloop.approval import Waiting
 from agentloop.errors import AgentloopError, ProviderError
@@ -27,10 +28,12 @@ from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, ToolUseBlock
 from agentloop.providers.base import BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import CallGroup, ExecutionContext, ToolRegistry
+from agentloop.result import SubAgentCall
 from agentloop.run import CANCELLED_MESSAGE, RunState
+from agentloop.state import PendingCall, load_state, waiting_calls
 from agentloop.tools import ToolCall, ToolResult, sendable
 
-__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome")
+__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome", "result_events")
 
 Emit = Callable[[Event], Awaitable[None]]
 Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
@@ -74,6 +77,7 @@ class Turn:
         self.started: set[str] = set()
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
+        self.paused: dict[str, dict[str, Any]] = {}  # sub-agent calls' paused runs, by call
         self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
         self.closed = False
 
@@ -148,9 +152,13 @@ class Turn:
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""
         result = sendable(result)
-        self.results[result.tool_use_id] = result
+        if result.paused is None:
+            self.results[result.tool_use_id] = result
+        else:  # not an answer: the call waits with its sub-run
+            self.paused[result.tool_use_id] = result.paused
         if self.emit is not None:
-            await self.emit(ToolResultEvent.of(self.round, result))
+            for event in result_events(self.round, result):
+                await self.emit(event)
 
     # -- once the whole response is in
 
@@ -237,25 +245,47 @@ class Turn:
         self.run.close_turn(why, partial, self.results)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
-        """The turn's results in tool_use order, added to the history.
+        """The turn's results in tool_use order (of the calls that have one), added to the history.
 
         A call without a result (its task was cancelled while the response itself came
-        in whole) is answered as cancelled. When the turn has calls of external tools,
-        nothing is added: the run hands those calls back, and keeps its own results for
-        the message that will answer them all.
+        in whole) is answered as cancelled. When calls of the turn wait (external tools,
+        approvals, sub-agents whose runs paused), nothing is added: the run hands those
+        calls back, and keeps its own results for the message that will answer them all.
         """
-        own = [c for c in calls if not self._handed_back(c)]
+        own = [c for c in calls if not self._handed_back(c) and c.id not in self.paused]
         results = [
             self.results.get(c.id) or ToolResult.error(c, CANCELLED_MESSAGE, ran=False) for c in own
         ]
         pairs = list(zip(own, results, strict=True))
-        if len(own) < len(calls):
-            waiting = [(c, w) for c in calls if self._handed_back(c) and (w := self._waiting(c))]
+        waiting = []
+        for call in calls:
+            gate = self._waiting(call) if self._handed_back(call) else None
+            if gate is not None:
+                waiting.append(PendingCall(call.id, call.name, call.input, gate.kind, gate.reason))
+            elif call.id in self.paused:
+                waiting.append(PendingCall.sub_run(call, self.paused[call.id]))
+        if waiting:
             self.run.hand_back(waiting, pairs)
         elif calls:
             self.run.add_results(pairs)
         self.closed = True
         return results
+
+
+def result_events(round_: int, result: ToolResult) -> list[Event]:
+    """How a call's result of round `round_` is reported.
+
+    As its `ToolResultEvent`; a sub-agent call whose run paused has no result yet: it is
+    reported by an `ApprovalRequested` for each call inside that waits for approval.
+    """
+    if result.paused is None:
+        return [ToolResultEvent.of(round_, result)]
+    inside = SubAgentCall(result.name, result.tool_use_id)
+    return [
+        ApprovalRequested(round_, w.tool_use_id, w.name, w.input, w.reason, (inside, *via))
+        for via, w in waiting_calls(load_state(result.paused).pending)
+        if w.kind == "approval"
+    ]
 
 
 def _why(exc: BaseException) -> str:
