@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import anyio
 from typing_extensions import Unpack
 
+from .calls import ToolDefinition
 from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
 from .errors import ConfigurationError
 from .messages import ContentBlock
@@ -345,6 +346,7 @@ class Agent(Generic[OutputT]):
         description: str | None = None,
         *,
         timeout: float | None = None,
+        external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
     ) -> Tool:
         """This agent as a tool of another: each call runs it on the prompt the model writes.
 
@@ -355,16 +357,31 @@ class Agent(Generic[OutputT]):
         calling run) cancels it. A sub-run that fails or goes over a limit answers the
         call with an `is_error` result.
 
+        The sub-run's id is the call's `RunContext.idempotency_key`, so the sub-agent's
+        own calls have keys derived from it: the same keys when the call runs again (a
+        durable run recovered after a crash), and other keys for every other call.
+
+        A sub-run that pauses (its calls wait for approval, or are calls of its
+        `external_tools`) pauses the calling run too: the calling run's result lists
+        those calls in `approvals` and `pending`, each with the sub-agent call it is
+        inside (`ApprovalRequest.via`), and its `state` holds the sub-run's. `resume`
+        answers them by tool_use id, like the calling run's own: the sub-run goes on
+        first, its answer is the call's result, then the calling run goes on.
+
         Args:
             name: The tool's name; by default the agent's `name`.
             description: What the model is told the tool does.
             timeout: Seconds a call may take; by default the calling agent's
                 `tool_timeout`.
+            external_tools: Tools announced to the sub-agent's model that the caller of
+                the calling run runs (see `run`): a call of one pauses both runs.
         """
         from .subagents import agent_tool
 
         return agent_tool(
             partial(self.start, stream=False),
+            sub_tools=self.registry,
+            external_tools=external_tools,
             name=name or self.config.name,
             description=description,
             timeout=timeout,

@@ -27,6 +27,7 @@ from .messages import (
 )
 
 __all__ = (
+    "CallPaused",
     "ToolCall",
     "ToolDefinition",
     "ToolResult",
@@ -115,6 +116,9 @@ class ToolResult:
     """Seconds the tool ran (not counting the wait for a concurrency slot)."""
     ran: bool = True
     """False when the call was answered without running the tool (cut off, cancelled)."""
+    paused: dict[str, Any] | None = None
+    """The state of a run the call started that paused (a sub-agent's, see `CallPaused`):
+    then the call has no answer yet, and waits with that run for its caller."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as plain JSON values; `from_json` turns them back into an equal one.
@@ -122,7 +126,7 @@ class ToolResult:
         How a result is recorded outside the process (a durable run's step, a paused run).
         """
         content = self.content
-        return {
+        data = {
             "tool_use_id": self.tool_use_id,
             "name": self.name,
             "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
@@ -130,6 +134,7 @@ class ToolResult:
             "duration": self.duration,
             "ran": self.ran,
         }
+        return data if self.paused is None else data | {"paused": self.paused}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
@@ -144,6 +149,9 @@ class ToolResult:
                 content = _BLOCKS.validate_python(content)
             elif content is not None and not isinstance(content, str):
                 raise TypeError(f"content is a {type(content).__name__}")
+            paused = data.get("paused")  # absent from what an earlier version recorded
+            if paused is not None and not isinstance(paused, dict):
+                raise TypeError(f"paused is a {type(paused).__name__}")
             return cls(
                 str(data["tool_use_id"]),
                 str(data["name"]),
@@ -151,6 +159,7 @@ class ToolResult:
                 is_error=bool(data["is_error"]),
                 duration=float(data["duration"]),
                 ran=bool(data["ran"]),
+                paused=paused,
             )
         except (KeyError, TypeError, ValidationError) as exc:
             raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
@@ -191,6 +200,20 @@ class ToolResult:
         if isinstance(self.content, str):
             return self.content
         return "".join(b.text if isinstance(b, TextBlock) else f"[{b.type}]" for b in self.content)
+
+
+@dataclass(frozen=True)
+class CallPaused:
+    """What a tool returns when its call waits: a run it started paused.
+
+    A sub-agent's tool (`Agent.as_tool`) returns it when the sub-agent's run ends with
+    calls waiting for approval or for the caller. The call then gets no result: the
+    calling run pauses too, with this state inside its own, and resuming it resumes
+    this run first.
+    """
+
+    state: dict[str, Any]
+    """The paused run's `RunResult.state`."""
 
 
 _BLOCK_OUTPUTS = (TextBlock, ImageBlock, DocumentBlock)

@@ -10,6 +10,7 @@ request, an MCP server's sampling) counts it with `add_usage`, explicitly.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -21,7 +22,7 @@ from .result import Usage
 
 if TYPE_CHECKING:
     from .calls import ToolCall
-    from .limits import Breach, Meter, UsageLimits
+    from .limits import Breach, Meter, Spent, UsageLimits
     from .providers.base import Provider
     from .tracing import Tracing
 
@@ -73,6 +74,9 @@ class RunContext(Generic[DepsT]):
     """The run's spans; each call gets an `execute_tool` span when set."""
     effects: Effects = field(default=DIRECT, repr=False)
     """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
+    answers: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """In a resumed turn, the caller's answers to the calls the run waited for, by
+    tool_use id: a sub-agent's call finds there the sub-run it resumes (`PausedRun`)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -107,9 +111,13 @@ class RunContext(Generic[DepsT]):
         if self.meter is not None:
             self.meter.add_usage(usage, cost, tool_calls)
 
-    def limits_left(self) -> UsageLimits | None:
-        """What is left of the run's `UsageLimits` (None: the run has none)."""
-        return self.meter.remaining() if self.meter is not None else None
+    def limits_left(self, back: Spent | None = None) -> UsageLimits | None:
+        """What is left of the run's `UsageLimits` (None: the run has none).
+
+        `back` is a part of the run's spending to leave out (what a resumed sub-run spent
+        before it paused, which it counts again itself).
+        """
+        return self.meter.remaining(back) if self.meter is not None else None
 
     def limit_reached(self) -> Breach | None:
         """The limit the run's next model request would certainly go over, or None.

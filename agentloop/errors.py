@@ -353,23 +353,25 @@ def api_error(
     error body (`{"type": "error", "error": {"type": ..., "message": ...}}` or the
     Chat Completions shape `{"error": {"type"/"code": ..., "message": ...}}`); `message`
     is used when the body has none. `status` is None for an error event inside a stream.
+    Bedrock's stream exceptions (`throttlingException`, ...) count as the API's types.
     """
     kind, detail = _error_fields(body)
     detail = detail or message or "no error message"
+    family = _BEDROCK_STREAM_ERRORS.get(kind, kind)
     cls: type[ProviderError]
-    if kind == "billing_error" or status == 402 or "credit balance" in detail.lower():
+    if family == "billing_error" or status == 402 or "credit balance" in detail.lower():
         cls = CreditBalanceError
-    elif status in (401, 403) or kind in ("authentication_error", "permission_error"):
+    elif status in (401, 403) or family in ("authentication_error", "permission_error"):
         cls = AuthenticationError
-    elif status == 429 or kind == "rate_limit_error":
+    elif status == 429 or family == "rate_limit_error":
         cls = RateLimitError
-    elif status == 529 or kind == "overloaded_error":
+    elif status == 529 or family == "overloaded_error":
         cls = OverloadedError
     elif status is not None and 400 <= status < 500:
         cls = BadRequestError
-    elif (status is not None and status >= 500) or kind == "api_error":
+    elif (status is not None and status >= 500) or family == "api_error":
         cls = ServerError
-    elif kind == "invalid_request_error":
+    elif family == "invalid_request_error":
         cls = BadRequestError
     else:
         cls = ProviderError
@@ -379,6 +381,17 @@ def api_error(
     return cls(
         prefix + detail, status_code=status, request_id=request_id, body=body, headers=headers
     )
+
+
+_BEDROCK_STREAM_ERRORS = {
+    "throttlingException": "rate_limit_error",
+    "serviceUnavailableException": "overloaded_error",
+    "internalServerException": "api_error",
+    "modelStreamErrorException": "api_error",
+    "modelTimeoutException": "api_error",
+    "validationException": "invalid_request_error",
+}
+"""The Messages API error type each exception of a Bedrock stream stands for."""
 
 
 def _error_fields(body: Any) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from .messages import ToolUseBlock
 from .providers.base import BlockDelta, BlockStart, ModelResponse, StreamEvent
-from .result import RunResult, Usage
+from .result import RunResult, SubAgentCall, Usage, sub_agent_path
 
 if TYPE_CHECKING:
     from .calls import ToolResult
@@ -120,6 +120,13 @@ class ApprovalRequested:
     input: dict[str, Any]
     reason: str
     """Why it needs approval."""
+    via: tuple[SubAgentCall, ...] = ()
+    """The sub-agent calls it is inside, outermost first (see `ApprovalRequest.via`); the
+    round is that of the outermost one."""
+
+    def __post_init__(self) -> None:
+        """Read `via` back from JSON (lists) as well."""
+        object.__setattr__(self, "via", sub_agent_path(self.via))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ __all__ = (
     "LIMIT_REACHED",
     "Breach",
     "Meter",
+    "Spent",
     "UsageLimitExceeded",
     "UsageLimits",
     "check_before_request",
@@ -220,6 +221,19 @@ def price(usage: Usage, model: str) -> float | None:
     return cost_of(model, usage, provider=None)
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a run spent: tokens, dollars (None: unknown), tool calls."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0
+    tool_calls: int = 0
+
+    def __sub__(self, other: Spent) -> Spent:
+        cost = None if self.cost is None or other.cost is None else self.cost - other.cost
+        return Spent(self.usage - other.usage, cost, self.tool_calls - other.tool_calls)
+
+
 @dataclass
 class Meter:
     """One run's spending (tokens, dollars, tool calls) against its limits.
@@ -271,11 +285,21 @@ class Meter:
         """Count `n` tool calls run (or started)."""
         self.tool_calls += n
 
-    def remaining(self) -> UsageLimits | None:
-        """The budget left: the limits less what the run has spent (None: no limits)."""
+    @property
+    def spent(self) -> Spent:
+        """What the run has spent so far."""
+        return Spent(self.usage, self.cost, self.tool_calls)
+
+    def remaining(self, back: Spent | None = None) -> UsageLimits | None:
+        """The budget left: the limits less what the run has spent (None: no limits).
+
+        `back` is a part of that spending to leave out: what a resumed sub-run spent
+        before it paused, which it counts again itself.
+        """
         if self.limits is None:
             return None
-        return self.limits.remaining(self.usage, self.tool_calls, self.cost)
+        spent = self.spent if back is None else self.spent - back
+        return self.limits.remaining(spent.usage, spent.tool_calls, spent.cost)
 
     def over(self) -> Breach | None:
         """The limit a response crossed, or the first one the totals went over."""

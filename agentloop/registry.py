@@ -28,7 +28,7 @@ import anyio.to_thread
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
-from .calls import ToolCall, ToolDefinition, ToolResult, to_content
+from .calls import CallPaused, ToolCall, ToolDefinition, ToolResult, to_content
 from .context import RunContext
 from .effects import DIRECT, CallTasks, Effects, task_group_for
 from .errors import DuplicateToolError, ToolError
@@ -39,6 +39,7 @@ from .tracing import Tracing, fail
 
 __all__ = (
     "DEFAULT_THREAD_LIMIT",
+    "AgentTool",
     "CallGroup",
     "ExecutionContext",
     "ToolRegistry",
@@ -295,9 +296,22 @@ class ToolRegistry:
                     "but its output was discarded.",
                     duration,
                 )
+            if isinstance(value, CallPaused):
+                return ToolResult(call.id, call.name, None, duration=duration, paused=value.state)
             return ToolResult(call.id, call.name, to_content(value), duration=duration)
         finally:
             slots.release()
+
+
+class AgentTool(Tool):
+    """A tool whose calls run an agent (`Agent.as_tool`), with that agent's tools.
+
+    A call whose run paused is answered, when the calling run resumes, through
+    `sub_tools`: the decisions about the calls inside are checked against them.
+    """
+
+    sub_tools: ToolRegistry
+    """The sub-agent's tools."""
 
 
 class CallGroup:

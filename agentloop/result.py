@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Union
+from typing import Any, Generic, Literal, NamedTuple, Union
 
 from typing_extensions import TypeVar
 
-__all__ = ("ApprovalRequest", "OutputT", "RunResult", "StopReason", "ToolCallRecord", "Usage")
+__all__ = (
+    "ApprovalRequest",
+    "OutputT",
+    "RunResult",
+    "StopReason",
+    "SubAgentCall",
+    "ToolCallRecord",
+    "Usage",
+    "sub_agent_path",
+)
 
 OutputT = TypeVar("OutputT", default=str)
 """The type of a run's output (`Agent(output_type=...)`); `str` unless one is given."""
@@ -84,6 +93,16 @@ class Usage:
             self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cache_creation_input_tokens - other.cache_creation_input_tokens,
+            self.cache_read_input_tokens - other.cache_read_input_tokens,
+            self.requests - other.requests,
+            self.cache_creation_1h_input_tokens - other.cache_creation_1h_input_tokens,
+        )
+
     @property
     def total_tokens(self) -> int:
         """Input (including cache reads and writes) plus output tokens."""
@@ -116,6 +135,20 @@ class ToolCallRecord:
     """Seconds the tool ran."""
 
 
+class SubAgentCall(NamedTuple):
+    """A call of a sub-agent (`Agent.as_tool`) whose run waits for a call inside it."""
+
+    name: str
+    """The sub-agent's tool name."""
+    tool_use_id: str
+    """The id of the call, in the run that made it."""
+
+
+def sub_agent_path(value: Any) -> tuple[SubAgentCall, ...]:
+    """`value` (sub-agent calls, or their JSON form: `[name, tool_use_id]` pairs) as a path."""
+    return tuple(SubAgentCall(*call) for call in value)
+
+
 @dataclass(frozen=True)
 class ApprovalRequest:
     """A call that waits for a person's decision (`RunResult.approvals`)."""
@@ -127,6 +160,14 @@ class ApprovalRequest:
     """The input the model sent."""
     reason: str
     """Why the call needs approval (which setting asked for it, or what its rule said)."""
+    via: tuple[SubAgentCall, ...] = ()
+    """The sub-agent calls the call is inside, outermost first: empty for a call of the
+    run itself; `(SubAgentCall("researcher", "toolu_1"),)` for a call the `researcher`
+    sub-agent's run made while answering the run's call `toolu_1`."""
+
+    def __post_init__(self) -> None:
+        """Read `via` back from JSON (lists) as well."""
+        object.__setattr__(self, "via", sub_agent_path(self.via))
 
 
 @dataclass

@@ -4,6 +4,11 @@
 checks them all: every waiting call gets exactly one answer of the right kind, and an
 edited input fits its tool. The run then finishes the paused turn through `Turn.resume`,
 seeded with those answers, as the turn would have if it had never stopped.
+
+A sub-agent's call whose run paused is answered by running it again: its tool
+(`agentloop.subagents`) finds the sub-run's own plan among the answers and resumes it.
+One flat dict of answers by tool_use id covers the calls of the run and of its sub-runs.
+If a sub-run pauses again, so does the run, with the turn's other results held.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ from pydantic import ValidationError
 
 from .approval import Approve, Deny
 from .calls import ToolCall, ToolResult, sendable, to_content
-from .errors import ConfigurationError, DecisionError, ToolError
+from .errors import ConfigurationError, DecisionError, InvalidStateError, ToolError
 from .messages import ToolResultBlock, parse_history
-from .registry import ToolRegistry
-from .state import PausedRun, PendingCall, load_state
+from .registry import AgentTool, ToolRegistry
+from .state import PausedRun, PendingCall, load_state, waiting_calls
 from .tools import describe_validation_error
 
 __all__ = ("plan",)
@@ -42,15 +47,51 @@ def plan(
     paused = load_state(state)
     decisions = _mapping("decisions", decisions)
     results = _mapping("results", results)
-    waiting = {p.tool_use_id: p for p in paused.pending}
+    calls = [call for _, call in waiting_calls(paused.pending)]
+    waiting = {p.tool_use_id: p for p in calls}
+    if len(waiting) < len(calls):
+        raise InvalidStateError(
+            "two calls the run waits for (in it or in its sub-runs) have the same id, so "
+            "answers by id cannot tell them apart"
+        )
     _check_ids(waiting, decisions, "approval", "decisions", "results")
     _check_ids(waiting, results, "external", "results", "decisions")
-    answers: dict[str, ToolCall | ToolResult] = {}
-    for id_, decision in decisions.items():
-        answers[id_] = _decided(waiting[id_], decision, registry)
-    for id_, value in results.items():
-        answers[id_] = _external_result(waiting[id_], value)
+    return _answered(paused, decisions, results, registry)
+
+
+def _answered(
+    paused: PausedRun,
+    decisions: Mapping[str, Any],
+    results: Mapping[str, Any],
+    registry: ToolRegistry,
+) -> PausedRun:
+    """`paused` with the answer of each call it waits for (checked: each has one).
+
+    A sub-agent's call is answered with its sub-run, answered the same way through the
+    sub-agent's own tools.
+    """
+    answers: dict[str, ToolCall | ToolResult | PausedRun] = {}
+    for call in paused.pending:
+        id_ = call.tool_use_id
+        if call.run is not None:
+            tools = _sub_agent(call, registry).sub_tools
+            answers[id_] = _answered(load_state(call.run), decisions, results, tools)
+        elif id_ in decisions:
+            answers[id_] = _decided(call, decisions[id_], registry)
+        else:
+            answers[id_] = _external_result(call, results[id_])
     return replace(paused, answers=answers)
+
+
+def _sub_agent(call: PendingCall, registry: ToolRegistry) -> AgentTool:
+    tool = registry.get(call.name)
+    if not isinstance(tool, AgentTool):
+        raise ConfigurationError(
+            f"the paused run waits for its sub-agent '{call.name}', which is not a sub-agent "
+            "(Agent.as_tool) of this agent; resume it with an agent configured as the one "
+            "that ran it"
+        )
+    return tool
 
 
 def _mapping(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any, Generic, TypedDict
 
@@ -38,7 +39,7 @@ from .events import (
     RunFinished,
     RunStarted,
 )
-from .limits import UsageLimits, check_before_request
+from .limits import Spent, UsageLimits, check_before_request
 from .lint import lint_history
 from .logs import get_logger
 from .messages import ContentBlock, Message
@@ -53,6 +54,7 @@ from .resume import plan
 from .runstate import RunState, new_state
 from .sessions.base import Session, SessionSnapshot
 from .sessions.runs import keeping, load_session
+from .state import PausedRun
 from .tracing import record_run
 from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
@@ -83,7 +85,7 @@ class ResumeOptions(TypedDict, total=False):
 class StartOptions(RunOptions, total=False):
     """What `Agent.start` takes besides `RunOptions`: a resumption, and an engine's hooks."""
 
-    state: Mapping[str, Any] | None
+    state: Mapping[str, Any] | PausedRun | None
     decisions: Mapping[str, Any] | None
     results: Mapping[str, Any] | None
     stream: bool
@@ -122,7 +124,7 @@ class Run(Generic[OutputT]):
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
-        state: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | PausedRun | None = None,
         decisions: Mapping[str, Any] | None = None,
         results: Mapping[str, Any] | None = None,
         stream: bool = True,
@@ -152,7 +154,8 @@ class Run(Generic[OutputT]):
                 `history`; what the run adds is appended when it ends.
             usage_limits: The most this run may spend, instead of the agent's.
             state: A paused run's `RunResult.state`, to continue instead of a prompt
-                (what `Agent.resume` does); with a `session`, the state stored there.
+                (what `Agent.resume` does); with a `session`, the state stored there. Or
+                the `PausedRun` `agentloop.resume.plan` made of it, answered already.
             decisions: For a resumed run: `Approve()` or `Deny(...)` by tool_use id.
             results: For a resumed run: the results of external calls by tool_use id.
             stream: Send each model request streamed (when the provider can), so the
@@ -222,9 +225,9 @@ class Run(Generic[OutputT]):
         return self._started.usage
 
     @property
-    def calls_run(self) -> int:
-        """Tool calls run so far (sub-runs' included), as `UsageLimits.tool_calls` counts."""
-        return self._started.meter.tool_calls
+    def spent(self) -> Spent:
+        """What the run has spent so far: tokens, dollars, tool calls (sub-runs included)."""
+        return self._started.meter.spent
 
     @property
     def done(self) -> bool:
@@ -323,7 +326,10 @@ class Run(Generic[OutputT]):
                 raise ConfigurationError(
                     "resume() needs the paused run's state (RunResult.state) or its session"
                 )
-            paused = plan(state, decisions, answers, self._registry)
+            if isinstance(state, PausedRun):  # answered already (a sub-run, by its parent)
+                paused = state
+            else:
+                paused = plan(state, decisions, answers, self._registry)
             run = self._new_state(paused.messages, None, external_tools=paused.external)
             run.restore(paused)
         else:
@@ -443,8 +449,11 @@ class Run(Generic[OutputT]):
         """Rounds of request, response and tool calls, until the model is done."""
         state = self._started
         if state.paused is not None:
-            turn = Turn(state, state.registry, self._context(state.rounds), self._emit)
+            context = replace(self._context(state.rounds), answers=state.paused.answers)
+            turn = Turn(state, state.registry, context, self._emit)
             self._check_failures(await turn.resume(state.paused))
+            if state.pause_reason is not None:  # a sub-run paused again
+                return state.pause_reason
         while state.rounds < self._config.max_rounds:
             request = await self._next_request()
             try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from .approval import Gate, Waiting
+from .approval import Gate
 from .calls import ToolCall, ToolDefinition, ToolResult, wire_tool_name
 from .config import AgentConfig, schema_of
 from .effects import DIRECT, Effects
@@ -28,8 +28,8 @@ from .output import OutputRun, OutputValidator, resolve_mode
 from .pricing import table_provider
 from .providers.base import ModelResponse, provider_name
 from .registry import ToolRegistry
-from .result import ApprovalRequest, RunResult, StopReason, ToolCallRecord, Usage
-from .state import PausedRun, PendingCall, dump_state
+from .result import ApprovalRequest, RunResult, StopReason, SubAgentCall, ToolCallRecord, Usage
+from .state import PausedRun, PendingCall, dump_state, waiting_calls
 from .tracing import Tracing, tracing_for
 
 __all__ = ("CANCELLED_MESSAGE", "RunState", "new_state")
@@ -88,13 +88,12 @@ class RunState:
         """The result of a run that finished."""
         self.partial: RunResult[Any] | None = None
         """The result of a run that ended early (failed or cancelled)."""
-        self.pending: list[dict[str, Any]] = []
-        """Calls of external tools handed back to the caller (wire `tool_use` blocks)."""
         self.held: list[dict[str, Any]] = []
         """The run's own results of the turn that handed calls back (wire blocks)."""
         self.gate = gate or Gate(external_names=external_names)
         self.waiting: list[PendingCall] = []
-        """Every call of the turn that paused the run: approval and external, in order."""
+        """Every call of the turn that paused the run: approval, external and sub-agent
+        calls whose runs paused, in order."""
         self.paused: PausedRun | None = None
         """The paused run this one resumes, until its turn is answered."""
         self.output = output
@@ -175,23 +174,26 @@ class RunState:
 
     def hand_back(
         self,
-        calls: Sequence[tuple[ToolCall, Waiting]],
+        waiting: Sequence[PendingCall],
         own: Sequence[tuple[ToolCall, ToolResult]],
     ) -> None:
-        """End the run's turns here: `calls` wait for the caller, `own` results are held."""
-        self.waiting = [PendingCall(c.id, c.name, c.input, w.kind, w.reason) for c, w in calls]
-        self.pending = [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}
-            for c, w in calls
-            if w.kind == "external"
-        ]
+        """End the run's turns here: `waiting` calls wait for the caller, `own` results are held.
+
+        Calls of `own` logged already (a resumed turn that pauses again) are not logged twice.
+        """
+        self.waiting = list(waiting)
         self.held = [r.to_block().to_wire() for _, r in own]
-        self.log_calls(own)
+        logged = {r.tool_use_id for r in self.calls}
+        self.log_calls([(c, r) for c, r in own if c.id not in logged])
+        self.paused = None
 
     @property
     def pause_reason(self) -> StopReason | None:
-        """Why the run stops for its caller: approval first, then external calls; or None."""
-        if any(w.kind == "approval" for w in self.waiting):
+        """Why the run stops for its caller: approval first, then external calls; or None.
+
+        The calls its paused sub-runs wait for count as its own.
+        """
+        if any(w.kind == "approval" for _, w in waiting_calls(self.waiting)):
             return "approval_required"
         return "tool_use" if self.waiting else None
 
@@ -208,11 +210,8 @@ class RunState:
         self.container = paused.container
         self.paused = paused if paused.pending else None
         # The limits hold over the whole run: count what it spent before the pause (its
-        # responses priced one by one, as they came). The calls waiting for approval were
-        # counted when their response came (a call answered without running is counted
-        # too: the count errs on the safe side).
-        waiting = sum(1 for p in paused.pending if p.kind == "approval")
-        self.meter.add_usage(paused.usage, paused.cost, len(paused.tool_calls) + waiting)
+        # responses priced one by one, as they came) and the tool calls it counted.
+        self.meter.add_usage(paused.usage, paused.cost, paused.counted_calls)
 
     def _log_resumed(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Log the paused turn's calls in order: the run's turn is over, as if never paused.
@@ -250,7 +249,12 @@ class RunState:
         return self.partial
 
     def result(self, stop_reason: StopReason) -> RunResult[Any]:
-        """The run's result as it stands."""
+        """The run's result as it stands.
+
+        The calls its sub-runs wait for are listed with the run's own (`approvals`,
+        `pending`), each saying which sub-agent calls it is inside.
+        """
+        waiting = waiting_calls(self.waiting)
         return RunResult(
             text=self.history.last_text,
             stop_reason=stop_reason,
@@ -259,11 +263,11 @@ class RunState:
             usage=self.usage,
             rounds=self.rounds,
             run_id=self.id,
-            pending=list(self.pending),
+            pending=[_pending_block(via, w) for via, w in waiting if w.kind == "external"],
             held=list(self.held),
             approvals=[
-                ApprovalRequest(w.tool_use_id, w.name, w.input, w.reason)
-                for w in self.waiting
+                ApprovalRequest(w.tool_use_id, w.name, w.input, w.reason, via)
+                for via, w in waiting
                 if w.kind == "approval"
             ],
             state=self._state() if self.waiting else None,
@@ -287,6 +291,16 @@ class RunState:
             external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
             cost=self.cost,
         )
+
+
+def _pending_block(via: tuple[SubAgentCall, ...], call: PendingCall) -> dict[str, Any]:
+    """The `tool_use` block of an external call, for `RunResult.pending`.
+
+    A sub-run's call also says which sub-agent calls it is inside (`"via"`, as
+    `ApprovalRequest.via` in JSON): its block is not in the run's own history.
+    """
+    block = {"type": "tool_use", "id": call.tool_use_id, "name": call.name, "input": call.input}
+    return block if not via else block | {"via": [list(v) for v in via]}
 
 
 def new_state(

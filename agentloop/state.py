@@ -4,7 +4,8 @@ A run that ends with calls waiting (for approval, or for the caller to run them)
 over `RunResult.state`: a versioned dict holding everything `Agent.resume` needs (the
 history, the turn's finished results, the waiting calls, usage, rounds, the run's id). It
 can be stored anywhere JSON goes and resumed by another process with another `Agent` of
-the same configuration.
+the same configuration. A call of a sub-agent (`Agent.as_tool`) whose run paused waits
+with that run's own state inside it (`PendingCall.run`), to any depth.
 
 The state carries a SHA-256 checksum over its canonical JSON. It catches a state that
 was changed after the run wrote it: cut short, edited by hand, merged from two runs,
@@ -26,15 +27,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .calls import ToolCall, ToolResult
 from .errors import HistoryError, InvalidStateError, StateVersionError, TamperedStateError
 from .messages import Message, ToolResultBlock, parse_history
-from .result import ToolCallRecord, Usage
+from .result import SubAgentCall, ToolCallRecord, Usage
 
-__all__ = ("STATE_FORMAT", "STATE_VERSION", "PausedRun", "PendingCall", "dump_state", "load_state")
+__all__ = (
+    "READ_VERSIONS",
+    "STATE_FORMAT",
+    "STATE_VERSION",
+    "PausedRun",
+    "PendingCall",
+    "dump_state",
+    "load_state",
+    "waiting_calls",
+)
 
 STATE_FORMAT = "agentloop.run_state"
 """The `format` field of every run state."""
 
-STATE_VERSION = 1
-"""The state version this agentloop writes and reads."""
+STATE_VERSION = 2
+"""The state version this agentloop writes (2: waiting calls may hold a sub-run's state)."""
+
+READ_VERSIONS = (1, 2)
+"""The state versions this agentloop reads (a version 1 state has no sub-runs)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +57,17 @@ class PendingCall:
     tool_use_id: str
     name: str
     input: dict[str, Any]
-    kind: Literal["approval", "external"]
+    kind: Literal["approval", "external", "agent"]
+    """`"agent"`: a sub-agent's call, waiting for the calls its paused run waits for."""
     reason: str
+    run: dict[str, Any] | None = None
+    """For an `"agent"` call: the state of the sub-agent's paused run."""
+
+    @classmethod
+    def sub_run(cls, call: ToolCall, state: dict[str, Any]) -> PendingCall:
+        """The call `call` of a sub-agent whose run paused with `state`."""
+        reason = f"the '{call.name}' agent's run waits for its own calls"
+        return cls(call.id, call.name, call.input, "agent", reason, state)
 
 
 @dataclass(frozen=True)
@@ -66,14 +88,50 @@ class PausedRun:
     """The run's external tool definitions (wire form), announced again after resuming."""
     cost: float | None = None
     """What the run's requests cost before the pause (None: unknown)."""
-    answers: Mapping[str, ToolCall | ToolResult] = field(default_factory=dict)
+    answers: Mapping[str, ToolCall | ToolResult | PausedRun] = field(default_factory=dict)
     """How each waiting call is answered when the run resumes, by id: the call to run
-    (approved, its input perhaps edited) or its result (denied, or an external result)."""
+    (approved, its input perhaps edited), its result (denied, or an external result), or
+    for a sub-agent's call the sub-run to resume, with its own answers."""
 
     @property
     def order(self) -> list[str]:
         """The ids of the paused turn's calls, in the model's order."""
         return [use.id for use in self.messages[-1].tool_uses]
+
+    @property
+    def counted_calls(self) -> int:
+        """The tool calls the run had counted against `UsageLimits.tool_calls` when it paused.
+
+        Those it ran, and the waiting calls counted when their response came: each
+        approval and sub-agent call (a call answered without running is counted too:
+        the count errs on the safe side), and what the sub-runs counted.
+        """
+        waiting = 0
+        for call in self.pending:
+            if call.run is not None:
+                waiting += 1 + load_state(call.run).counted_calls
+            elif call.kind == "approval":
+                waiting += 1
+        return len(self.tool_calls) + waiting
+
+
+def waiting_calls(
+    pending: Sequence[PendingCall],
+) -> list[tuple[tuple[SubAgentCall, ...], PendingCall]]:
+    """Every call that `pending` waits for, sub-runs opened up, in the models' order.
+
+    Each comes with the sub-agent calls it is inside, outermost first (empty for a call
+    of the run itself); sub-agent calls themselves are not listed, only what they wait for.
+    """
+    found: list[tuple[tuple[SubAgentCall, ...], PendingCall]] = []
+    for call in pending:
+        if call.run is None:
+            found.append(((), call))
+            continue
+        where = SubAgentCall(call.name, call.tool_use_id)
+        inner = waiting_calls(load_state(call.run).pending)
+        found.extend(((where, *via), leaf) for via, leaf in inner)
+    return found
 
 
 def dump_state(
@@ -127,10 +185,10 @@ def load_state(state: Any) -> PausedRun:
             f"not a run state: its 'format' is {state.get('format')!r}, not {STATE_FORMAT!r}"
         )
     version = state.get("version")
-    if version != STATE_VERSION or isinstance(version, bool):
+    if version not in READ_VERSIONS or isinstance(version, bool):
         raise StateVersionError(
-            f"this run state has version {version!r}; this agentloop reads version "
-            f"{STATE_VERSION} only"
+            f"this run state has version {version!r}; this agentloop reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}"
         )
     body = {k: v for k, v in state.items() if k != "checksum"}
     try:
@@ -159,6 +217,8 @@ def _read(shape: _Shape) -> PausedRun:
         raise InvalidStateError("the run state's history does not end with the paused turn")
     results = [b for b in finished if isinstance(b, ToolResultBlock)]
     pending = [PendingCall(**p.model_dump()) for p in shape.pending]
+    for call in pending:
+        _check_sub_run(call)
     answered = [r.tool_use_id for r in results] + [p.tool_use_id for p in pending]
     order = [use.id for use in messages[-1].tool_uses]
     if len(results) != len(finished) or sorted(answered) != sorted(order) or not pending:
@@ -177,6 +237,21 @@ def _read(shape: _Shape) -> PausedRun:
         external=shape.external,
         cost=shape.cost,
     )
+
+
+def _check_sub_run(call: PendingCall) -> None:
+    """A sub-agent's call holds a sub-run's state, itself sound; no other call holds one."""
+    if (call.kind == "agent") != (call.run is not None):
+        raise InvalidStateError(
+            f"the run state's waiting call {call.tool_use_id!r} is of kind {call.kind!r} "
+            f"{'with' if call.run is not None else 'without'} a sub-run's state"
+        )
+    if call.run is None:
+        return
+    try:
+        load_state(call.run)
+    except InvalidStateError as exc:
+        raise type(exc)(f"the sub-run of call {call.tool_use_id!r} ('{call.name}'): {exc}") from exc
 
 
 def _canonical(body: Mapping[str, Any]) -> str:
@@ -209,8 +284,9 @@ class _Pending(_Strict):
     tool_use_id: str
     name: str
     input: dict[str, Any]
-    kind: Literal["approval", "external"]
+    kind: Literal["approval", "external", "agent"]
     reason: str
+    run: dict[str, Any] | None = None
 
 
 class _Record(_Strict):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
 from .calls import (
+    CallPaused,
     ToolCall,
     ToolDefinition,
     ToolResult,
@@ -32,6 +33,7 @@ from .schema import input_model, parse_docstring
 from .schema import input_schema as schema_of
 
 __all__ = (
+    "CallPaused",
     "RunContext",
     "Tool",
     "ToolCall",

@@ -32,10 +32,11 @@ from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, TextBlock, ToolUseBlock
 from agentloop.providers.base import BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import CallGroup, ToolRegistry
+from agentloop.result import SubAgentCall
 from agentloop.runstate import CANCELLED_MESSAGE, RunState
-from agentloop.state import PausedRun
+from agentloop.state import PausedRun, PendingCall, load_state, waiting_calls
 
-__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome")
+__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome", "result_events")
 
 Emit = Callable[[Event], Awaitable[None]]
 Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
@@ -80,6 +81,7 @@ class Turn:
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
         self.calls: dict[str, ToolCall] = {}  # the response's calls, as the model sent them
+        self.paused: dict[str, dict[str, Any]] = {}  # sub-agent calls' paused runs, by call
         self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
         self.closed = False
 
@@ -154,9 +156,13 @@ class Turn:
     async def finished(self, result: ToolResult) -> None:
         """Record a call's result (run or not) and report it."""
         result = sendable(result)
-        self.results[result.tool_use_id] = result
+        if result.paused is None:
+            self.results[result.tool_use_id] = result
+        else:  # not an answer: the call waits with its sub-run
+            self.paused[result.tool_use_id] = result.paused
         if self.emit is not None:
-            await self.emit(ToolResultEvent.of(self.round, result))
+            for event in result_events(self.round, result):
+                await self.emit(event)
 
     # -- once the whole response is in
 
@@ -245,22 +251,33 @@ class Turn:
         self.run.answer_turn(self.results, why, partial=partial, calls=self.calls)
 
     def complete(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
-        """The turn's results in tool_use order, added to the history.
+        """The turn's results in tool_use order (of the calls that have one), added to the history.
 
         A call without a result (its task was cancelled while the response itself came
-        in whole) is answered as cancelled. When the turn has calls of external tools,
-        nothing is added: the run hands those calls back, and keeps its own results for
-        the message that will answer them all.
+        in whole) is answered as cancelled. When calls of the turn wait (external tools,
+        approvals, sub-agents whose runs paused), nothing is added: the run hands those
+        calls back, and keeps its own results for the message that will answer them all.
         """
         self.closed = True
-        waiting = [(c, w) for c in calls if (w := self._wait_of(c)) is not None]
-        if waiting:
-            own = [c for c in calls if self._wait_of(c) is None]
-            results = [self.results.get(c.id) or _cancelled(c) for c in own]
-            self.run.hand_back(waiting, list(zip(own, results, strict=True)))
-            return results
+        if any(self._wait_of(c) or c.id in self.paused for c in calls):
+            return self._hand_back(calls)
         pairs = self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=self.calls)
         return [r for _, r in pairs]
+
+    def _hand_back(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """End the run here: the calls that wait are handed back, the others' results held."""
+        waiting: list[PendingCall] = []
+        own: list[tuple[ToolCall, ToolResult]] = []
+        for call in calls:
+            gate = self._wait_of(call)
+            if gate is not None:
+                waiting.append(PendingCall(call.id, call.name, call.input, gate.kind, gate.reason))
+            elif call.id in self.paused:
+                waiting.append(PendingCall.sub_run(call, self.paused[call.id]))
+            else:
+                own.append((call, self.results.get(call.id) or _cancelled(call)))
+        self.run.hand_back(waiting, own)
+        return [r for _, r in own]
 
     # -- a paused turn, resumed
 
@@ -269,38 +286,48 @@ class Turn:
 
         Approved calls run (in parallel, as in any turn); denied and external ones are
         answered as decided; the calls that finished before the pause keep their
-        results. If the run is cancelled while the approved calls run, the calls left
-        are answered as cancelled before the cancellation goes on.
+        results. A sub-agent's call runs again as the model asked it: its tool finds the
+        sub-run it resumes, answered, in the turn's context (`RunContext.answers`); if
+        that sub-run pauses again, so does this run, the turn's other results held. If
+        the run is cancelled while the calls run, the calls left are answered as
+        cancelled before the cancellation goes on.
         """
-        names = {use.id: use.name for use in paused.messages[-1].tool_uses}
+        uses = {use.id: use for use in paused.messages[-1].tool_uses}
         for block in paused.finished:
-            self.results[block.tool_use_id] = ToolResult.from_block(block, names[block.tool_use_id])
-        approved = {i: a for i, a in paused.answers.items() if isinstance(a, ToolCall)}
+            self.results[block.tool_use_id] = ToolResult.from_block(
+                block, uses[block.tool_use_id].name
+            )
+        to_run: dict[str, ToolCall] = {}
+        for id_, answer in paused.answers.items():
+            if isinstance(answer, ToolCall):
+                to_run[id_] = answer
+            elif isinstance(answer, PausedRun):
+                to_run[id_] = call_of(uses[id_])
+        ended = False
         try:
             for answer in paused.answers.values():
                 if isinstance(answer, ToolResult):
                     await self.finished(answer)
             if self.emit is not None:
-                for call in approved.values():
+                for call in to_run.values():
                     await self.emit(
                         ToolCallReady(self.round, call.id, call.name, call.input, False)
                     )
             async with CallGroup(self.registry, self.context) as group:
                 self.group = group
-                for call in approved.values():
+                for call in to_run.values():
                     self.start(call)
+            ended = True
         finally:
-            for id_, call in approved.items():
-                if id_ in self.results and call.input != _sent_input(paused, id_):
-                    self.results[id_] = _noted(self.results[id_], call.input)
             self.closed = True
-            self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=approved)
-        return [self.results[i] for i in approved if i in self.results]
-
-
-def _sent_input(paused: PausedRun, tool_use_id: str) -> Any:
-    """The input the model sent for the paused call `tool_use_id`."""
-    return next(u.input for u in paused.messages[-1].tool_uses if u.id == tool_use_id)
+            for id_, call in to_run.items():
+                if id_ in self.results and call.input != uses[id_].input:
+                    self.results[id_] = _noted(self.results[id_], call.input)
+            if ended and self.paused:
+                self._hand_back([to_run.get(id_) or call_of(use) for id_, use in uses.items()])
+            else:
+                self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=to_run)
+        return [self.results[i] for i in to_run if i in self.results]
 
 
 def _cancelled(call: ToolCall) -> ToolResult:
@@ -317,6 +344,22 @@ def _noted(result: ToolResult, edited: dict[str, Any]) -> ToolResult:
     if content is None or isinstance(content, str):
         return replace(result, content=f"{note}\n{content or ''}".rstrip("\n"))
     return replace(result, content=[TextBlock(text=note), *content])
+
+
+def result_events(round_: int, result: ToolResult) -> list[Event]:
+    """How a call's result of round `round_` is reported.
+
+    As its `ToolResultEvent`; a sub-agent call whose run paused has no result yet: it is
+    reported by an `ApprovalRequested` for each call inside that waits for approval.
+    """
+    if result.paused is None:
+        return [ToolResultEvent.of(round_, result)]
+    inside = SubAgentCall(result.name, result.tool_use_id)
+    return [
+        ApprovalRequested(round_, w.tool_use_id, w.name, w.input, w.reason, (inside, *via))
+        for via, w in waiting_calls(load_state(result.paused).pending)
+        if w.kind == "approval"
+    ]
 
 
 def _why(exc: BaseException) -> str:

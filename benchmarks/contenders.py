@@ -9,7 +9,6 @@ facts to check (the final text, the rounds made). Only `Run` calls are timed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -48,11 +47,8 @@ def _agentloop(client: AsyncAnthropic, scenario: Scenario, cap: int) -> Run:
 
     async def run() -> dict[str, Any]:
         result = await agent.run(PROMPT)
-        return {
-            "text": result.text,
-            "rounds": result.rounds,
-            "history_bytes": len(json.dumps(result.messages)),
-        }
+        # The worker measures the history's size after the clock has stopped.
+        return {"text": result.text, "rounds": result.rounds, "history": result.messages}
 
     return run
 
@@ -201,6 +197,35 @@ def pydantic_ai(client: AsyncAnthropic, scenario: Scenario) -> Run:
     return run
 
 
+def openai_agents(client: AsyncAnthropic, scenario: Scenario) -> Run:
+    """openai-agents' `Runner.run` on its LiteLLM model, speaking the Messages API to the
+    same server (LiteLLM brings its own HTTP client: `client` only gives the address)."""
+    import os
+
+    # Offline: LiteLLM would otherwise fetch its price list from the network on import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
+    from agents.extensions.models.litellm_model import LitellmModel
+
+    model = LitellmModel(
+        f"anthropic/{scenario.model}", base_url=str(client.base_url), api_key=client.api_key
+    )
+    agent = Agent(
+        name="bench",
+        model=model,
+        tools=[function_tool(TOOLS[n]) for n in scenario.tools],
+        model_settings=ModelSettings(max_tokens=MAX_TOKENS),
+    )
+    # No tracing, like the other contenders: with no OpenAI key there is nowhere to send it.
+    config = RunConfig(tracing_disabled=True)
+
+    async def run() -> dict[str, Any]:
+        result = await Runner.run(agent, PROMPT, max_turns=scenario.max_rounds, run_config=config)
+        return {"text": str(result.final_output), "rounds": len(result.raw_responses)}
+
+    return run
+
+
 CONTENDERS: dict[str, Contender] = {
     "agentloop": agentloop,
     "agentloop_cap8": agentloop_cap8,
@@ -212,6 +237,7 @@ CONTENDERS: dict[str, Contender] = {
     "sdk_runner": sdk_runner,
     "sdk_runner_eager": sdk_runner_eager,
     "pydantic_ai": pydantic_ai,
+    "openai_agents": openai_agents,
 }
 
 
@@ -219,4 +245,8 @@ def available(name: str) -> str | None:
     """Why contender `name` cannot run here, or None if it can."""
     if name == "pydantic_ai" and importlib.util.find_spec("pydantic_ai") is None:
         return "pydantic-ai is not installed (pip install 'pydantic-ai-slim[anthropic]')"
+    if name == "openai_agents" and not all(
+        importlib.util.find_spec(package) for package in ("agents", "litellm")
+    ):
+        return "openai-agents is not installed (pip install 'openai-agents[litellm]')"
     return None

@@ -8,6 +8,7 @@ each contender wraps them in its own tool format. They report what they see to `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -21,9 +22,13 @@ from agentloop.testing import Paced, reply, tool_call
 
 MAX_TOKENS = 1024
 S2_TURNS = 100
-S6_ROUNDS = 2000
-S6_SAMPLES = (100, S6_ROUNDS)
-S5_BLOCK_DELAY = 0.25
+S4_ROUNDS = 150
+DOCUMENT_BYTES = 4096
+S5_RUNS_AT_ONCE = 200
+S5_ROUNDS = 2
+S8_ROUNDS = 2000
+S8_SAMPLES = (100, S8_ROUNDS)
+S7_BLOCK_DELAY = 0.25
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -36,18 +41,20 @@ class Scenario:
     tools: tuple[str, ...]
     contenders: tuple[str, ...]
     runs: int
-    """Timed runs per contender (after one warm-up run, unless `warmup` is False)."""
+    """Timed repetitions per contender, each in a fresh process after a warm-up run."""
     max_rounds: int = 10
     tool_concurrency: int = 64
     warmup: bool = True
     stream: bool = False
+    at_once: int = 1
+    """Conversations a timed run starts together in one task group (a service under load)."""
 
     @property
     def model(self) -> str:
         return f"bench-{self.name}"
 
 
-ALL = ("agentloop", "hand", "sdk_runner", "pydantic_ai")
+ALL = ("agentloop", "hand", "sdk_runner", "pydantic_ai", "openai_agents")
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -66,6 +73,24 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "S4",
+            f"long history: {S4_ROUNDS} rounds of 1 call returning {DOCUMENT_BYTES // 1024} kB",
+            ("document",),
+            ALL,
+            7,
+            S4_ROUNDS + 1,
+        ),
+        Scenario(
+            "S5",
+            f"service under load: {S5_RUNS_AT_ONCE} runs at once, each {S5_ROUNDS} rounds of "
+            "3 calls x 100 ms",
+            ("wait",),
+            ALL,
+            5,
+            S5_ROUNDS + 1,
+            at_once=S5_RUNS_AT_ONCE,
+        ),
+        Scenario(
+            "S6",
             "cap: 64 calls x 100 ms at tool_concurrency=8",
             ("wait",),
             ("agentloop",),
@@ -74,7 +99,7 @@ SCENARIOS: dict[str, Scenario] = {
             8,
         ),
         Scenario(
-            "S5",
+            "S7",
             "eager streaming: 5 tool_use blocks streamed at 0.25 s each",
             ("work",),
             ("agentloop_eager", "agentloop_noneager", "sdk_runner_eager", "hand"),
@@ -82,12 +107,12 @@ SCENARIOS: dict[str, Scenario] = {
             stream=True,
         ),
         Scenario(
-            "S6",
-            f"long run: {S6_ROUNDS} rounds of 1 small call",
+            "S8",
+            f"long run: {S8_ROUNDS} rounds of 1 small call",
             ("mem",),
             ("agentloop", "hand"),
             1,
-            S6_ROUNDS + 1,
+            S8_ROUNDS + 1,
             warmup=False,
         ),
     )
@@ -116,13 +141,17 @@ def respond(body: dict[str, Any]) -> Any:
     if name == "S3":
         return _calls(1000, "echo", lambda i: {"value": str(i)}) if done == 0 else reply("done")
     if name == "S4":
-        return _calls(64, "wait", lambda i: {"ms": 100}) if done == 0 else reply("done")
+        return reply(tool_call("document", {"n": done})) if done < S4_ROUNDS else reply("done")
     if name == "S5":
+        return _calls(3, "wait", lambda i: {"ms": 100}) if done < S5_ROUNDS else reply("done")
+    if name == "S6":
+        return _calls(64, "wait", lambda i: {"ms": 100}) if done == 0 else reply("done")
+    if name == "S7":
         if done:
             return reply("done")
-        return Paced(_calls(5, "work", lambda i: {"k": i + 1}), block_delay=S5_BLOCK_DELAY)
-    if name == "S6":
-        return reply(tool_call("mem", {})) if done < S6_ROUNDS else reply("done")
+        return Paced(_calls(5, "work", lambda i: {"k": i + 1}), block_delay=S7_BLOCK_DELAY)
+    if name == "S8":
+        return reply(tool_call("mem", {})) if done < S8_ROUNDS else reply("done")
     return reply(f"unknown scenario {name!r}")
 
 
@@ -172,10 +201,21 @@ async def echo(value: str) -> str:
     return value
 
 
+# Words of a plain text page: a document as a tool might fetch it, with nothing to escape.
+_WORDS = "the agent reads a long report on the state of the service and its recent changes "
+_DOCUMENT = (_WORDS * (DOCUMENT_BYTES // len(_WORDS) + 1))[:DOCUMENT_BYTES]
+
+
+async def document(n: int) -> str:
+    """Return the n-th document: 4 kB of text."""
+    head = f"document {n}: "
+    return head + _DOCUMENT[len(head) :]
+
+
 async def work(k: int) -> str:
     """Do the k-th piece of work, which takes (5 - k) * 0.25 s."""
     PROBE.work_started[k] = time.perf_counter() - PROBE.started
-    await anyio.sleep((5 - k) * S5_BLOCK_DELAY)
+    await anyio.sleep((5 - k) * S7_BLOCK_DELAY)
     PROBE.finished.append(time.perf_counter() - PROBE.started)
     return f"work {k} done"
 
@@ -183,7 +223,7 @@ async def work(k: int) -> str:
 async def mem() -> str:
     """Note the process's memory use."""
     PROBE.mem_calls += 1
-    if PROBE.mem_calls in S6_SAMPLES:
+    if PROBE.mem_calls in S8_SAMPLES:
         PROBE.rss[PROBE.mem_calls] = current_rss()
     return "ok"
 
@@ -191,6 +231,7 @@ async def mem() -> str:
 TOOLS: dict[str, Callable[..., Awaitable[str]]] = {
     "wait": wait,
     "echo": echo,
+    "document": document,
     "work": work,
     "mem": mem,
 }
@@ -198,6 +239,7 @@ TOOLS: dict[str, Callable[..., Awaitable[str]]] = {
 SCHEMAS: dict[str, dict[str, Any]] = {
     "wait": {"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]},
     "echo": {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]},
+    "document": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
     "work": {"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]},
     "mem": {"type": "object", "properties": {}},
 }
@@ -217,3 +259,24 @@ def current_rss() -> int:
 
 def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's RSS high-water mark (Linux 4.0+), then return it in bytes.
+
+    Without the reset (another kernel), the mark returned is the process's peak so far,
+    and a growth measured from it is a lower bound.
+    """
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # 5: reset the peak resident set size
+    return high_water_rss()
+
+
+def high_water_rss() -> int:
+    """The RSS high-water mark (VmHWM) in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")

@@ -6,6 +6,8 @@ imports this module to build that agent again, as a service's other replica woul
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from agentloop import Agent, AnthropicProvider, RunContext, tool
@@ -60,3 +62,37 @@ def make_agent(client: Any, *, stream: bool = False, asks: bool = True, **option
         tools=[refund if asks else refund.replace(requires_approval=False), lookup, delete_user],
         **options,
     )
+
+
+SUB_AGENTS = ("researcher", "clerk")
+"""The tool names of `make_team`'s sub-agents, outermost first."""
+
+
+def make_team(*clients: Any, stream: bool = False, asks: bool = True, **options: Any) -> Agent:
+    """Agents calling each other as tools (`Agent.as_tool`), one per client, outermost first.
+
+    The last is `make_agent`'s (its tools may wait for approval), given `external_tools`
+    when `options` has them; each other one has `lookup` and the next as tools, named
+    `SUB_AGENTS` in order. Returns the first: the parent. Other `options` go to every agent.
+    """
+    *callers, last = clients
+    external = options.pop("external_tools", ())
+    options.setdefault("cache", "off")
+    agent = make_agent(last, stream=stream, asks=asks, name=SUB_AGENTS[len(callers) - 1], **options)
+    tool = agent.as_tool(external_tools=external)
+    for depth in reversed(range(len(callers))):
+        agent = Agent(
+            provider=AnthropicProvider(callers[depth], stream=stream),
+            tools=[tool, lookup],
+            name=SUB_AGENTS[depth - 1] if depth else "parent",
+            **options,
+        )
+        tool = agent.as_tool()
+    return agent
+
+
+def forged(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """`state` changed and its checksum recomputed, as only a deliberate forger would."""
+    body = {k: v for k, v in {**state, **changes}.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return {**body, "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}

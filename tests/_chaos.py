@@ -9,7 +9,9 @@ the child processes that run a durable run and are killed (tests/_chaos_child.py
   to `requests.jsonl`.
 - The tools (`chaos_tools`) mix async, sync, failing, timing-out and slow-first calls. Each
   that changes the world appends to `ledger.jsonl`, keyed by `ctx.idempotency_key`, and
-  skips a key already there; `tally` (the negative control) ignores the key.
+  skips a key already there; `tally` (the negative control) ignores the key. `helper` is
+  a sub-agent (`Agent.as_tool`) with keyed tools of its own: a run whose prompt says
+  `helper` calls it, and its sub-run's plan comes from its prompt (`sub`).
 - `Crash` kills the process at a named point (`AGENTLOOP_CHAOS_CRASH`), with SIGKILL: no
   cleanup, no flush, as a machine failing would.
 """
@@ -72,28 +74,57 @@ class Call:
     note: str
 
     def block(self) -> dict[str, Any]:
-        return tool_call(self.name, {"note": self.note}, id=self.id)
+        # The helper's "note" is the prompt its sub-run is given.
+        key = "prompt" if self.name == "helper" else "note"
+        return tool_call(self.name, {key: self.note}, id=self.id)
 
 
-def prompt_for(seed: int, *, external: bool = False) -> str:
-    """The prompt of the run whose plan `seed` gives."""
-    return f"chaos seed={seed}" + (" external" if external else "")
+PARTS = {"helper": "h", "sub": "u"}
+"""The runs of the helper's script by their word in the prompt: the run that calls the
+helper, and the helper's sub-run; each with its letter in the calls' ids."""
+
+
+def prompt_for(seed: int, *, external: bool = False, part: str = "") -> str:
+    """The prompt of the run whose plan `seed` gives (`part`: one of `PARTS`, or none)."""
+    return f"chaos seed={seed}" + (" external" if external else "") + (f" {part}" if part else "")
 
 
 def parse_prompt(prompt: str) -> tuple[int, bool]:
-    found = re.fullmatch(r"chaos seed=(\d+)( external)?", prompt)
+    found = re.fullmatch(r"chaos seed=(\d+)( external)?( helper| sub)?", prompt)
     if found is None:
         raise ValueError(f"not a chaos prompt: {prompt!r}")
     return int(found.group(1)), found.group(2) is not None
 
 
-def plan(seed: int, *, external: bool = False) -> list[list[Call]]:
+def part_of(prompt: str) -> str:
+    """Which of `PARTS` the prompt's run is (empty: the suite's usual run)."""
+    return next((part for part in PARTS if prompt.endswith(f" {part}")), "")
+
+
+def plan(seed: int, *, external: bool = False, part: str = "") -> list[list[Call]]:
     """The tool calls of each round of the run for `seed` (the last round has none).
 
     Round 1 starts with the slow-first call and holds the negative control; round 2 has a
     sync, a failing and a timing-out call (and, for an external run, the external call);
     a seeded third round (or none) follows. Then the model ends the run.
+
+    A `helper` run calls the helper once, then ends; its `sub` run writes two notes (an
+    async and a sync call), then ends.
     """
+    if part == "helper":
+        return [
+            [Call("helper", call_id(seed, False, 1, 0, part), prompt_for(seed, part="sub"))],
+            [],
+        ]
+    if part == "sub":
+        names = ("note", "note_sync")
+        return [
+            [
+                Call(n, call_id(seed, False, 1, i, part), f"sub-{seed}-{i}")
+                for i, n in enumerate(names)
+            ],
+            [],
+        ]
     rng = random.Random(seed)
     kinds = [
         ["slow", *rng.sample(["note", "tally"], 2)],
@@ -112,14 +143,15 @@ def plan(seed: int, *, external: bool = False) -> list[list[Call]]:
     ] + [[]]
 
 
-def call_id(seed: int, external: bool, round_: int, index: int) -> str:
+def call_id(seed: int, external: bool, round_: int, index: int, part: str = "") -> str:
     """A call's tool_use id: it says which run, round and call it is."""
-    return f"toolu_s{seed}{'x' if external else 'p'}_r{round_}_c{index}"
+    kind = PARTS.get(part) or ("x" if external else "p")
+    return f"toolu_s{seed}{kind}_r{round_}_c{index}"
 
 
 def parse_call_id(tool_use_id: str) -> tuple[int, bool, int]:
     """The seed, externality and round of a call, from its id."""
-    found = re.fullmatch(r"toolu_s(\d+)([xp])_r(\d+)_c\d+", tool_use_id)
+    found = re.fullmatch(r"toolu_s(\d+)([xphu])_r(\d+)_c\d+", tool_use_id)
     if found is None:
         raise ValueError(f"not a chaos call id: {tool_use_id!r}")
     return int(found.group(1)), found.group(2) == "x", int(found.group(3))
@@ -149,12 +181,15 @@ class ChaosModel:
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body["messages"]
-        seed, external = parse_prompt(_first_text(messages))
+        prompt = _first_text(messages)
+        seed, external = parse_prompt(prompt)
+        part = part_of(prompt)
         round_ = 1 + sum(1 for m in messages if m["role"] == "assistant")
+        asked = {"seed": seed, "external": external, "round": round_, "part": part}
         with self._lock, self.log.open("a") as log:
-            log.write(json.dumps({"seed": seed, "external": external, "round": round_}) + "\n")
-        rounds = plan(seed, external=external)
-        msg_id = f"msg_s{seed}_r{round_}"
+            log.write(json.dumps(asked) + "\n")
+        rounds = plan(seed, external=external, part=part)
+        msg_id = f"msg_s{seed}{PARTS.get(part, '')}_r{round_}"
         if round_ > len(rounds):
             return {**reply("too many rounds"), "id": msg_id}
         calls = rounds[round_ - 1]
@@ -430,11 +465,22 @@ def chaos_tools(world: World) -> list[Any]:
 
 
 def chaos_agent(provider: Any, world: World) -> Agent:
-    """The agent every run of the suite uses (the reference run and the durable ones)."""
+    """The agent every run of the suite uses (the reference run and the durable ones).
+
+    Its `helper` tool is a sub-agent on the same model, with the keyed `note` tools.
+    """
+    note, note_sync, *_ = chaos_tools(world)
+    helper = Agent(
+        "claude-scripted",
+        provider=CrashingProvider(provider, world.crash),
+        tools=[note, note_sync],
+        tool_timeout=WAIT_LIMIT,
+        name="helper",
+    )
     return Agent(
         "claude-scripted",
         provider=CrashingProvider(provider, world.crash),
-        tools=chaos_tools(world),
+        tools=[*chaos_tools(world), helper.as_tool()],
         tool_timeout=WAIT_LIMIT,
         name="chaos",
     )

@@ -126,16 +126,17 @@ def play(
     crashes: Sequence[str] = (),
     kill_after: Sequence[float | None] = (),
     stream: bool = False,
+    part: str = "",
 ) -> Played:
     """Play one run in child processes until one completes it.
 
     Attempt n dies at `crashes[n]` (a `Crash` spec) and/or is killed by this process after
     `kill_after[n]` seconds; later attempts run undisturbed. `stream`: each attempt reads
-    the run with `run_stream`.
+    the run with `run_stream`. `part`: `"helper"` plays the run that calls the helper.
     """
     folder.mkdir(parents=True)
     run_id = f"chaos-{seed}-{uuid.uuid4().hex[:8]}"
-    prompt = prompt_for(seed, external=external)
+    prompt = prompt_for(seed, external=external, part=part)
     kills = 0
     for n in range(MAX_ATTEMPTS):
         crash = crashes[n] if n < len(crashes) else ""
@@ -154,7 +155,11 @@ def play(
         kills += 1
     else:
         pytest.fail(f"run {run_id} did not complete in {MAX_ATTEMPTS} attempts")
-    requests = [r for r in read_lines(server[1]) if (r["seed"], r["external"]) == (seed, external)]
+    requests = [
+        r
+        for r in read_lines(server[1])
+        if (r["seed"], r["external"], r["part"]) == (seed, external, part)
+    ]
     result = json.loads((folder / "result.json").read_text())
     events = None
     if stream:
@@ -166,19 +171,19 @@ def _tail(folder: Path, n: int) -> str:
     return (folder / f"stderr-{n}.txt").read_text()[-4000:]
 
 
-_references: dict[tuple[int, bool], dict[str, Any]] = {}
+_references: dict[tuple[int, bool, str], dict[str, Any]] = {}
 
 
-def reference(seed: int, external: bool, folder: Path) -> dict[str, Any]:
+def reference(seed: int, external: bool, folder: Path, part: str = "") -> dict[str, Any]:
     """The summary of an uninterrupted plain `Agent.run` of the same script."""
-    if (seed, external) not in _references:
+    if (seed, external, part) not in _references:
         folder.mkdir(parents=True, exist_ok=True)
 
         async def run() -> dict[str, Any]:
             with MessagesServer(ChaosModel(folder)) as server:
                 client = server.client()
                 agent = chaos_agent(AnthropicProvider(client), World(folder, Crash()))
-                prompt = prompt_for(seed, external=external)
+                prompt = prompt_for(seed, external=external, part=part)
                 result = await agent.run(prompt, external_tools=[APPROVE] if external else ())
                 if external:
                     assert result.stop_reason == "tool_use" and result.pending
@@ -186,8 +191,8 @@ def reference(seed: int, external: bool, folder: Path) -> dict[str, Any]:
                 await client.close()
             return summary(result)
 
-        _references[seed, external] = anyio.run(run)
-    return _references[seed, external]
+        _references[seed, external, part] = anyio.run(run)
+    return _references[seed, external, part]
 
 
 _stream_references: dict[tuple[int, bool], list[Any]] = {}
@@ -532,6 +537,43 @@ def test_runs_killed_at_seeded_random_moments_complete_as_if_never_killed(
     assert found == [], f"seed {seed}, crashes {crashes}, {timed}: {found}"
     if stream:
         check_stream(played, tmp_path / "ref-stream")
+    replays(engine, played)
+
+
+@pytest.mark.parametrize("tool", ["note", "note_sync"])
+def test_a_run_killed_inside_a_sub_agents_call_has_each_of_its_effects_once(
+    forks: ForkServer,
+    engine: Engine,
+    model_server: tuple[MessagesServer, Path],
+    tmp_path: Path,
+    tool: str,
+) -> None:
+    """Killed right after a sub-agent's tool had its effect, before the sub-agent's call
+    was recorded: the call runs again, its sub-run under the same id (derived from the
+    call's key), so the sub-agent's tools find their keys in the ledger."""
+    seed = 41
+    (helper,) = plan(seed, part="helper")[0]
+    inside = plan(seed, part="sub")[0]
+    killed = next(c for c in inside if c.name == tool)
+    played = play(
+        forks,
+        engine,
+        model_server,
+        tmp_path / "run",
+        seed,
+        part="helper",
+        crashes=[f"after-effect:{killed.id}"],
+    )
+    assert played.kills == 1
+    sub_run = f"{played.run_id}:{helper.id}"
+    assert effects_by_key(played.ledger) == {f"{sub_run}:{c.id}": 1 for c in inside}
+    # The killed call was started twice, under one key.
+    starts = [s["key"] for s in read_lines(played.folder / "starts.jsonl")]
+    assert [k for k in starts if k.endswith(f":{killed.id}")] == [f"{sub_run}:{killed.id}"] * 2
+    expected = reference(seed, False, tmp_path / "ref", part="helper")
+    for name in ("messages", "stop_reason", "rounds", "text", "tool_calls"):
+        assert played.result[name] == expected[name], name
+    assert len(played.requests) == len(plan(seed, part="helper"))  # none asked again
     replays(engine, played)
 
 

@@ -312,6 +312,55 @@ async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
     ]
 
 
+async def test_an_approval_inside_a_sub_agent_is_waited_for_and_goes_on_in_the_sub_run(
+    launch: Callable[[], None],
+) -> None:
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def refund(ctx: RunContext, order: str) -> str:
+        """Refund an order."""
+        ran.append(ctx.idempotency_key)
+        return f"refunded {order}"
+
+    asked = tool_call("billing", {"prompt": "Refund B2"}, id="toolu_ask")
+    big = tool_call("refund", {"order": "B2"}, id="toolu_big")
+    billing = Agent(
+        provider=ScriptedProvider([reply(big), reply("Refunded B2.")]),
+        tools=[refund],
+        name="billing",
+    )
+    parent = Agent(
+        provider=ScriptedProvider([reply(asked), reply("Done.")]),
+        tools=[billing.as_tool()],
+        name="boss",
+    )
+    durable = DurableAgent(parent)
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        wait = timedelta(seconds=60)
+        results.append(await durable.run("Refund B2", run_id="boss-1", wait_for_external=wait))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            waiting = await durable.waiting("boss-1", wait_seconds=30)
+            assert waiting is not None and waiting.stop_reason == "approval_required"
+            [approval] = waiting.approvals
+            assert (approval.tool_use_id, approval.via) == (
+                "toolu_big",
+                (("billing", "toolu_ask"),),
+            )
+            await durable.send_results("boss-1", decisions={"toolu_big": Approve()})
+    (result,) = results
+    assert result.stop_reason == "end_turn" and result.text == "Done."
+    assert ran == ["boss-1:toolu_ask:toolu_big"]
+    assert [(r.tool_use_id, r.output) for r in result.tool_calls] == [("toolu_ask", "Refunded B2.")]
+    assert result.usage.requests == 4
+
+
 @pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_a_run_s_error_is_recorded_and_raised_to_whoever_attaches(
     launch: Callable[[], None],

@@ -555,6 +555,35 @@ async def test_a_run_waits_for_approvals_and_goes_on_with_the_decisions(
         decision_from_json({"maybe": True})
 
 
+async def test_a_call_waiting_inside_a_sub_agent_answers_the_sub_agent_call_as_an_error(
+    client: Client, queue: str
+) -> None:
+    """The sub-agent runs in the call's activity, apart from the workflow: its paused run
+    cannot be handed back, so the call fails, saying why, and the run goes on."""
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        ran.append(order)
+        return f"refunded {order}"
+
+    billing = Agent(
+        provider=ScriptedProvider([reply(tool_call("refund", {"order": "B2"}))]),
+        tools=[refund],
+        name="billing",
+    )
+    asked = tool_call("billing", {"prompt": "Refund B2"}, id="toolu_ask")
+    provider = ScriptedProvider([reply(asked), reply("Billing could not refund.")])
+    durable = TemporalAgent(Agent(provider=provider, tools=[billing.as_tool()]), name="boss")
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Refund B2", run_id=run_id(), task_queue=queue)
+    assert result.stop_reason == "end_turn" and result.text == "Billing could not refund."
+    [call] = result.tool_calls
+    assert call.tool_use_id == "toolu_ask" and call.is_error
+    assert "'refund' (approval) wait for the caller" in call.output and ran == []
+
+
 async def test_a_run_cancelled_while_it_waits_ends_cancelled_with_its_state(
     client: Client, queue: str
 ) -> None:

@@ -7,7 +7,6 @@ fresh `Agent` (and once by a fresh process), as a service's other replica would.
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 import os
@@ -18,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _approval import CLIENT_TOOL, make_agent, ran
+from _approval import CLIENT_TOOL, forged, make_agent, ran
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -267,6 +266,18 @@ async def test_max_rounds_reached_at_the_paused_turn_ends_as_it_would_have(
     lint_history(parse_history(final.messages))
 
 
+async def test_a_state_of_version_1_still_resumes(serve: Callable[..., MessagesServer]) -> None:
+    """Written before sub-runs could pause: no `run` in its waiting calls."""
+    big = tool_call("refund", {"order": "B2", "amount": 500})
+    server = serve([reply(big), reply("Refunded.")])
+    paused = await make_agent(server.client()).run("Refund B2")
+    assert paused.state is not None and paused.state["version"] == STATE_VERSION == 2
+    pending = [{k: v for k, v in p.items() if k != "run"} for p in paused.state["pending"]]
+    old = forged(paused.state, version=1, pending=pending)
+    final = await make_agent(server.client()).resume(old, decisions={big["id"]: Approve()})
+    assert final.text == "Refunded." and ran == [("refund", {"order": "B2", "amount": 500})]
+
+
 async def test_resume_in_a_fresh_process_from_json(
     serve: Callable[..., MessagesServer], tmp_path: Path
 ) -> None:
@@ -306,13 +317,6 @@ anyio.run(main)
 
 
 # --------------------------------------------------------------------------- bad answers
-
-
-def forged(state: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """`state` changed and its checksum recomputed, as only a deliberate forger would."""
-    body = {k: v for k, v in {**state, **changes}.items() if k != "checksum"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return {**body, "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
 
 
 def bad_cases() -> list[Any]:
@@ -426,7 +430,7 @@ def bad_cases() -> list[Any]:
         p(
             lambda s, i: ({**s, "version": STATE_VERSION + 1}, approve(i)),
             StateVersionError,
-            "version 2; this agentloop reads version 1 only",
+            "version 3; this agentloop reads versions 1, 2",
             "newer-version",
         ),
         p(

@@ -1,5 +1,8 @@
 """The Anthropic provider: a `ModelRequest` sent with the official `AsyncAnthropic` client.
 
+Or with any asynchronous platform client of the SDK (Bedrock, Vertex AI, ...), which sends
+the same call on its platform's paths with its own credentials.
+
 The agent hands it each round's request; it calls `client.messages.create` (or
 `client.beta.messages.create` when `betas` are given) through `with_raw_response`, so the
 response is read as the JSON the API sent (every block verbatim) and its headers are kept.
@@ -15,7 +18,8 @@ Two jobs are done here rather than by an SDK call, each because the call cannot 
 - The SDK writes its JSON as UTF-8, which cannot carry lone surrogates (text the API
   itself sends as JSON escapes, e.g. in a tool's input). A request holding one is sent as
   JSON with escapes through the client's documented `post()`, with the same body,
-  headers and options `create` would use.
+  headers and options `create` would use. Bedrock and Vertex AI rebuild a request from
+  its JSON, so with them such a request is refused, typed, before anything is sent.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import cache
-from typing import Any
+from typing import Any, TypeAlias
 
 import anthropic
 import anyio
@@ -54,9 +58,51 @@ __all__ = ("AnthropicProvider", "api_output_schema")
 
 _PATH = "/v1/messages"
 
+AsyncAnthropicClient: TypeAlias = (
+    anthropic.AsyncAnthropic
+    | anthropic.AsyncAnthropicAWS
+    | anthropic.AsyncAnthropicBedrock
+    | anthropic.AsyncAnthropicBedrockMantle
+    | anthropic.AsyncAnthropicFoundry
+    | anthropic.AsyncAnthropicGoogleCloud
+    | anthropic.AsyncAnthropicVertex
+)
+"""The SDK's asynchronous clients: the first-party API's and the cloud platforms'."""
+
+_PLATFORM_CLIENTS = (
+    anthropic.AsyncAnthropicAWS,
+    anthropic.AsyncAnthropicBedrock,
+    anthropic.AsyncAnthropicBedrockMantle,
+    anthropic.AsyncAnthropicFoundry,
+    anthropic.AsyncAnthropicGoogleCloud,
+    anthropic.AsyncAnthropicVertex,
+)
+"""Clients that authenticate on their cloud's terms (AWS SigV4 or a Bedrock key, a Google
+token, a Foundry key or Azure token): the SDK resolves or refuses those credentials."""
+
+_REBUILT_REQUESTS = (anthropic.AsyncAnthropicBedrock, anthropic.AsyncAnthropicVertex)
+"""Platform clients that rebuild a `/v1/messages` request from its JSON (model into the
+path, their own API version into the body), so they cannot send the bytes `_post_escaped`
+gives them."""
+
+_SYNC_CLIENTS = (
+    anthropic.Anthropic,
+    anthropic.AnthropicAWS,
+    anthropic.AnthropicBedrock,
+    anthropic.AnthropicBedrockMantle,
+    anthropic.AnthropicFoundry,
+    anthropic.AnthropicGoogleCloud,
+    anthropic.AnthropicVertex,
+)
+"""The SDK's synchronous clients, which a provider awaiting its requests cannot use."""
+
 
 class AnthropicProvider:
     """Sends requests to the Anthropic Messages API with `AsyncAnthropic`.
+
+    Or with any of the SDK's asynchronous platform clients (Bedrock, Bedrock Mantle,
+    Vertex AI, Foundry, Claude Platform on AWS or Google Cloud): each sends the same
+    request on its platform's paths, with its platform's credentials.
 
     Request fields map to `messages.create`'s parameters (with `betas`, to
     `beta.messages.create`'s); a field `create()` does not list, such as `temperature`,
@@ -71,7 +117,7 @@ class AnthropicProvider:
 
     def __init__(
         self,
-        client: anthropic.AsyncAnthropic | None = None,
+        client: AsyncAnthropicClient | None = None,
         *,
         stream: bool = False,
         max_retry_wait: float = 60.0,
@@ -80,8 +126,10 @@ class AnthropicProvider:
         """Create a provider.
 
         Args:
-            client: The client to use; by default one is made from `client_options` and
-                the environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
+            client: The client to use: `AsyncAnthropic` or one of the SDK's asynchronous
+                platform clients (`AsyncAnthropicBedrock`, `AsyncAnthropicVertex`, ...);
+                by default an `AsyncAnthropic` made from `client_options` and the
+                environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
             stream: Receive each response as a stream and return the accumulated
                 message, instead of one JSON body.
             max_retry_wait: The longest `retry-after` (seconds) worth waiting for: an
@@ -90,8 +138,15 @@ class AnthropicProvider:
             **client_options: Passed to `AsyncAnthropic(...)` when no client is given.
 
         Raises:
-            ConfigurationError: `max_retry_wait` is not a number of seconds > 0.
+            ConfigurationError: `client` is one of the SDK's synchronous clients, or
+                `max_retry_wait` is not a number of seconds > 0.
         """
+        if isinstance(client, _SYNC_CLIENTS):
+            name = type(client).__name__
+            raise errors.ConfigurationError(
+                f"{name} is the SDK's synchronous client, and agentloop awaits its "
+                f"requests: pass anthropic.Async{name}(...) instead"
+            )
         self.client = client if client is not None else anthropic.AsyncAnthropic(**client_options)
         self.streaming = stream
         """Whether `complete()` receives responses as a stream too."""
@@ -104,7 +159,14 @@ class AnthropicProvider:
         )
 
     def _check_credentials(self) -> None:
+        """Raise `MissingAPIKeyError` before sending when the client has no credentials.
+
+        Only the first-party client is checked: a platform client authenticates on its
+        cloud's terms, and the SDK resolves (or refuses) those credentials itself.
+        """
         client = self.client
+        if isinstance(client, _PLATFORM_CLIENTS):
+            return
         headers = {k.lower() for k, v in client.default_headers.items() if isinstance(v, str)}
         if (
             client.api_key
@@ -138,6 +200,8 @@ class AnthropicProvider:
                 headers, body = response.headers, await response.aread()
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
+        except anthropic.AnthropicError as exc:
+            raise self._refused(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
         try:
@@ -162,6 +226,8 @@ class AnthropicProvider:
             counted = await messages.count_tokens(**arguments)
         except anthropic.APIError as exc:
             raise _translate(exc) from exc
+        except anthropic.AnthropicError as exc:  # e.g. Bedrock, which cannot count tokens
+            raise self._refused(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
         return int(counted.input_tokens)
@@ -225,6 +291,8 @@ class AnthropicProvider:
                 if not delivered and isinstance(error, _RETRYABLE_MID_STREAM):
                     raise _EmptyStreamFailed(error) from exc
             raise error from exc
+        except anthropic.AnthropicError as exc:
+            raise self._refused(exc) from exc
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
         except ValueError as exc:
@@ -241,7 +309,20 @@ class AnthropicProvider:
     async def _post_escaped(
         self, request: ModelRequest, arguments: Mapping[str, Any], *, stream: bool
     ) -> Any:
-        """Send what `create(**arguments)` would, as JSON with escapes, with `post()`."""
+        """Send what `create(**arguments)` would, as JSON with escapes, with `post()`.
+
+        Raises:
+            BadRequestError: the client rebuilds requests from their JSON (Bedrock,
+                Vertex AI), so it cannot send these bytes; nothing was sent.
+        """
+        if isinstance(self.client, _REBUILT_REQUESTS):
+            raise errors.BadRequestError(
+                f"{type(self.client).__name__} cannot send this request: it holds a lone "
+                "surrogate (text that is not valid Unicode, e.g. a file name decoded with "
+                "os.fsdecode), and this client rebuilds each request from JSON the SDK "
+                "writes as UTF-8. AsyncAnthropic and the other platform clients send it "
+                "escaped. (No request was sent.)"
+            )
         fields = {k: v for k, v in arguments.items() if k not in _NOT_BODY}
         fields.update(arguments.get("extra_body") or {})
         headers = {h: _header(arguments[p]) for p, h in _HEADERS.items() if p in arguments}
@@ -262,6 +343,12 @@ class AnthropicProvider:
             options=options,
             stream=True,
             stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+        )
+
+    def _refused(self, exc: anthropic.AnthropicError) -> errors.ConfigurationError:
+        """The error for a request the SDK refused to build: a setup it cannot send with."""
+        return errors.ConfigurationError(
+            f"{type(self.client).__name__} refused the request before sending it: {exc}"
         )
 
     async def _no_long_waits(self, request: Any, call_next: Any) -> Any:
@@ -415,7 +502,7 @@ def _parameters(resource: Any) -> frozenset[str]:
 
 
 def _arguments(
-    client: anthropic.AsyncAnthropic, request: ModelRequest, *, stream: bool
+    client: AsyncAnthropicClient, request: ModelRequest, *, stream: bool
 ) -> tuple[Any, dict[str, Any]]:
     """The messages resource to call and the keyword arguments of its `create()`.
 

@@ -52,7 +52,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     routes: tuple[str, ...] = ()
-    """The paths `POST` answers; others get a 404."""
+    """The paths `POST` answers (unless `serves` says more); others get a 404."""
+    stream_type = "text/event-stream"
+    """The content type of a streamed answer."""
     not_found_type = "not_found_error"
     """The error type of a 404."""
     malformed_json = b""
@@ -61,6 +63,10 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     """A cut-off stream event, as this format's `Fault.malformed_json()` streams it."""
 
     # -- the format's hooks
+
+    def serves(self, path: str) -> bool:
+        """Whether `POST` answers `path`."""
+        return path in self.routes
 
     def error_body(self, kind: str, message: str) -> Any:
         """An error answer's JSON body."""
@@ -101,7 +107,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         arrived = time.monotonic()
         path, _, query = self.path.partition("?")
-        if path not in self.routes:
+        if not self.serves(path):
             self._json(404, self._not_found())
             return
         try:
@@ -161,7 +167,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         elif stream:
             events = [(0.0, name, data) for name, data in message_events(answer)]
             body = b"".join(payload for _, payload in self.stream(events, answer))
-            self._send(200, body, "text/event-stream")
+            self._send(200, body, self.stream_type)
         else:
             self._json(200, self.message_body(answer))
 
@@ -179,7 +185,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
                 self._drop()
         elif fault.kind == "malformed_json":
             if stream:
-                self._send(200, self.malformed_sse, "text/event-stream")
+                self._send(200, self.malformed_sse, self.stream_type)
             else:
                 self._send(200, self.malformed_json, "application/json")
         elif fault.kind == "stream_ends_early":
@@ -232,7 +238,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
     def _open_stream(self) -> None:
         self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-type", self.stream_type)
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
         self.send_header("request-id", "req_local")

@@ -2,7 +2,9 @@
 
 It speaks enough of `POST /v1/messages` for the official SDK: JSON responses, SSE streams
 (`stream: true`), and API-shaped errors; `POST /v1/messages/count_tokens` answers with a
-stand-in count (`count_tokens`) and `GET /v1/models` lists the server's `models`. It runs
+stand-in count (`count_tokens`) and `GET /v1/models` lists the server's `models`. The
+paths of the Bedrock and Vertex AI clients are answered too, each in its own wire format
+(`platforms`), so every client class of the SDK can be tested against it. It runs
 in a background thread, so tests under any event loop (or none) can use it, and it lints
 every request's history, answering a broken one with the 400 `invalid_request_error` the
 real API would send.
@@ -24,6 +26,13 @@ from agentloop.errors import AgentloopError
 
 from .caching import PromptCache
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
+from .platforms import (
+    EVENT_STREAM_TYPE,
+    event_stream_chunk,
+    event_stream_exception,
+    messages_request,
+    platform_route,
+)
 from .scripted import Answer, Fault, Script, ScriptedModel, message_events
 
 __all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
@@ -46,9 +55,16 @@ def sse_events(message: Mapping[str, Any], *, chunk: int = 16) -> str:
 
 
 class _MessagesHandler(ScriptedHandler):
-    """Answers `POST /v1/messages` from the script, and the model list and token counts."""
+    """Answers `POST /v1/messages` from the script, and the model list and token counts.
+
+    A Bedrock or Vertex AI request is read as the Messages API request it stands for;
+    Bedrock's streams are answered in AWS event-stream frames. Error answers keep the
+    Messages API's shape on every path.
+    """
 
     routes = ("/v1/messages", "/v1/messages/count_tokens")
+    event_stream = False
+    """The request being answered streams in Bedrock's frames, not SSE."""
     malformed_json = b'{"id": "msg_01", "type": "message", "role": "assistant", "content": [{"ty'
     malformed_sse = (
         b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m\n\n'
@@ -66,13 +82,22 @@ class _MessagesHandler(ScriptedHandler):
         """The message itself: it is already in this format."""
         return message
 
+    def serves(self, path: str) -> bool:
+        """The first-party paths and the Bedrock and Vertex AI ones."""
+        return path in self.routes or platform_route(path) is not None
+
     def stream(self, events: Events, message: dict[str, Any]) -> list[tuple[float, bytes]]:
-        """Each event as an SSE event."""
+        """Each event as an SSE event (a Bedrock frame on Bedrock's path)."""
+        if self.event_stream:
+            return [(pause, event_stream_chunk(data)) for pause, _, data in events]
         return [(pause, _event(name, data).encode()) for pause, name, data in events]
 
     def stream_error(self, fault: Fault) -> bytes:
-        """An `error` event."""
-        return _event("error", {"type": "error", "error": fault.error_body["error"]}).encode()
+        """An `error` event (a Bedrock exception frame on Bedrock's path)."""
+        error = fault.error_body["error"]
+        if self.event_stream:
+            return event_stream_exception(error["type"], error["message"])
+        return _event("error", {"type": "error", "error": error}).encode()
 
     def billed(self, request: Mapping[str, Any], answer: Answer) -> Answer:
         """A message's usage as the server's prompt cache bills `request`, if it has one."""
@@ -84,17 +109,21 @@ class _MessagesHandler(ScriptedHandler):
     def respond(self, seen: RecordedRequest, arrived: float) -> None:
         """Count tokens, or answer from the script."""
         owner = self.server.owner
-        if seen.path == "/v1/messages/count_tokens":
+        route = platform_route(seen.path)
+        request = seen.body if route is None else messages_request(route, seen.body)
+        self.event_stream = route is not None and route.platform == "bedrock"
+        self.stream_type = EVENT_STREAM_TYPE if self.event_stream else "text/event-stream"
+        if seen.path == "/v1/messages/count_tokens" or (route and route.counts_tokens):
             owner.record(seen)
             try:
-                owner.model.check(seen.body)
+                owner.model.check(request)
             except AgentloopError as exc:
                 self._json(400, _error_body("invalid_request_error", str(exc)))
                 return
-            self._json(200, {"input_tokens": count_tokens(seen.body)})
+            self._json(200, {"input_tokens": count_tokens(request)})
             return
         owner.record(seen, arrived)
-        self.answer_from_script(seen.body, stream=bool(seen.body.get("stream")))
+        self.answer_from_script(request, stream=bool(request.get("stream")))
 
     def do_GET(self) -> None:
         """Answer `GET /v1/models` and `GET /v1/models/{id}` from the server's models."""
