@@ -14,6 +14,8 @@ from agentloop import Agent, ConfigurationError, tool
 from agentloop.messages import Message, TextBlock, ThinkingBlock
 from agentloop.providers.base import ModelRequest
 from agentloop.providers.caching import cache_marker
+from agentloop.request import build_request
+from agentloop.runstate import new_state
 from agentloop.testing import ScriptedProvider
 from agentloop.tools import ToolDefinition
 
@@ -70,8 +72,9 @@ def test_a_request_round_trips_through_json_values() -> None:
 
 def test_an_agent_s_request_round_trips() -> None:
     agent = Agent(provider=ScriptedProvider([]), tools=[lookup], system="Be brief.")
-    run = agent._new_run(None, "hi", None)
-    request = agent._build_request(run)
+    config = agent.config
+    state = new_state(config, agent.registry, (), history=None, prompt="hi", deps=None)
+    request = build_request(config, state, state.history.messages, config.request_params)
     assert ModelRequest.from_dict(json.loads(json.dumps(request.to_dict()))) == request
 
 

@@ -294,6 +294,7 @@ async def test_a_sub_run_that_pauses_again_pauses_the_parent_again(serve: Serve)
     lint_history(parse_history(result.messages))
 
 
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
 async def test_a_resumed_sub_run_is_bounded_by_what_is_left_counted_once(serve: Serve) -> None:
     """Five requests in all, under a limit of five: the sub-run's two before the pause
     are not counted twice against what it may spend after it."""
