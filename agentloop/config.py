@@ -173,6 +173,7 @@ class AgentConfig:
         object.__setattr__(self, "history_processors", tuple(self.history_processors))
         cache_marker(self.cache)
         self.output_schema  # noqa: B018 (refuses an output type it cannot describe)
+        self.request_params  # noqa: B018 (refuses context management it cannot send)
 
     @property
     def request_params(self) -> dict[str, Any]:

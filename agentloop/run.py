@@ -330,7 +330,12 @@ class Run(Generic[OutputT]):
                 paused = state
             else:
                 paused = plan(state, decisions, answers, self._registry)
-            run = self._new_state(paused.messages, None, external_tools=paused.external)
+            run = self._new_state(
+                paused.messages,
+                None,
+                external_tools=paused.external,
+                usage_limits=start["usage_limits"],
+            )
             run.restore(paused)
         else:
             run = self._new_state(
