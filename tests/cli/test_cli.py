@@ -488,7 +488,7 @@ def test_the_command_leaves_structlog_as_it_found_it(
 
 
 def test_core_names_no_plugin() -> None:
-    package = Path(__file__).resolve().parents[1] / "agentloop"
+    package = Path(__file__).resolve().parents[2] / "agentloop"
     named = [
         str(path.relative_to(package))
         for path in package.rglob("*.py")

@@ -29,7 +29,7 @@ from agentloop.errors import DuplicateToolError
 from agentloop.plugins import ENV_VAR, PluginManager, default_manager, plugin_tools
 from agentloop.testing import MessagesServer, reply, tool_call
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WEATHER = ROOT / "examples" / "weather_plugin"
 WEATHER_DIST = "agentloop-weather-example"
 

@@ -13,9 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentloop import Agent, AnthropicProvider, OpenAIChatProvider, tool
 from agentloop.errors import ConfigurationError
@@ -241,6 +238,13 @@ async def test_chat_completions_get_no_marker_and_a_stable_prefix() -> None:
 
 
 async def test_spans_carry_the_cache_tokens_and_one_hour_writes_are_counted_apart() -> None:
+    pytest.importorskip(
+        "opentelemetry.sdk", reason="opentelemetry-sdk is not installed (the dev extra)"
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     exporter = InMemorySpanExporter()
     tracer = TracerProvider()
     tracer.add_span_processor(SimpleSpanProcessor(exporter))

@@ -8,6 +8,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_properties import TURNS, build, crashes, fails, ok, slow
 
 from agentloop import Agent, ConfigurationError, HistoryError, RunContext, lint_history, tool
 from agentloop.compaction import (
@@ -21,7 +22,6 @@ from agentloop.compaction import (
 from agentloop.errors import BadRequestError
 from agentloop.messages import Message, TextBlock, parse_history
 from agentloop.testing import Fault, ScriptedProvider, reply, tool_call
-from tests.test_properties import TURNS, build, crashes, fails, ok, slow
 
 
 @tool

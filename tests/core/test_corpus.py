@@ -1,4 +1,4 @@
-"""Replay of the recorded Anthropic API corpus (`tests/corpus/anthropic`, see its README).
+"""Replay of the recorded Anthropic API corpus (`tests/core/corpus/anthropic`, see its README).
 
 Every recorded response (JSON or SSE) is served byte for byte by the local `MessagesServer`
 to the real `AsyncAnthropic` behind `AnthropicProvider`; the parsed blocks must match the

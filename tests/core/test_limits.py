@@ -10,6 +10,7 @@ import genai_prices
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_properties import TURNS, build, crashes, fails, ok, slow
 
 from agentloop import (
     Agent,
@@ -32,7 +33,6 @@ from agentloop.testing import (
     reply,
     tool_call,
 )
-from tests.test_properties import TURNS, build, crashes, fails, ok, slow
 
 
 class Counter:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -302,50 +299,6 @@ async def test_auto_is_the_tool_mode_for_a_provider_without_native_output(serve:
     result = await Agent(provider=Plain(), output_type=int).run("one")
     assert result.output == 1
     assert "output_config" not in server.model.requests[0]
-
-
-USER_CODE = """
-from pydantic import BaseModel
-from agentloop import Agent
-
-class Forecast(BaseModel):
-    city: str
-    temp_c: float
-
-agent = Agent(output_type=Forecast)
-
-async def main() -> float:
-    result = await agent.run("Weather in Paris?")
-    reveal_type(result.output)
-    number = await agent.run("a number", output_type=int)
-    total: int = number.output + 1
-    return result.output.temp_c + total
-
-def text() -> str:
-    return Agent().run_sync("hi").output
-"""
-
-
-@pytest.mark.slow  # a mypy run over the package: about 15 s
-def test_result_output_type_checks_under_mypy_strict(tmp_path: Path) -> None:
-    user = tmp_path / "service.py"
-    user.write_text(USER_CODE)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            str(user),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert 'Revealed type is "service.Forecast"' in done.stdout, done.stdout
-    assert done.stdout.count("error:") == 0, done.stdout
 
 
 # -- native structured output

@@ -48,7 +48,7 @@ from agentloop.state import STATE_VERSION
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 FORMATS = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 
 
 @pytest.fixture(autouse=True)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentloop import (
     Agent,
@@ -22,6 +19,10 @@ from agentloop import (
 )
 from agentloop.messages import parse_history
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 SUB_USAGE = {"input_tokens": 1000, "output_tokens": 40}
 PARENT_USAGE = {"input_tokens": 200, "output_tokens": 10}
@@ -123,6 +124,13 @@ async def test_a_sub_agent_is_not_started_when_the_budget_is_spent() -> None:
 
 
 def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
+    pytest.importorskip(
+        "opentelemetry.sdk", reason="opentelemetry-sdk is not installed (the dev extra)"
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

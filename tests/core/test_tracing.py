@@ -8,6 +8,11 @@ from typing import Any
 
 import anyio
 import pytest
+
+pytest.importorskip(
+    "opentelemetry.sdk", reason="opentelemetry-sdk is not installed (the dev extra)"
+)
+
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

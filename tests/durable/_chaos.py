@@ -1,7 +1,7 @@
 """The chaos suite's world: a scripted model, tools with a ledger, and crash points.
 
-Shared by the test process (tests/test_durable_chaos.py: the reference run, the checks) and
-the child processes that run a durable run and are killed (tests/_chaos_child.py).
+Shared by the test process (test_durable_chaos.py: the reference run, the checks) and
+the child processes that run a durable run and are killed (_chaos_child.py).
 
 - The model (`ChaosModel`) answers as a pure function of the request: the run's plan comes
   from the seed in the prompt, the round from the number of assistant messages, so a

@@ -1,12 +1,12 @@
 """One run of the chaos suite in a process of its own (not a test module).
 
 `attempt(ENGINE, FOLDER, RUN_ID, PROMPT, BASE_URL)` is the body of that process. The test
-starts it through a fork server (`ForkServer`: `python tests/_chaos_child.py --serve`), a
-process that has imported the SDK and the engines once (an import of the SDK alone takes
-seconds) and forks one child per attempt; `python tests/_chaos_child.py ENGINE FOLDER
+starts it through a fork server (`ForkServer`: `python _chaos_child.py --serve`), a process
+that has imported the SDK and the engines once (an import of the SDK alone takes seconds)
+and forks one child per attempt; `python tests/durable/_chaos_child.py ENGINE FOLDER
 RUN_ID PROMPT BASE_URL` plays an attempt by hand.
 
-It runs the chaos agent (tests/_chaos.py) on ENGINE against the scripted Messages API at
+It runs the chaos agent (_chaos.py) on ENGINE against the scripted Messages API at
 BASE_URL, its tools acting on FOLDER, and writes the run's summary to FOLDER/result.json.
 It may die on the way: at the crash point `AGENTLOOP_CHAOS_CRASH` names, or by the
 parent's SIGKILL. Started again with the same arguments, a durable engine carries the run

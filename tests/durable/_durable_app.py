@@ -3,7 +3,7 @@
 A scripted model answering as a pure function of the request (so a process that
 recovers a run gets the same answers), and a tool whose effect (a line in a ledger file)
 happens once per `RunContext.idempotency_key`. Run as a script, it is one process of a
-durable app: `python tests/_durable_app.py DB_URL RUN_ID WORKDIR` starts (or recovers)
+durable app: `python tests/durable/_durable_app.py DB_URL RUN_ID WORKDIR` starts (or recovers)
 the run `RUN_ID` and prints what happened on stdout, one line each:
 
 - `EFFECT <item>` when the tool has made its effect (with `DURABLE_HANG=<item>` in the

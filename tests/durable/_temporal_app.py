@@ -1,6 +1,6 @@
-"""A durable agent for tests/test_durable_temporal.py's worker processes.
+"""A durable agent for tests/durable/test_durable_temporal.py's worker processes.
 
-`python -m agentloop.durable.temporal worker tests._temporal_app:durable_agent ...` runs
+`python -m agentloop.durable.temporal worker _temporal_app:durable_agent ...` runs
 it. The environment says where the model is (`AGENTLOOP_TEST_MODEL_URL`), where the
 ledger of effects is (`AGENTLOOP_TEST_LEDGER`), whether `record` honours the idempotency
 key (`AGENTLOOP_TEST_HONOUR_KEY=1`) and whether this worker stops dead right after an

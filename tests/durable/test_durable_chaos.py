@@ -1,6 +1,6 @@
 """Durable runs survive SIGKILL: same result as an uninterrupted run, each effect once.
 
-Each run is played by a child process (tests/_chaos_child.py) on an engine's state, killed
+Each run is played by a child process (_chaos_child.py) on an engine's state, killed
 at an injected crash point or at a seeded random moment, and started again on the same
 state until the run completes. The run must then equal an uninterrupted `Agent.run` over
 the same script (messages, stop reason, rounds, usage, tool log), its ledger must hold

@@ -2,7 +2,7 @@
 
 DBOS is one instance per process: each test registers its durable agents, launches DBOS
 on a fresh system database in its tmp_path and destroys it (and its registry) at the end.
-A crash is a real one: a child process (tests/_durable_app.py) killed with SIGKILL in the
+A crash is a real one: a child process (_durable_app.py) killed with SIGKILL in the
 middle of a tool call, and a second child recovering the run from the same database.
 DBOS runs on asyncio, so these tests do too.
 """
@@ -19,6 +19,9 @@ from typing import Any
 import _durable_app as app
 import anyio
 import pytest
+
+pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloop-runner[dbos]')")
+
 from _dbos import child
 from dbos import DBOS
 from pydantic import BaseModel

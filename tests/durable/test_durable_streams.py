@@ -17,6 +17,9 @@ from typing import Any
 import _durable_app as app
 import anyio
 import pytest
+
+pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloop-runner[dbos]')")
+
 from _dbos import child
 from _events import STREAMED, around_the_restart, by_kind, comparable, without_eager
 from dbos import DBOS

@@ -81,7 +81,7 @@ from agentloop.testing import (  # noqa: E402
 
 pytestmark = pytest.mark.durable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -270,7 +270,7 @@ def _app_worker(
     honour_key: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[TemporalAgent, list[str], dict[str, str]]:
-    """tests/_temporal_app.py's agent here, and the command and environment of its worker."""
+    """_temporal_app.py's agent here, and the command and environment of its worker."""
     env = {
         "AGENTLOOP_TEST_MODEL_URL": model_url,
         "AGENTLOOP_TEST_LEDGER": str(ledger),
@@ -300,7 +300,7 @@ async def _kill_mid_tool(
     async with await anyio.open_process(
         command,
         env={**env, "AGENTLOOP_TEST_HANG_AFTER_EFFECT": "1"},
-        cwd=ROOT / "tests",
+        cwd=ROOT / "tests" / "durable",
         stderr=subprocess.DEVNULL,
     ) as first:
         handle = await durable.start(client, "Record a and b.", run_id=id_, task_queue=queue)
@@ -753,7 +753,7 @@ async def test_a_worker_killed_while_the_model_streams_leaves_a_restart_in_the_e
     id_ = run_id()
     events: list[Any] = []
     async with await anyio.open_process(
-        command, env=env, cwd=ROOT / "tests", stderr=subprocess.DEVNULL
+        command, env=env, cwd=ROOT / "tests" / "durable", stderr=subprocess.DEVNULL
     ) as first:
         async with durable.run_stream(
             client, "Record a and b.", run_id=id_, task_queue=queue

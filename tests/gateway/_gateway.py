@@ -1,7 +1,8 @@
-"""Helpers for the gateway tests: the gateway as a real process, a real Redis, a scripted upstream.
+"""Helpers for the gateway tests: the gateway as a real process, or served in this one.
 
 The gateway's own tools come from `tests/gateway_plugin`, a real distribution installed
-into a private folder that only the gateway processes put on their path.
+into a private folder that only the gateway processes put on their path. The scripted
+upstream, Redis and uvicorn serving are tests/support.py's.
 """
 
 from __future__ import annotations
@@ -9,27 +10,29 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import anyio
 import httpx2
 import pytest
-import uvicorn
+
+pytest.importorskip(
+    "starlette",
+    reason="the gateway extra is not installed (pip install 'agentloop-runner[gateway]')",
+)
+
+from support import free_port, serving
 
 from agentloop.gateway.app import Gateway, GatewayConfig
-from agentloop.testing import Fault, MessagesServer, RecordedRequest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "tests" / "gateway_plugin"
 
 CLIENT_TOOL = {
@@ -39,7 +42,6 @@ CLIENT_TOOL = {
 }
 
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "-q")
-REDIS_OPTIONS = ("--save", "", "--appendonly", "no", "--daemonize", "no")
 
 _ENV_DROPPED = (
     "ANTHROPIC_API_KEY",
@@ -49,12 +51,6 @@ _ENV_DROPPED = (
     "AGENTLOOP_GATEWAY_SECRET",
     "AGENTLOOP_PLUGINS",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def install_plugin(target: Path) -> Path:
@@ -69,46 +65,6 @@ def install_plugin(target: Path) -> Path:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return target
-
-
-class Upstream:
-    """A `MessagesServer` (which lints every history) whose answers each test scripts."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: list[Any] | Callable[[dict[str, Any]], Any] = []
-        self._mark = 0
-        self.server = MessagesServer(self._answer).start()
-
-    def _answer(self, body: dict[str, Any]) -> Any:
-        with self._lock:
-            if callable(self._items):
-                return self._items(body)
-            if not self._items:
-                return Fault.http_error(500, "api_error", "the test scripted no more answers")
-            return self._items.pop(0)
-
-    def script(self, *items: Any, function: Callable[[dict[str, Any]], Any] | None = None) -> None:
-        """Answer the next requests with `items` in order (or with `function`)."""
-        with self._lock:
-            self._items = function if function is not None else list(items)
-            self._mark = len(self.server.recorded)
-
-    @property
-    def url(self) -> str:
-        return self.server.base_url
-
-    @property
-    def recorded(self) -> list[RecordedRequest]:
-        """Requests received since the last `script`."""
-        return self.server.recorded[self._mark :]
-
-    @property
-    def bodies(self) -> list[dict[str, Any]]:
-        return [r.body for r in self.recorded]
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 @dataclass
@@ -174,57 +130,6 @@ def wait_until_healthy(gateway: GatewayProcess, timeout: float = 60) -> None:
     pytest.fail(f"the gateway did not become healthy:\n{gateway.output()}")
 
 
-@dataclass
-class RedisProcess:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def stop(self) -> None:
-        """Kill the server (SIGKILL: no chance to tidy up)."""
-        self.process.kill()
-        self.process.wait(10)
-
-
-@contextmanager
-def redis_process() -> Iterator[RedisProcess]:
-    """A real `redis-server` on a free port, without persistence."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed (.ci/run installs it)")
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", *REDIS_OPTIONS],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("redis-server did not start")
-            time.sleep(0.02)
-        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process)
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """A real `redis-server` on a free port, without persistence; its URL."""
-    with redis_process() as server:
-        yield server.url
-
-
 def dump(blocks: Sequence[Any]) -> list[dict[str, Any]]:
     """SDK content blocks as the JSON dicts a request would carry."""
     return [b.to_dict() if hasattr(b, "to_dict") else dict(b) for b in blocks]
@@ -236,30 +141,3 @@ async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
     gateway = config if isinstance(config, Gateway) else Gateway(config)
     async with serving(gateway.app()) as url:
         yield url
-
-
-@asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """The ASGI `app` (with a `/healthz`) served by uvicorn here; yields its URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        url = f"http://127.0.0.1:{port}"
-        await anyio.to_thread.run_sync(wait_healthy_url, url)
-        try:
-            yield url
-        finally:
-            server.should_exit = True
-
-
-def wait_healthy_url(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the gateway did not start")

@@ -25,13 +25,12 @@ import pytest
 from _gateway import (
     CLIENT_TOOL,
     GatewayProcess,
-    Upstream,
     dump,
-    free_port,
     install_plugin,
     start_gateway,
     wait_until_healthy,
 )
+from support import Upstream, free_port
 
 from agentloop.testing import Fault, Paced, RawResponse, reply, sse_events, tool_call
 from agentloop.testing.scripted import cache_markers

@@ -22,11 +22,12 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-from _gateway import CLIENT_TOOL, gateway_on, serving
+from _gateway import CLIENT_TOOL, gateway_on
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from support import serving
 
 from agentloop import Agent, tool
 from agentloop.durable.streams import DurableStream, event_to_json, read_events

@@ -16,7 +16,8 @@ import anthropic
 import anyio
 import pytest
 import redis
-from _gateway import dump, gateway_on, redis_process, redis_server
+from _gateway import dump, gateway_on
+from support import redis_process, redis_server
 
 from agentloop import tool
 from agentloop.gateway.app import SESSION_HEADER, GatewayConfig

@@ -15,7 +15,8 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-from _gateway import free_port, gateway_on
+from _gateway import gateway_on
+from support import free_port
 
 from agentloop import tool
 from agentloop.errors import ConfigurationError

@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _gateway import redis_server
+from support import redis_server
 
 from agentloop.errors import ConfigurationError
 from agentloop.gateway import MemoryStore, RedisStore, Sessions, SQLiteStore, open_store

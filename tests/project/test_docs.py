@@ -20,7 +20,7 @@ import yaml
 
 import agentloop.hookspecs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RUN_MARKER = "<!-- test: run -->"
 FENCE = re.compile(r"^```python\s*$\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)

@@ -31,7 +31,7 @@ from packaging.version import Version
 
 from agentloop.plugins import PluginManager
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = "Scripts" if sys.platform == "win32" else "bin"
 
 
@@ -317,7 +317,7 @@ def test_the_plugins_sources_are_not_ignored() -> None:
         "plugins/cortex/agentloop_cortex/new_module.py",
         "plugins/cortex/tests/test_new.py",
         "plugins/cortex/pyproject.toml",
-        "tests/corpus/anthropic/new_exchange.json",
+        "tests/core/corpus/anthropic/new_exchange.json",
     ):
         assert not ignored(path), path
     assert ignored("cortex/memory.md")  # the demo's persona folder at the root still is

@@ -1,6 +1,6 @@
 """A separate process for the session tests: one run on a session, over HTTP.
 
-    python tests/_sessions_child.py KIND TARGET SESSION_ID BASE_URL PROMPT [--block]
+    python tests/sessions/_sessions_child.py KIND TARGET SESSION_ID BASE_URL PROMPT [--block]
 
 KIND is `sqlite` (TARGET a file) or `redis` (TARGET a URL). The run's text is printed as
 `done: TEXT`. With `--block`, the first append stops just before its commit: the process

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _gateway import redis_server
 from anyio.streams.buffered import BufferedByteReceiveStream
+from support import redis_server
 
 from agentloop import Agent, AnthropicProvider, ConfigurationError, lint_history, tool
 from agentloop.errors import ProviderError

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _gateway import redis_server
+from support import redis_server
+from test_sessions import agentloop_command
 
 from agentloop import Agent, AnthropicProvider, ConfigurationError
 from agentloop.sessions import (
@@ -32,7 +33,6 @@ from agentloop.sessions import (
 from agentloop.sessions.sqlite_file import connect
 from agentloop.storage import connect_sqlite
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
-from tests.test_sessions import agentloop_command
 
 NEVER = SessionSnapshot([], 0)
 """What `load()` returns for a session that never existed."""
