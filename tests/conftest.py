@@ -58,20 +58,29 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """
     try:
         return (yield)
-    except ModuleNotFoundError as error:
-        reason = _not_installed(error.name or "")
+    except Exception as error:
+        reason = _not_installed(error)
         if reason is None:
             raise
         pytest.skip(reason)
 
 
-def _not_installed(module: str) -> str | None:
-    """Why `module` cannot be imported, when it belongs to an extra that is not installed."""
-    for package, extra in EXTRAS.items():
-        if module == package or module.startswith(package + "."):
-            if importlib.util.find_spec(package) is None:
+def _not_installed(error: BaseException | None) -> str | None:
+    """Why `error` happened, when it or its cause (a `ConfigurationError` naming the extra,
+    say) is the import of a package of an extra that is not installed."""
+    while error is not None:
+        if isinstance(error, ModuleNotFoundError):
+            package = _package_of(error.name or "")
+            if package is not None and importlib.util.find_spec(package) is None:
+                extra = EXTRAS[package]
                 return f"{package} is not installed (pip install 'agentloop-runner[{extra}]')"
+        error = error.__cause__ or error.__context__
     return None
+
+
+def _package_of(module: str) -> str | None:
+    """The package of EXTRAS that `module` is part of, if any."""
+    return next((p for p in EXTRAS if module == p or module.startswith(p + ".")), None)
 
 
 @pytest.fixture
