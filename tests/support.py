@@ -1,4 +1,4 @@
-"""What several test layers start: free ports, a scripted upstream, Redis, PostgreSQL, uvicorn.
+"""What several test layers start: free ports, Redis, PostgreSQL, an ASGI app on uvicorn.
 
 Each helper is a plain function or context manager (the layers' conftest.py files make
 fixtures of them where they need one) and skips the test, saying what is missing, when
@@ -13,9 +13,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,6 @@ import anyio
 import httpx2
 import pytest
 
-from agentloop.testing import Fault, MessagesServer, RecordedRequest
-
 REDIS_OPTIONS = ("--save", "", "--appendonly", "no", "--daemonize", "no")
 
 
@@ -35,49 +32,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-# ---------------------------------------------------------------- a scripted upstream
-
-
-class Upstream:
-    """A `MessagesServer` (which lints every history) whose answers each test scripts."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: list[Any] | Callable[[dict[str, Any]], Any] = []
-        self._mark = 0
-        self.server = MessagesServer(self._answer).start()
-
-    def _answer(self, body: dict[str, Any]) -> Any:
-        with self._lock:
-            if callable(self._items):
-                return self._items(body)
-            if not self._items:
-                return Fault.http_error(500, "api_error", "the test scripted no more answers")
-            return self._items.pop(0)
-
-    def script(self, *items: Any, function: Callable[[dict[str, Any]], Any] | None = None) -> None:
-        """Answer the next requests with `items` in order (or with `function`)."""
-        with self._lock:
-            self._items = function if function is not None else list(items)
-            self._mark = len(self.server.recorded)
-
-    @property
-    def url(self) -> str:
-        return self.server.base_url
-
-    @property
-    def recorded(self) -> list[RecordedRequest]:
-        """Requests received since the last `script`."""
-        return self.server.recorded[self._mark :]
-
-    @property
-    def bodies(self) -> list[dict[str, Any]]:
-        return [r.body for r in self.recorded]
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 # ---------------------------------------------------------------- an ASGI app on uvicorn

@@ -64,9 +64,10 @@ ENGINES = {
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[dict[str, str]]:
-    """A throwaway PostgreSQL cluster (tests/support.py): the environment gives its URL.
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (Debian's `postgresql` package).
 
-    The URL names no database: each run gets a database of its own.
+    Started by tests/support.py. The environment gives the server's URL without a database:
+    each run gets a database of its own.
     """
     with postgres_cluster() as url:
         yield {"AGENTLOOP_CHAOS_PG": url}

@@ -1,8 +1,8 @@
 """Helpers for the gateway tests: the gateway as a real process, or served in this one.
 
 The gateway's own tools come from `tests/gateway_plugin`, a real distribution installed
-into a private folder that only the gateway processes put on their path. The scripted
-upstream, Redis and uvicorn serving are tests/support.py's.
+into a private folder that only the gateway processes put on their path. Free ports,
+Redis and uvicorn serving are tests/support.py's.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ pytest.importorskip(
 from support import free_port, serving
 
 from agentloop.gateway.app import Gateway, GatewayConfig
+from agentloop.testing import Fault, MessagesServer, RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "tests" / "gateway_plugin"
@@ -65,6 +67,46 @@ def install_plugin(target: Path) -> Path:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return target
+
+
+class Upstream:
+    """A `MessagesServer` (which lints every history) whose answers each test scripts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Any] | Callable[[dict[str, Any]], Any] = []
+        self._mark = 0
+        self.server = MessagesServer(self._answer).start()
+
+    def _answer(self, body: dict[str, Any]) -> Any:
+        with self._lock:
+            if callable(self._items):
+                return self._items(body)
+            if not self._items:
+                return Fault.http_error(500, "api_error", "the test scripted no more answers")
+            return self._items.pop(0)
+
+    def script(self, *items: Any, function: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """Answer the next requests with `items` in order (or with `function`)."""
+        with self._lock:
+            self._items = function if function is not None else list(items)
+            self._mark = len(self.server.recorded)
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def recorded(self) -> list[RecordedRequest]:
+        """Requests received since the last `script`."""
+        return self.server.recorded[self._mark :]
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.recorded]
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 @dataclass

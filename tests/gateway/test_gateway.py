@@ -25,12 +25,13 @@ import pytest
 from _gateway import (
     CLIENT_TOOL,
     GatewayProcess,
+    Upstream,
     dump,
     install_plugin,
     start_gateway,
     wait_until_healthy,
 )
-from support import Upstream, free_port
+from support import free_port
 
 from agentloop.testing import Fault, Paced, RawResponse, reply, sse_events, tool_call
 from agentloop.testing.scripted import cache_markers

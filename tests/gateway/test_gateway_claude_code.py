@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _gateway import GatewayProcess, wait_until_healthy
-from support import Upstream, free_port
+from _gateway import GatewayProcess, Upstream, wait_until_healthy
+from support import free_port
 
 from agentloop.testing import reply, tool_call
 

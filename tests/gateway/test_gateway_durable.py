@@ -28,8 +28,14 @@ import anyio
 import anyio.abc
 import httpx2
 import pytest
-from _gateway import CLIENT_TOOL, GatewayProcess, gateway_on, install_plugin, start_gateway
-from support import Upstream
+from _gateway import (
+    CLIENT_TOOL,
+    GatewayProcess,
+    Upstream,
+    gateway_on,
+    install_plugin,
+    start_gateway,
+)
 
 from agentloop import tool
 from agentloop.errors import ConfigurationError

@@ -21,8 +21,8 @@ import anyio
 import httpx2
 import pytest
 import redis
-from _gateway import ROOT, GatewayProcess, dump, install_plugin, start_gateway
-from support import Upstream, redis_server
+from _gateway import ROOT, GatewayProcess, Upstream, dump, install_plugin, start_gateway
+from support import redis_server
 
 from agentloop.testing import reply, tool_call
 
