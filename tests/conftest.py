@@ -1,26 +1,37 @@
+"""What every layer of the tests uses: scripted model servers and an agent over HTTP.
+
+Each layer (core, providers, sessions, gateway, durable, cli, project) has a conftest.py of
+its own for its fixtures; this one imports nothing beyond the base install.
+"""
+
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import importlib.util
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
-import anyio
-import anyio.lowlevel
 import pytest
 
 from agentloop import Agent, AnthropicProvider, OpenAIChatProvider
-from agentloop.testing import ChatCompletionsServer, MessagesServer, SteppedProvider
+from agentloop.testing import ChatCompletionsServer, MessagesServer
 
 ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
-pytest_plugins = (
-    "_dbos",
-    "_temporal",
-)  # DBOS's `database`, `launch`, `postgres`; `temporal_address`
 
 OPENAI = [
     pytest.param("openai-json", id="openai-json"),
     pytest.param("openai-sse", id="openai-sse"),
 ]
+
+EXTRAS = {
+    "openai": "openai",
+    "opentelemetry.sdk": "dev",
+    "starlette": "gateway",
+    "uvicorn": "gateway",
+    "redis": "redis",
+    "dbos": "dbos",
+    "temporalio": "temporal",
+}
+"""Packages beyond the base install that a test may need, and the extra that brings each."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,6 +47,40 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "http_agent" in metafunc.fixturenames:
         both = metafunc.definition.get_closest_marker("both_formats") is not None
         metafunc.parametrize("http_agent", ANTHROPIC + (OPENAI if both else []), indirect=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A test that needs a package of an extra that is not installed is skipped, saying so.
+
+    So the core layer runs on the base install: there, the Chat Completions variants of its
+    tests (the openai SDK) are skipped.
+    """
+    try:
+        return (yield)
+    except Exception as error:
+        reason = _not_installed(error)
+        if reason is None:
+            raise
+        pytest.skip(reason)
+
+
+def _not_installed(error: BaseException | None) -> str | None:
+    """Why `error` happened, when it or its cause (a `ConfigurationError` naming the extra,
+    say) is the import of a package of an extra that is not installed."""
+    while error is not None:
+        if isinstance(error, ModuleNotFoundError):
+            package = _package_of(error.name or "")
+            if package is not None and importlib.util.find_spec(package) is None:
+                extra = EXTRAS[package]
+                return f"{package} is not installed (pip install 'agentloop-runner[{extra}]')"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _package_of(module: str) -> str | None:
+    """The package of EXTRAS that `module` is part of, if any."""
+    return next((p for p in EXTRAS if module == p or module.startswith(p + ".")), None)
 
 
 @pytest.fixture
@@ -95,61 +140,3 @@ def http_agent(
         ), server
 
     return make
-
-
-STREAMING = ["stepped", "anthropic-sse", "openai-sse"]
-"""The streaming providers the streaming tests run on: in process, and over HTTP in each format."""
-
-
-class Hooked:
-    """A streaming provider whose every event is followed by an awaited hook.
-
-    As `SteppedProvider` does in process: `hook(n, event)` can hold the stream at an exact
-    point (the provider stops reading the HTTP response meanwhile) or make it fail there.
-    """
-
-    def __init__(self, provider: Any, model: Any, hook: Any) -> None:
-        self.provider = provider
-        self.model = model
-        self.hook = hook
-        self.events_sent = 0
-
-    async def complete(self, request: Any) -> Any:
-        async def ignore(event: Any) -> None:
-            return None
-
-        return await self.stream(request, ignore)
-
-    async def stream(self, request: Any, on_event: Any) -> Any:
-        async def forward(event: Any) -> None:
-            await on_event(event)
-            self.events_sent += 1
-            if self.hook is not None:
-                await self.hook(self.events_sent, event)
-            await anyio.lowlevel.checkpoint()
-
-        return await self.provider.stream(request, forward)
-
-
-@asynccontextmanager
-async def _streaming_provider(
-    kind: str, script: Any, hook: Any = None, *, truncate_last_input: bool = False
-) -> AsyncIterator[Any]:
-    if kind == "stepped":
-        yield SteppedProvider(script, hook, truncate_last_input=truncate_last_input)
-    elif kind == "anthropic-sse":
-        async with MessagesServer(script) as server:
-            yield Hooked(AnthropicProvider(server.client(), stream=True), server.model, hook)
-    else:
-        async with ChatCompletionsServer(script) as chat:
-            yield Hooked(OpenAIChatProvider(chat.client(), stream=True), chat.model, hook)
-
-
-@pytest.fixture
-def streaming_provider() -> Callable[..., Any]:
-    """`async with streaming_provider(kind, script, hook) as provider:` for a kind of STREAMING.
-
-    The provider has `.model` (the `ScriptedModel`); `hook(n, event)` is awaited after
-    every event it reports.
-    """
-    return _streaming_provider

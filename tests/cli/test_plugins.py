@@ -1,0 +1,454 @@
+"""Plugin discovery end to end, with real installed distributions.
+
+The example weather plugin is pip-installed into this environment for the session (and
+removed afterwards unless it was there before); throwaway plugins (one that fails to
+import, one that clashes with the weather tools) are pip-installed into private target
+directories that only the tests that need them put on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+import agentloop
+from agentloop import Agent, ConfigurationError, Tool, tool
+from agentloop.errors import DuplicateToolError
+from agentloop.plugins import ENV_VAR, PluginManager, default_manager, plugin_tools
+from agentloop.testing import MessagesServer, reply, tool_call
+
+ROOT = Path(__file__).resolve().parents[2]
+WEATHER = ROOT / "examples" / "weather_plugin"
+WEATHER_DIST = "agentloop-weather-example"
+
+
+def pip(*args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def installed(dist: str) -> bool:
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def weather_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The example plugin, installed into the running environment for the session."""
+    was_there = installed(WEATHER_DIST)
+    source = tmp_path_factory.mktemp("weather") / "weather_plugin"  # builds leave files behind
+    shutil.copytree(WEATHER, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    pip("install", "--no-deps", str(source))
+    yield
+    if not was_there:
+        pip("uninstall", "-y", WEATHER_DIST)
+
+
+def make_dist(root: Path, name: str, entry_point: str, module_source: str) -> Path:
+    """Write a one-module distribution registering `module_source` as plugin `entry_point`."""
+    package = name.replace("-", "_")
+    project = root / name
+    project.mkdir(parents=True)
+    (project / f"{package}.py").write_text(textwrap.dedent(module_source))
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "{name}"
+            version = "0.0.1"
+
+            [project.entry-points.agentloop]
+            {entry_point} = "{package}"
+
+            [tool.setuptools]
+            py-modules = ["{package}"]
+            """
+        )
+    )
+    return project
+
+
+BROKEN_MODULE = """\
+raise RuntimeError("this plugin is broken on purpose")
+"""
+
+CLASHING_MODULE = """\
+import agentloop
+
+
+def get_weather(city: str) -> str:
+    \"\"\"Weather, again.\"\"\"
+    return "rain"
+
+
+@agentloop.hookimpl
+def agentloop_register_tools(register):
+    register(get_weather)
+"""
+
+
+@pytest.fixture(scope="session")
+def throwaway_dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Site directories holding a real installed broken plugin and a clashing plugin."""
+    root = tmp_path_factory.mktemp("dists")
+    sites = {}
+    for name, entry_point, source in [
+        ("agentloop-broken-example", "broken", BROKEN_MODULE),
+        ("agentloop-clash-example", "clash", CLASHING_MODULE),
+    ]:
+        project = make_dist(root / "src", name, entry_point, source)
+        site = root / entry_point
+        pip("install", "--no-deps", "--target", str(site), str(project))
+        sites[entry_point] = site
+    return sites
+
+
+@pytest.fixture(autouse=True)
+def no_pinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "ANTHROPIC_API_KEY")}
+    return {**env, **extra}
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def test_installed_plugin_is_discovered_without_code(weather_installed: None) -> None:
+    manager = default_manager()
+    info = {i.name: i for i in manager.plugins()}["weather"]
+    assert info.dist == WEATHER_DIST
+    assert info.version == "0.1.0"
+    assert info.module == "agentloop_weather.tools"
+    assert info.tools == ("get_weather", "get_forecast")
+    assert manager.failures == []
+    weather = {t.name: t for t in manager.tools() if t.source == "weather"}
+    assert set(weather) == {"get_weather", "get_forecast"}
+    assert weather["get_weather"].input_schema["properties"]["units"]["enum"] == [
+        "metric",
+        "imperial",
+    ]
+    assert weather["get_forecast"].is_async
+    assert weather["get_forecast"].timeout == 5.0
+
+
+async def test_plugin_tools_reach_the_model(weather_installed: None) -> None:
+    script = [
+        reply(
+            tool_call("get_weather", {"city": "Paris", "units": "imperial"}),
+            tool_call("get_forecast", {"city": "Rome", "days": 2}),
+        ),
+        reply("Mild in both."),
+    ]
+    with MessagesServer(script) as server:
+        async with server.client() as client:
+            agent = Agent(client=client, tools=plugin_tools(plugins=["weather"]))
+            result = await agent.run("Weather in Paris, forecast for Rome?")
+    announced = {t["name"]: t for t in server.requests[0]["tools"]}
+    assert set(announced) == {"get_weather", "get_forecast"}
+    assert announced["get_weather"]["input_schema"]["properties"]["units"]["enum"] == [
+        "metric",
+        "imperial",
+    ]
+    assert result.text == "Mild in both."
+    outputs = {c.name: c for c in result.tool_calls}
+    assert outputs["get_weather"].output.endswith("°F") and not outputs["get_weather"].is_error
+    assert outputs["get_forecast"].output.startswith('["day 1:')
+    answered = server.requests[1]["messages"][-1]["content"]
+    assert [b["type"] for b in answered] == ["tool_result", "tool_result"]
+
+
+def test_cli_lists_plugin_tools(weather_installed: None) -> None:
+    command = [sys.executable, "-m", "agentloop", "tools"]
+    done = subprocess.run(command, capture_output=True, text=True, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert "[weather]" in lines["get_weather"]
+    assert "[weather]" in lines["get_forecast"]
+
+    done = subprocess.run(
+        [*command, "--json"], capture_output=True, text=True, env=subprocess_env()
+    )
+    tools = {t["name"]: t for t in json.loads(done.stdout)}
+    assert tools["get_weather"]["plugin"] == "weather"
+    assert tools["get_weather"]["input_schema"]["required"] == ["city"]
+
+
+# --------------------------------------------------------------------------- AGENTLOOP_PLUGINS
+
+
+def test_unset_env_loads_every_installed_plugin(weather_installed: None) -> None:
+    manager = PluginManager()
+    loaded = manager.load_entry_points()
+    expected = sorted({ep.name for ep in metadata.entry_points(group="agentloop")})
+    assert loaded == expected
+    assert "weather" in loaded
+    assert manager.load_entry_points() == [], "loading again adds nothing"
+    assert manager.failures == []
+
+
+def test_empty_env_loads_none(weather_installed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "")
+    manager = default_manager()
+    assert manager.plugins() == []
+    assert manager.tools() == []
+    assert manager.failures == []
+
+
+def test_env_pins_the_plugin_list(weather_installed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "weather, nonexistent")
+    manager = PluginManager()
+    assert manager.load_entry_points() == ["weather"]
+    assert [i.name for i in manager.plugins()] == ["weather"]
+    assert [(f.name, f.value) for f in manager.failures] == [("nonexistent", "")]
+    assert ENV_VAR in manager.failures[0].error
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_broken_plugin_is_reported_and_others_load(
+    weather_installed: None,
+    throwaway_dists: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(throwaway_dists["broken"]))
+    with capture_logs() as logs:
+        manager = default_manager()
+    assert [(f.name, f.value) for f in manager.failures] == [("broken", "agentloop_broken_example")]
+    assert "RuntimeError: this plugin is broken on purpose" in manager.failures[0].error
+    assert "weather" in [i.name for i in manager.plugins()]
+    assert {t.name for t in manager.select(plugins=["weather"])} == {"get_weather", "get_forecast"}
+    failed = [e for e in logs if e["event"] == "plugin.load_failed"]
+    assert failed[0]["plugin"] == "broken" and failed[0]["log_level"] == "warning"
+
+
+def test_cli_plugins_reports_failures(
+    weather_installed: None, throwaway_dists: dict[str, Path]
+) -> None:
+    env = subprocess_env(PYTHONPATH=str(throwaway_dists["broken"]))
+    done = subprocess.run(
+        [sys.executable, "-m", "agentloop", "plugins"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "weather 0.1.0 (agentloop-weather-example): get_weather, get_forecast" in done.stdout
+    assert "FAILED broken (agentloop_broken_example): RuntimeError:" in done.stdout
+    # Reported once, by the command itself; the log event shows with -v.
+    assert "plugin.load_failed" not in done.stderr
+    verbose = subprocess.run(
+        [sys.executable, "-m", "agentloop", "plugins", "-v"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert "plugin.load_failed" in verbose.stderr
+
+
+def test_duplicate_tool_across_installed_plugins_names_both(
+    weather_installed: None,
+    throwaway_dists: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(throwaway_dists["clash"]))
+    monkeypatch.setenv(ENV_VAR, "clash,weather")
+    manager = default_manager()
+    with pytest.raises(DuplicateToolError) as caught:
+        manager.tools()
+    assert "'get_weather'" in str(caught.value)
+    assert "'clash'" in str(caught.value) and "'weather'" in str(caught.value)
+
+
+class _Plugin:
+    """A plugin given in code: any object with hook implementations."""
+
+    def __init__(self, *tools: Any, **options: Any) -> None:
+        self.tools = tools
+        self.options = options
+
+    @agentloop.hookimpl
+    def agentloop_register_tools(self, register: Callable[..., Any]) -> None:
+        for item in self.tools:
+            register(item, **self.options)
+
+
+def ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+def test_duplicate_tool_in_code_names_both_plugins() -> None:
+    manager = PluginManager()
+    manager.register(_Plugin(ping), "first")
+    manager.register(_Plugin(ping), "second")
+    with pytest.raises(DuplicateToolError, match=r"'first' and by plugin 'second'"):
+        manager.tools()
+
+
+def test_plugin_whose_hook_fails_is_recorded() -> None:
+    manager = PluginManager()
+    manager.register(_Plugin(ping), "good")
+    manager.register(_Plugin(lambda *args: None), "bad")  # *args: no schema possible
+    assert [t.name for t in manager.tools()] == ["ping"]
+    assert [f.name for f in manager.failures] == ["bad"]
+    assert "ConfigurationError" in manager.failures[0].error
+
+
+def test_register_name_taken_is_a_configuration_error() -> None:
+    manager = PluginManager()
+    manager.register(_Plugin(ping), "same")
+    with pytest.raises(ConfigurationError, match="'same'"):
+        manager.register(_Plugin(ping), "same")
+
+
+@dataclass
+class _DataPlugin:
+    """A dataclass plugin: `eq=True` (the default) leaves it without a hash."""
+
+    greeting: str = "hello"
+
+    @agentloop.hookimpl
+    def agentloop_register_tools(self, register: Callable[..., Any]) -> None:
+        register(ping)
+
+
+class _EqualPlugin(_Plugin):
+    """A plugin class that defines `__eq__` without `__hash__`."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _EqualPlugin) and other.tools == self.tools
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        pytest.param(_DataPlugin(), id="dataclass"),
+        pytest.param(_EqualPlugin(ping), id="eq-without-hash"),
+    ],
+)
+def test_an_unhashable_plugin_is_refused_with_the_reason(plugin: object) -> None:
+    manager = PluginManager()
+    manager.register(_Plugin(ping, name="pong"), "other")
+    with pytest.raises(ConfigurationError, match=r"'unhashable'.* not hashable") as caught:
+        manager.register(plugin, "unhashable")
+    assert "__hash__" in str(caught.value)
+    # Nothing of it was kept: the manager goes on as before.
+    assert [t.name for t in manager.tools()] == ["pong"]
+    assert [p.name for p in manager.plugins()] == ["other"]
+    assert manager.failures == []
+
+
+def test_a_hashable_dataclass_plugin_works() -> None:
+    @dataclass(frozen=True)
+    class Frozen:
+        @agentloop.hookimpl
+        def agentloop_register_tools(self, register: Callable[..., Any]) -> None:
+            register(ping)
+
+    manager = PluginManager()
+    manager.register(Frozen(), "frozen")
+    assert [(t.name, t.source) for t in manager.tools()] == [("ping", "frozen")]
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def test_each_tool_records_its_plugin_and_options_apply() -> None:
+    shared = tool(ping)
+    manager = PluginManager()
+    manager.register(_Plugin(shared), "plain")
+    manager.register(_Plugin(ping, name="ping2", timeout=2.5, eager=False), "options")
+    plain, renamed = manager.tools()
+    assert (plain.name, plain.source) == ("ping", "plain")
+    assert shared.source is None, "a shared Tool object is not changed by registering it"
+    assert (renamed.name, renamed.source, renamed.timeout, renamed.eager) == (
+        "ping2",
+        "options",
+        2.5,
+        False,
+    )
+    assert isinstance(renamed, Tool) and renamed.description == "Answer pong."
+    info = {i.name: i for i in manager.plugins()}
+    assert info["options"].tools == ("ping2",) and info["options"].dist is None
+
+
+# --------------------------------------------------------------------------- select
+
+
+@pytest.fixture
+def two_plugins() -> PluginManager:
+    def pong() -> str:
+        """Answer ping."""
+        return "ping"
+
+    manager = PluginManager()
+    manager.register(_Plugin(ping), "a")
+    manager.register(_Plugin(pong), "b")
+    return manager
+
+
+def test_select_defaults_to_no_tools(two_plugins: PluginManager) -> None:
+    assert two_plugins.select() == []
+    assert plugin_tools() == []
+
+
+@pytest.mark.parametrize(
+    ("plugins", "tools", "expected"),
+    [
+        pytest.param(["a"], None, ["ping"], id="by-plugin"),
+        pytest.param(["b", "a"], None, ["ping", "pong"], id="catalogue-order"),
+        pytest.param(None, ["pong"], ["pong"], id="by-tool"),
+        pytest.param(["a", "b"], ["pong"], ["pong"], id="tool-narrows-plugins"),
+        pytest.param([], None, [], id="no-plugins"),
+    ],
+)
+def test_select(
+    two_plugins: PluginManager,
+    plugins: list[str] | None,
+    tools: list[str] | None,
+    expected: list[str],
+) -> None:
+    assert [t.name for t in two_plugins.select(plugins=plugins, tools=tools)] == expected
+
+
+@pytest.mark.parametrize(
+    ("plugins", "tools", "message"),
+    [
+        pytest.param(["c"], None, "unknown plugin name(s): c; available: a, b", id="plugin"),
+        pytest.param(
+            None, ["nope"], "unknown tool name(s): nope; available: ping, pong", id="tool"
+        ),
+        pytest.param(["a"], ["pong"], "unknown tool name(s): pong; available: ping", id="outside"),
+    ],
+)
+def test_select_unknown_names(
+    two_plugins: PluginManager, plugins: list[str] | None, tools: list[str] | None, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        two_plugins.select(plugins=plugins, tools=tools)
+    assert str(caught.value) == message

@@ -1,0 +1,451 @@
+"""`agentloop.durable.dbos`: runs as DBOS workflows, on SQLite (and Postgres when installed).
+
+DBOS is one instance per process: each test registers its durable agents, launches DBOS
+on a fresh system database in its tmp_path and destroys it (and its registry) at the end.
+A crash is a real one: a child process (_durable_app.py) killed with SIGKILL in the
+middle of a tool call, and a second child recovering the run from the same database.
+DBOS runs on asyncio, so these tests do too.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import _durable_app as app
+import anyio
+import pytest
+
+pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloop-runner[dbos]')")
+
+from _dbos import child
+from dbos import DBOS
+from pydantic import BaseModel
+
+from agentloop import Agent, Approve, RunContext, UsageLimits, tool
+from agentloop.durable.dbos import DurableAgent
+from agentloop.durable.records import result_from_json
+from agentloop.errors import (
+    ConfigurationError,
+    DecisionError,
+    RateLimitError,
+    SessionConflict,
+    UsageLimitExceeded,
+)
+from agentloop.lint import lint_history
+from agentloop.messages import parse_history
+from agentloop.result import RunResult
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+
+pytestmark = pytest.mark.durable
+
+
+def _log(result: Any) -> list[tuple[Any, ...]]:
+    """The tool log without durations (wall-clock time differs between runs)."""
+    return [
+        (r.round, r.name, r.input, r.tool_use_id, r.is_error, r.output) for r in result.tool_calls
+    ]
+
+
+async def test_a_durable_run_equals_a_plain_run(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    plain_server, durable_server = serve(app.script), serve(app.script)
+    durable = DurableAgent(app.make_agent(durable_server))
+    launch()
+    deps = {"ledger": str(tmp_path / "plain.jsonl")}
+    plain = await app.make_agent(plain_server).run("Record a and b.", deps=deps)
+    result = await durable.run(
+        "Record a and b.", run_id="run-1", deps={"ledger": str(tmp_path / "durable.jsonl")}
+    )
+    assert result.run_id == "run-1" and result.stop_reason == "end_turn"
+    assert result.messages == plain.messages
+    assert result.usage == plain.usage and result.rounds == plain.rounds == 2
+    assert result.cost == plain.cost and result.text == plain.text == "Both recorded."
+    assert _log(result) == _log(plain)
+    assert durable_server.model.requests == plain_server.model.requests
+    ledger = [json.loads(line) for line in (tmp_path / "durable.jsonl").read_text().splitlines()]
+    assert sorted(e["key"] for e in ledger) == ["run-1:toolu_a", "run-1:toolu_b"]
+    steps = await DBOS.list_workflow_steps_async("run-1")
+    assert [s["function_name"] for s in steps] == [
+        "agentloop.ledger.model",
+        "agentloop.ledger.tool",
+        "agentloop.ledger.tool",
+        "agentloop.ledger.model",
+    ]
+    # What DBOS records are JSON values: the response and the results, in tool_use order.
+    assert [s["output"]["tool_use_id"] for s in steps[1:3]] == ["toolu_a", "toolu_b"]
+    assert json.loads(json.dumps([s["output"] for s in steps])) == [s["output"] for s in steps]
+    # A replay from the record performs nothing and ends with the same run, durations too.
+    replayed = await durable.cancelled_result("run-1")
+    assert replayed.messages == result.messages and replayed.usage == result.usage
+    assert replayed.tool_calls == result.tool_calls and replayed.rounds == result.rounds
+    assert len(durable_server.model.requests) == 2
+    assert len((tmp_path / "durable.jsonl").read_text().splitlines()) == 2
+
+
+async def test_the_same_run_id_attaches_to_the_recorded_run(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    deps = {"ledger": str(tmp_path / "ledger.jsonl")}
+    first = await durable.run("Record a and b.", run_id="again", deps=deps)
+    assert len(server.model.requests) == 2
+    second = await durable.run("Record a and b.", run_id="again", deps=deps)
+    assert second == first
+    assert len(server.model.requests) == 2  # no new request: the recorded result
+    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 2
+
+
+class Verdict(BaseModel):
+    city: str
+    warm: bool
+
+
+async def test_typed_output_and_usage_limits_come_back_whole(
+    launch: Callable[[], None],
+) -> None:
+    provider = ScriptedProvider([reply(output={"city": "Rome", "warm": True})])
+    durable = DurableAgent(Agent(provider=provider, name="typed"))
+    launch()
+    result = await durable.run("Rome?", run_id="typed-1", output_type=Verdict)
+    assert result.output == Verdict(city="Rome", warm=True)
+    assert result.stop_reason == "end_turn" and result.rounds == 1
+    # Attached by id alone, the output comes back as the type the run was started with.
+    assert await durable.result("typed-1") == result
+    with pytest.raises(ConfigurationError):
+        await durable.result("no-such-run")
+    with pytest.raises(ConfigurationError):
+        await durable.run("Rome?", run_id="typed-2", deps=object())
+
+
+async def test_inside_a_workflow_of_your_own_the_steps_are_its_steps(
+    launch: Callable[[], None],
+) -> None:
+    keys: list[str] = []
+
+    @tool
+    async def note(ctx: RunContext, fact: str) -> str:
+        """Note a fact."""
+        keys.append(ctx.idempotency_key)
+        return "noted"
+
+    call = tool_call("note", {"fact": "x"}, id="toolu_note")
+    provider = ScriptedProvider([reply("Noting.", call), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[note], name="inner"))
+
+    @DBOS.workflow(name="tests.outer")
+    async def outer(prompt: str) -> str:
+        result = await durable.run(prompt)
+        return f"{result.run_id} {result.text}"
+
+    launch()
+    handle = await DBOS.start_workflow_async(outer, "go")
+    assert await handle.get_result() == f"{handle.get_workflow_id()} Done."
+    assert keys == [f"{handle.get_workflow_id()}:toolu_note"]
+    steps = await DBOS.list_workflow_steps_async(handle.get_workflow_id())
+    assert [s["function_name"] for s in steps] == [
+        "agentloop.inner.model",
+        "agentloop.inner.tool",
+        "agentloop.inner.model",
+    ]
+
+
+async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
+    tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
+) -> None:
+    # B has made its effect and hangs: the process dies before its step is recorded.
+    crashed = await child(database, "crash-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
+    assert crashed["EFFECT"] == "b"
+    recovered = await child(database, "crash-1", tmp_path)
+    # The first process sent round 1; the second replays it and sends round 2 only.
+    assert recovered["REQUESTS"] == "1"
+    result = result_from_json(json.loads(recovered["RESULT"]))
+
+    plain_deps = {"ledger": str(tmp_path / "plain.jsonl")}
+    plain = await app.make_agent(serve(app.script)).run("Record a and b.", deps=plain_deps)
+    assert result.messages == plain.messages
+    assert result.usage == plain.usage and result.rounds == plain.rounds
+    assert result.stop_reason == plain.stop_reason == "end_turn"
+    assert _log(result) == _log(plain)
+    lint_history(parse_history(result.messages))
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
+
+
+async def test_a_run_waits_for_external_results_across_a_restart(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    crashed = await child(database, "wait-1", tmp_path, until="WAITING", DURABLE_WAIT="1")
+    assert "WAITING" in crashed
+    # DBOS recovers the run on an event loop of its own: an in-process model, so that no
+    # HTTP connection outlives the test on that loop.
+    server = ScriptedProvider(app.script)
+    durable = DurableAgent(Agent(provider=server, tools=[app.record], name="ledger"))
+    launch()  # recovers the waiting run in this process: it waits again
+    waiting = await durable.waiting("wait-1", wait_seconds=30)
+    assert waiting is not None and waiting.stop_reason == "tool_use"
+    assert [p["id"] for p in waiting.pending] == ["toolu_ask"]
+    with pytest.raises(DecisionError):
+        await durable.send_results("wait-1", {"toolu_other": "blue"})
+    with pytest.raises(DecisionError):
+        await durable.send_results("wait-1", {})
+    await durable.send_results("wait-1", {"toolu_ask": "blue"})
+    result = await durable.run(run_id="wait-1")
+    assert result.stop_reason == "end_turn" and result.text == "Both recorded."
+    answer = result.messages[2]["content"]
+    assert [(b["tool_use_id"], b["content"]) for b in answer] == [
+        ("toolu_a", "recorded a"),
+        ("toolu_b", "recorded b"),
+        ("toolu_ask", "blue"),
+    ]
+    assert len(server.model.requests) == 1  # round 1 was recorded by the first process
+    assert result.rounds == 2 and result.usage.requests == 2
+    lint_history(parse_history(result.messages))
+    assert await durable.waiting("wait-1") is None
+
+
+async def test_a_wait_that_times_out_ends_the_run_paused(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    result = await durable.run(
+        "Record a and b.",
+        run_id="timeout-1",
+        deps={"ledger": str(tmp_path / "ledger.jsonl")},
+        external_tools=[app.EXTERNAL],
+        wait_for_external=timedelta(seconds=0.2),
+    )
+    assert result.stop_reason == "tool_use" and result.state is not None
+    assert [p["id"] for p in result.pending] == ["toolu_ask"]
+    # The state resumes the run as any paused run's does.
+    resumed = await app.make_agent(server).resume(
+        result.state, results={"toolu_ask": "red"}, deps={"ledger": str(tmp_path / "ledger.jsonl")}
+    )
+    assert resumed.stop_reason == "end_turn" and resumed.run_id == "timeout-1"
+
+
+async def test_a_cancelled_run_ends_with_a_valid_history(
+    tmp_path: Path, launch: Callable[[], None]
+) -> None:
+    started = anyio.Event()
+    release = anyio.Event()
+
+    @tool
+    async def slow(item: str) -> str:
+        """Takes its time."""
+        if item == "b":
+            started.set()
+            await release.wait()
+        return f"done {item}"
+
+    calls = [tool_call("slow", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[slow], name="cancel"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(await durable.run("Go.", run_id="cancel-1"))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            await durable.cancel("cancel-1")
+            release.set()
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.run_id == "cancel-1"
+    lint_history(parse_history(result.messages))
+    assert result.messages[1]["content"][1]["id"] == "toolu_a"
+    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
+    assert answered == ["toolu_a", "toolu_b"]
+    assert result.rounds == 1  # round 2 was never sent
+    assert await durable.cancelled_result("cancel-1") == result
+
+
+async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
+    launch: Callable[[], None],
+) -> None:
+    ran: list[int] = []
+
+    @tool(requires_approval=lambda ctx, input: input["amount"] > 100)
+    def refund(order: str, amount: int) -> str:
+        """Refund an order."""
+        ran.append(amount)
+        return f"refunded {amount} on {order}"
+
+    small = tool_call("refund", {"order": "A1", "amount": 20}, id="toolu_small")
+    big = tool_call("refund", {"order": "B2", "amount": 500}, id="toolu_big")
+    provider = ScriptedProvider([reply(small, big), reply("Refunded both.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[refund], name="refunds"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(
+            await durable.run(
+                "Refund A1 and B2", run_id="refund-1", wait_for_external=timedelta(seconds=60)
+            )
+        )
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            waiting = await durable.waiting("refund-1", wait_seconds=30)
+            assert waiting is not None and waiting.stop_reason == "approval_required"
+            assert [a.tool_use_id for a in waiting.approvals] == ["toolu_big"]
+            with pytest.raises(DecisionError):  # an answer of the wrong kind
+                await durable.send_results("refund-1", {"toolu_big": "done"})
+            await durable.send_results("refund-1", decisions={"toolu_big": Approve()})
+    (result,) = results
+    assert result.stop_reason == "end_turn" and result.text == "Refunded both."
+    assert ran == [20, 500]
+    assert [(r.tool_use_id, r.output) for r in result.tool_calls] == [
+        ("toolu_small", "refunded 20 on A1"),
+        ("toolu_big", "refunded 500 on B2"),
+    ]
+
+
+async def test_an_approval_inside_a_sub_agent_is_waited_for_and_goes_on_in_the_sub_run(
+    launch: Callable[[], None],
+) -> None:
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def refund(ctx: RunContext, order: str) -> str:
+        """Refund an order."""
+        ran.append(ctx.idempotency_key)
+        return f"refunded {order}"
+
+    asked = tool_call("billing", {"prompt": "Refund B2"}, id="toolu_ask")
+    big = tool_call("refund", {"order": "B2"}, id="toolu_big")
+    billing = Agent(
+        provider=ScriptedProvider([reply(big), reply("Refunded B2.")]),
+        tools=[refund],
+        name="billing",
+    )
+    parent = Agent(
+        provider=ScriptedProvider([reply(asked), reply("Done.")]),
+        tools=[billing.as_tool()],
+        name="boss",
+    )
+    durable = DurableAgent(parent)
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        wait = timedelta(seconds=60)
+        results.append(await durable.run("Refund B2", run_id="boss-1", wait_for_external=wait))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            waiting = await durable.waiting("boss-1", wait_seconds=30)
+            assert waiting is not None and waiting.stop_reason == "approval_required"
+            [approval] = waiting.approvals
+            assert (approval.tool_use_id, approval.via) == (
+                "toolu_big",
+                (("billing", "toolu_ask"),),
+            )
+            await durable.send_results("boss-1", decisions={"toolu_big": Approve()})
+    (result,) = results
+    assert result.stop_reason == "end_turn" and result.text == "Done."
+    assert ran == ["boss-1:toolu_ask:toolu_big"]
+    assert [(r.tool_use_id, r.output) for r in result.tool_calls] == [("toolu_ask", "Refunded B2.")]
+    assert result.usage.requests == 4
+
+
+@pytest.mark.filterwarnings("ignore:UsageLimits\\(requests:DeprecationWarning")
+async def test_a_run_s_error_is_recorded_and_raised_to_whoever_attaches(
+    launch: Callable[[], None],
+) -> None:
+    call = tool_call("note", {"fact": "x"}, id="toolu_1")
+
+    @tool
+    def note(fact: str) -> str:
+        """Note a fact."""
+        return "noted"
+
+    provider = ScriptedProvider([reply("Noting.", call), reply("More.", call)])
+    agent = Agent(provider=provider, tools=[note], name="limited")
+    durable = DurableAgent(agent)
+    launch()
+    limits = UsageLimits(requests=1)
+    with pytest.raises(UsageLimitExceeded) as first:
+        await durable.run("Note it.", run_id="limited-1", usage_limits=limits)
+    assert first.value.result is not None and first.value.result.rounds == 1
+    with pytest.raises(UsageLimitExceeded) as again:
+        await durable.result("limited-1")
+    assert again.value.result is not None
+    assert again.value.result.messages == first.value.result.messages
+    assert len(provider.model.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(
+            UsageLimitExceeded(
+                "over",
+                limit="requests",
+                bound=1,
+                value=2,
+                sent=False,
+                result=RunResult("t", "usage_limit", []),
+            ),
+            id="usage-limit",
+        ),
+        pytest.param(
+            RateLimitError("429", status_code=429, headers={"retry-after": "2"}), id="rate-limit"
+        ),
+        pytest.param(
+            SessionConflict("changed", session_id="s", expected=1, actual=2), id="session-conflict"
+        ),
+    ],
+)
+def test_errors_a_workflow_records_are_read_back_whole(error: Exception) -> None:
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert vars(again) == vars(error)
+
+
+async def test_parallel_calls_are_steps_in_tool_use_order_whatever_finishes_first(
+    launch: Callable[[], None],
+) -> None:
+    second_done = anyio.Event()
+
+    @tool
+    async def step(item: str) -> str:
+        """Finish in reverse order."""
+        if item == "first":
+            await second_done.wait()
+        else:
+            second_done.set()
+        return f"done {item}"
+
+    calls = [tool_call("step", {"item": i}, id=f"toolu_{i}") for i in ("first", "second")]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    durable = DurableAgent(Agent(provider=provider, tools=[step], name="order"))
+    launch()
+    with anyio.fail_after(30):
+        result = await durable.run("Go.", run_id="order-1")
+    steps = await DBOS.list_workflow_steps_async("order-1")
+    assert [
+        s["output"]["tool_use_id"] for s in steps if s["function_name"] == "agentloop.order.tool"
+    ] == [
+        "toolu_first",
+        "toolu_second",
+    ]
+    finished = [s["completed_at_epoch_ms"] for s in steps[1:3]]
+    assert finished[0] >= finished[1]  # the first call's step was recorded last
+    replayed = await durable.cancelled_result("order-1")
+    assert replayed.messages == result.messages and replayed.tool_calls == result.tool_calls

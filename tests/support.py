@@ -1,0 +1,177 @@
+"""What several test layers start: free ports, Redis, PostgreSQL, an ASGI app on uvicorn.
+
+Each helper is a plain function or context manager (the layers' conftest.py files make
+fixtures of them where they need one) and skips the test, saying what is missing, when
+its server is not installed. Only the base install is imported here; uvicorn is imported
+by `serving`, the one helper that needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+REDIS_OPTIONS = ("--save", "", "--appendonly", "no", "--daemonize", "no")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (as the system hands one out)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ---------------------------------------------------------------- an ASGI app on uvicorn
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """The ASGI `app` (with a `/healthz`) served by uvicorn here; yields its URL."""
+    uvicorn = pytest.importorskip(
+        "uvicorn", reason="uvicorn is not installed (pip install 'agentloop-runner[gateway]')"
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        url = f"http://127.0.0.1:{port}"
+        await anyio.to_thread.run_sync(wait_healthy_url, url)
+        try:
+            yield url
+        finally:
+            server.should_exit = True
+
+
+def wait_healthy_url(url: str) -> None:
+    """Poll `url`/healthz until it answers 200 (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the gateway did not start")
+
+
+# ---------------------------------------------------------------- Redis
+
+
+@dataclass
+class RedisProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Kill the server (SIGKILL: no chance to tidy up)."""
+        self.process.kill()
+        self.process.wait(10)
+
+
+@contextmanager
+def redis_process() -> Iterator[RedisProcess]:
+    """A real `redis-server` on a free port, without persistence."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is not installed (.ci/run installs it)")
+        pytest.skip("redis-server is not on PATH (apt-get install redis-server)")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", *REDIS_OPTIONS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("redis-server did not start")
+            time.sleep(0.02)
+        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A real `redis-server` on a free port, without persistence; its URL."""
+    with redis_process() as server:
+        yield server.url
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+def _postgres_bin() -> Path | None:
+    """Where PostgreSQL's server programs are (Debian keeps them off PATH), if installed."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+@contextmanager
+def postgres_cluster() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 in a temporary folder; its base URL.
+
+    The URL names no database: each user creates one of its own. PostgreSQL refuses to
+    run as root; as root, the cluster belongs to the `postgres` user the package creates.
+    """
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip(
+            "PostgreSQL's initdb not found under /usr/lib/postgresql or on PATH "
+            "(apt-get install postgresql)"
+        )
+    root = Path(tempfile.mkdtemp(prefix="agentloop-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL")
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data = root / "data"
+    port = free_port()
+    try:
+        subprocess.run(
+            [*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+             "--auth=trust", "-E", "UTF8", "--no-sync"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+             "-l", str(root / "log.txt"), "-w", "-t", "60", "start"],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
+        yield f"postgresql://postgres@127.0.0.1:{port}"
+    finally:
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
