@@ -61,9 +61,9 @@ class Recorder:
 
 
 async def _run_with(agent: Agent, effects: Recorder, run_id: str) -> Any:
-    run, drive = await agent._prepare("go", None, None, (), None)
-    run.perform_with(effects, run_id)
-    return await drive(None)
+    async with agent.start("go", stream=False, effects=effects, run_id=run_id) as run:
+        pass
+    return run.result
 
 
 async def test_a_replay_from_recorded_effects_performs_nothing_and_ends_the_same() -> None:
