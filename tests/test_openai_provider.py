@@ -29,6 +29,7 @@ from agentloop.errors import (
     RateLimitError,
     ServerError,
 )
+from agentloop.events import RequestStarted
 from agentloop.history import TRUNCATED_MESSAGE
 from agentloop.messages import Message, parse_history
 from agentloop.providers.base import BlockStart, BlockStop, MessageStart, ModelRequest
@@ -42,7 +43,16 @@ from agentloop.providers.openai import (
     to_chat_messages,
     wire_id,
 )
-from agentloop.testing import ChatCompletionsServer, Fault, RawResponse, reply, text, tool_call
+from agentloop.testing import (
+    ChatCompletionsServer,
+    Fault,
+    Paced,
+    RawResponse,
+    reply,
+    text,
+    tool_call,
+)
+from agentloop.testing.chat_request import template_problem
 from agentloop.testing.chat_server import check_chat_request
 
 ran: list[Any] = []
@@ -171,6 +181,25 @@ def test_consecutive_assistant_messages_become_one() -> None:
     chat = to_chat_messages(messages)
     assert chat[1]["content"] == "Part one. Part two." and len(chat[1]["tool_calls"]) == 1
     assert check_chat_request({"model": "m", "messages": chat}) is None
+
+
+def test_content_is_a_string_a_chat_template_can_render() -> None:
+    image = {"type": "image", "source": PNG}
+    messages = history(
+        {"role": "user", "content": [text("first"), text("second")]},
+        {"role": "assistant", "content": [use("c1")]},
+        {"role": "assistant", "content": [use("c2")]},  # a paused turn and its continuation
+        {"role": "user", "content": [result("c1"), result("c2"), text("and"), text("then?")]},
+        {"role": "assistant", "content": [text("Look:")]},
+        {"role": "user", "content": [text("this"), image]},
+    )
+    chat = to_chat_messages(messages)
+    assert chat[0] == {"role": "user", "content": "first\n\nsecond"}
+    assert chat[1]["content"] == "" and len(chat[1]["tool_calls"]) == 2
+    assert chat[4] == {"role": "user", "content": "and\n\nthen?"}
+    assert [p["type"] for p in chat[6]["content"]] == ["text", "image_url"]  # parts: an image
+    body = {"model": "m", "messages": chat}
+    assert check_chat_request(body) is None and template_problem(body) is None
 
 
 def test_system_blocks_are_one_message_each_unless_the_server_takes_one() -> None:
@@ -576,6 +605,36 @@ async def test_usage_is_summed_and_streamed_usage_counts(serve_chat: Any) -> Non
         result = await agent_over(serve_chat(list(script)), stream).run("go")
         assert (result.usage.input_tokens, result.usage.cache_read_input_tokens) == (60, 20)
         assert result.usage.output_tokens == 8 and result.usage.requests == 2
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_a_tool_loop_gets_past_its_first_round_on_a_strict_server(
+    serve_chat: Any, stream: bool
+) -> None:
+    server = serve_chat([reply(tool_call("echo", {"value": "a"})), reply("done")], strict=True)
+    result = await agent_over(server, stream).run("go")
+    assert result.text == "done" and ran == ["a"]
+    sent = server.requests[1]["messages"][1]
+    assert sent["role"] == "assistant" and sent["content"] == "" and sent["tool_calls"]
+
+
+async def test_after_a_cancelled_stream_the_next_prompt_is_sent_as_text(serve_chat: Any) -> None:
+    def answer(body: dict[str, Any]) -> Any:  # the first request is held until cancelled
+        second = "second" in json.dumps(body["messages"])
+        return reply("ok") if second else Paced(reply("never"), first_delay=30)
+
+    server = serve_chat(answer, strict=True)
+    agent = agent_over(server, True)
+    async with agent.run_stream("first") as stream:
+        async for event in stream:
+            if isinstance(event, RequestStarted):
+                stream.cancel()
+    cancelled = stream.result
+    assert cancelled is not None and cancelled.stop_reason == "cancelled"
+    result = await agent.run("second", history=cancelled.messages)
+    assert result.text == "ok"
+    assert result.messages[0]["content"] == [text("first"), text("second")]
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": "first\n\nsecond"}]
 
 
 async def test_agent_with_an_openai_client_uses_the_chat_provider(serve_chat: Any) -> None:
@@ -1041,7 +1100,7 @@ def test_the_sdks_stream_leaves_readers_behind_under_trio() -> None:
         await server.aclose()
         return [str(w.message) for w in caught]
 
-    server = ChatCompletionsServer([reply("hi"), reply("hi")])
+    server = ChatCompletionsServer([reply("hi"), reply("hi")], strict=True)
     server.start()
     warned = trio.run(main, server)
     assert any("garbage collected before it had been exhausted" in w for w in warned)

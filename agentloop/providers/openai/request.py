@@ -129,9 +129,11 @@ def to_chat_messages(
 
     The conversion the provider applies to every request, for inspection and tests:
     `system` first; an assistant message's text and `tool_use` blocks become one message
-    with `content` and `tool_calls`; each `tool_result` becomes a `tool` message, in call
-    order, before the user text that follows it; an `is_error` result's text starts with
-    `ERROR_PREFIX`; images in a tool result move to a user message after the `tool`
+    with `content` (a string, `""` beside calls only) and `tool_calls`; each
+    `tool_result` becomes a `tool` message, in call order, before the user text that
+    follows it; a user message's texts are one string, joined by blank lines, unless it
+    holds an image or a file (then a list of parts); an `is_error` result's text starts
+    with `ERROR_PREFIX`; images in a tool result move to a user message after the `tool`
     messages; a message of role `system` inside the conversation stays a system message
     in its place (its text), or becomes user text for a server that takes one system
     message only (`ChatCompat.single_system`); thinking, redacted thinking and
@@ -243,8 +245,7 @@ def _chat_messages(messages: Sequence[Message], compat: ChatCompat) -> list[dict
 
 def _merge_assistant(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     merged = dict(first)
-    text = (first.get("content") or "") + (second.get("content") or "")
-    merged["content"] = text or None
+    merged["content"] = first["content"] + second["content"]
     tool_calls = [*first.get("tool_calls", ()), *second.get("tool_calls", ())]
     if tool_calls:
         merged["tool_calls"] = tool_calls
@@ -328,7 +329,9 @@ def _assistant(message: Message, compat: ChatCompat) -> tuple[dict[str, Any], ..
     content = "".join(text)
     if not content and not calls:
         return ()
-    chat: dict[str, Any] = {"role": "assistant", "content": content or None}
+    # "" rather than null beside tool calls: chat templates add `content` to a string,
+    # and fail on null (llama-cpp-python answers 500); every server takes "".
+    chat: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning and compat.send_reasoning:
         chat["reasoning_content"] = "".join(reasoning)
     if calls:
@@ -369,8 +372,10 @@ def _user(
                 parts.append(part)
     user = [*moved, *parts]
     chat = list(tools)
-    if len(user) == 1 and user[0]["type"] == "text":
-        chat.append({"role": "user", "content": user[0]["text"]})
+    if user and all(p["type"] == "text" for p in user):
+        # One string, not a list of text parts: chat templates add `content` to a string,
+        # so only a message holding an image or a file is sent as parts.
+        chat.append({"role": "user", "content": "\n\n".join(p["text"] for p in user)})
     elif user:
         chat.append({"role": "user", "content": user})
     return tuple(chat), tuple(t["tool_call_id"] for t in tools)
