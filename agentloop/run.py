@@ -70,6 +70,8 @@ class RunState:
         self.container: str | None = None
         self.stop_sequence: str | None = None
         """The stop sequence the last response stopped at, if it stopped at one."""
+        self.warned_unenforced = False
+        """Whether the run logged that some of its limits cannot be enforced."""
         self.limiter = anyio.CapacityLimiter(tool_concurrency)
         self.log = log.bind(run_id=self.id)
         self.stopping = False
@@ -128,6 +130,7 @@ class RunState:
         """Count the response's usage and add it to the history; return its calls."""
         self.usage += response.usage
         self.meter.add(response.usage)
+        self._note_uncounted()
         stopped = response.stop_reason == "stop_sequence"
         sequence = response.stop_sequence
         self.stop_sequence = sequence if stopped and isinstance(sequence, str) else None
@@ -140,6 +143,18 @@ class RunState:
         self.usage += usage
         self.meter.add_cost(cost)
         self.meter.count_calls(tool_calls)
+        self._note_uncounted()
+
+    def _note_uncounted(self) -> None:
+        """Warn once when a response without token counts leaves limits unenforceable."""
+        limits = self.meter.unenforced(self.usage)
+        if limits and not self.warned_unenforced:
+            self.warned_unenforced = True
+            self.log.warning(
+                "run.limits_unenforced",
+                limits=list(limits),
+                detail="a response came without token counts; the counts are a floor",
+            )
 
     def add_results(self, pairs: Sequence[tuple[ToolCall, ToolResult]]) -> None:
         """Answer a turn's calls in the history and log them."""
@@ -261,6 +276,7 @@ class RunState:
             cost=self.cost,
             stop_sequence=self.stop_sequence,
             container=self.container,
+            unenforced_limits=self.meter.unenforced(self.usage),
         )
 
     def _state(self) -> dict[str, Any]:

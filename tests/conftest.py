@@ -100,10 +100,15 @@ async def serve() -> AsyncIterator[Callable[..., MessagesServer]]:
 
 @pytest.fixture
 async def serve_chat() -> AsyncIterator[Callable[..., ChatCompletionsServer]]:
-    """Start ChatCompletionsServers (options as the server takes them); all stopped at the end."""
+    """Start ChatCompletionsServers (options as the server takes them); all stopped at the end.
+
+    `strict` is on unless a test turns it off: what a chat template cannot render fails
+    here as it does on a real server.
+    """
     servers: list[ChatCompletionsServer] = []
 
     def start(script: Any, **options: Any) -> ChatCompletionsServer:
+        options.setdefault("strict", True)
         server = ChatCompletionsServer(script, **options)
         server.start()
         servers.append(server)

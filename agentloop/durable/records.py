@@ -37,13 +37,15 @@ def result_to_json(result: RunResult[Any], output_type: Any = str) -> dict[str, 
         "cost": result.cost,
         "stop_sequence": result.stop_sequence,
         "container": result.container,
+        "unenforced_limits": list(result.unenforced_limits),
     }
 
 
 def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResult[Any]:
     """The `RunResult` `result_to_json` wrote; its output validated as `output_type`.
 
-    JSON written before `stop_sequence` and `container` were recorded reads with both None.
+    JSON written before `stop_sequence` and `container` were recorded reads with both None,
+    and before `unenforced_limits` was with none.
     """
     output = data["output"]
     return RunResult(
@@ -63,6 +65,7 @@ def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResu
         # Absent from what an earlier version recorded.
         stop_sequence=data.get("stop_sequence"),
         container=data.get("container"),
+        unenforced_limits=tuple(data.get("unenforced_limits", ())),
     )
 
 
