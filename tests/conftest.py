@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -7,6 +8,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import HealthCheck, settings
 
 from agentloop import Agent, AnthropicProvider, OpenAIChatProvider
 from agentloop.testing import ChatCompletionsServer, MessagesServer, SteppedProvider
@@ -16,6 +18,17 @@ pytest_plugins = (
     "_dbos",
     "_temporal",
 )  # DBOS's `database`, `launch`, `postgres`; `temporal_address`
+
+# Property tests that do not set their own example count take it from the profile:
+# "quick" by default (the whole of tests/test_contract.py well under a minute), "long"
+# for a local hunt (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
+settings.register_profile(
+    "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("AGENTLOOP_HYPOTHESIS_PROFILE", "quick"))
 
 OPENAI = [
     pytest.param("openai-json", id="openai-json"),
