@@ -26,7 +26,7 @@ settings.register_profile(
     "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
-    "long", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("AGENTLOOP_HYPOTHESIS_PROFILE", "quick"))
 

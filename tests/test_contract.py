@@ -307,7 +307,6 @@ def test_whatever_a_tool_returns_or_raises_the_run_goes_on(
 @pytest.mark.parametrize(
     "value",
     [
-        pytest.param(b"\xff\xfe\x00binary", id="bytes-not-utf8"),
         pytest.param(cyclic_list(), id="cycle"),
         pytest.param(object(), id="object"),
         pytest.param({"raw": b"\xff"}, id="nested-bytes"),
@@ -346,7 +345,7 @@ async def test_bytes_a_tool_returns_are_sent_as_text_or_base64(serve: Any) -> No
     assert (text.output, text.is_error) == ("café", False)
     assert not binary.is_error
     assert binary.output.endswith(base64.b64encode(b"\x89PNG\xff").decode())
-    assert "7 bytes" in binary.output and "base64" in binary.output
+    assert binary.output.startswith("[5 bytes that are not UTF-8 text, in base64:]")
 
 
 # --------------------------------------------------------------------------- histories
