@@ -112,7 +112,7 @@ def tool_use_ids(messages: list[dict[str, Any]]) -> list[str]:
 def check_history(messages: list[dict[str, Any]], calls: Iterable[Any]) -> None:
     """Valid to send; every tool_use answered, in the order of the tool-call log."""
     lint_history(parse_history(messages))
-    json.dumps(messages).encode()  # JSON, and UTF-8 can carry every character of it
+    json.dumps(messages, ensure_ascii=False).encode()  # JSON, and no lone surrogate in it
     assert [c.tool_use_id for c in calls] == tool_use_ids(messages)
 
 
