@@ -22,8 +22,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .approval import Approve, Deny
-from .errors import ConfigurationError, DecisionError, InvalidStateError, ToolError
+from .errors import ConfigurationError, DecisionError, HistoryError, InvalidStateError, ToolError
 from .events import ToolCallReady
+from .lint import check_result_content
 from .messages import ContentBlock, TextBlock, ToolResultBlock, parse_history
 from .registry import ExecutionContext, ToolRegistry
 from .run import CANCELLED_MESSAGE, RunState
@@ -185,6 +186,11 @@ def _external_result(call: PendingCall, value: Any) -> ToolResult:
             raise DecisionError(
                 f"results[{call.tool_use_id!r}] is a tool_result for {value.tool_use_id!r}"
             )
+        if isinstance(value.content, tuple):
+            try:
+                check_result_content(value.content)
+            except HistoryError as exc:
+                raise DecisionError(f"results[{call.tool_use_id!r}]: {exc}") from exc
         return sendable(_from_block(value, call.name))
     try:
         content = to_content(value)

@@ -668,7 +668,10 @@ async def test_an_empty_answer_has_no_text_block_and_goes_back_as_nothing(
     agent = agent_over(server, stream)
     result = await agent.run("hi")
     assert result.stop_reason == "end_turn" and result.text == ""
-    assert [b["type"] for b in result.messages[-1]["content"]] in ([], ["thinking"])
+    # Nothing of an empty answer is kept (the API refuses an empty assistant message);
+    # reasoning is, as a thinking block.
+    last = result.messages[-1]
+    assert last["role"] == "user" or [b["type"] for b in last["content"]] == ["thinking"]
     # The Chat Completions side of sending it again: what a strict server takes.
     messages = parse_history([*result.messages, {"role": "user", "content": "again"}])
     request = ModelRequest(model="qwen3:8b", max_tokens=10, messages=messages)
@@ -679,10 +682,6 @@ async def test_an_empty_answer_has_no_text_block_and_goes_back_as_nothing(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the history side: a history holding an empty answer is sent again",
-)
 @pytest.mark.parametrize("stream", STREAMED)
 @pytest.mark.parametrize("answer", EMPTY_ANSWERS)
 async def test_a_history_with_an_empty_answer_runs_again(
