@@ -33,10 +33,12 @@ from agentloop.errors import (
     SessionConflict,
     UsageLimitExceeded,
 )
+from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.result import RunResult
-from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+from agentloop.run import CANCELLED_MESSAGE
+from agentloop.testing import MessagesServer, ScriptedProvider, SteppedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable
 
@@ -230,43 +232,190 @@ async def test_a_wait_that_times_out_ends_the_run_paused(
     assert resumed.stop_reason == "end_turn" and resumed.run_id == "timeout-1"
 
 
-async def test_a_cancelled_run_ends_with_a_valid_history(
-    tmp_path: Path, launch: Callable[[], None]
-) -> None:
-    started = anyio.Event()
-    release = anyio.Event()
+class Barrier:
+    """The calls of `gated` hold here: each says it has started, then waits to be let go."""
+
+    def __init__(self, *items: str) -> None:
+        self.started = {item: anyio.Event() for item in items}
+        self.done: list[str] = []
+        self.release = anyio.Event()
+
+    async def all_started(self) -> None:
+        for event in self.started.values():
+            await event.wait()
+
+
+def gated(barrier: Barrier, effects: list[str]) -> Any:
+    """A tool that makes its effect, then holds at `barrier` (items not in it run through)."""
 
     @tool
-    async def slow(item: str) -> str:
-        """Takes its time."""
-        if item == "b":
-            started.set()
-            await release.wait()
-        return f"done {item}"
+    async def charge(item: str) -> str:
+        """Charge an item."""
+        effects.append(item)
+        if item in barrier.started:
+            barrier.started[item].set()
+            await barrier.release.wait()
+        return f"charged {item}"
 
-    calls = [tool_call("slow", {"item": i}, id=f"toolu_{i}") for i in "ab"]
-    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
-    durable = DurableAgent(Agent(provider=provider, tools=[slow], name="cancel"))
-    launch()
+    return charge
+
+
+async def _run_and_cancel(
+    durable: DurableAgent[Any],
+    run_id: str,
+    started: Callable[[], Any],
+    release: anyio.Event,
+    events: list[Any] | None = None,
+) -> RunResult[Any]:
+    """Run `run_id`; once `started()` returns, cancel it with `durable.cancel`, then `release`.
+
+    With `events`, the run is streamed and its events go there.
+    """
     results: list[Any] = []
 
     async def run() -> None:
-        results.append(await durable.run("Go.", run_id="cancel-1"))
+        if events is None:
+            results.append(await durable.run("Go.", run_id=run_id))
+            return
+        async with durable.run_stream("Go.", run_id=run_id) as stream:
+            events.extend([e async for e in stream])
+        results.append(stream.result)
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as group:
             group.start_soon(run)
-            await started.wait()
-            await durable.cancel("cancel-1")
+            await started()
+            await durable.cancel(run_id)
             release.set()
     (result,) = results
+    return result  # type: ignore[no-any-return]
+
+
+async def test_cancel_keeps_the_real_results_of_the_calls_under_way(
+    launch: Callable[[], None],
+) -> None:
+    # Both calls have made their effect when the run is cancelled, and end after it.
+    barrier, effects = Barrier("a", "b"), []
+    calls = [tool_call("charge", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    agent = Agent(provider=provider, tools=[gated(barrier, effects)], name="cancel")
+    durable = DurableAgent(agent)
+    launch()
+    result = await _run_and_cancel(durable, "cancel-1", barrier.all_started, barrier.release)
     assert result.stop_reason == "cancelled" and result.run_id == "cancel-1"
     lint_history(parse_history(result.messages))
-    assert result.messages[1]["content"][1]["id"] == "toolu_a"
-    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
-    assert answered == ["toolu_a", "toolu_b"]
-    assert result.rounds == 1  # round 2 was never sent
-    assert await durable.cancelled_result("cancel-1") == result
+    answers = [(b["tool_use_id"], b["content"]) for b in result.messages[2]["content"]]
+    assert answers == [("toolu_a", "charged a"), ("toolu_b", "charged b")]
+    assert [(r.tool_use_id, r.is_error) for r in result.tool_calls] == [
+        ("toolu_a", False),
+        ("toolu_b", False),
+    ]
+    assert sorted(effects) == ["a", "b"]
+    assert result.rounds == 1 and len(provider.model.requests) == 1  # no request after it
+    assert await durable.result("cancel-1") == result  # the workflow's recorded result
+    assert await durable.cancelled_result("cancel-1") == result  # and its steps say the same
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["json", "streamed"])
+async def test_cancel_answers_the_calls_not_started_without_running_them(
+    launch: Callable[[], None], streams: bool
+) -> None:
+    # The model is answering when the run is cancelled: its calls must not run.
+    asked, answer = anyio.Event(), anyio.Event()
+
+    async def hold(number: int, event: Any) -> None:
+        if number == 1:
+            asked.set()
+            await answer.wait()
+
+    effects: list[str] = []
+    calls = [tool_call("charge", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = SteppedProvider([reply("Both.", *calls), reply("Done.")], hook=hold)
+    agent = Agent(provider=provider, tools=[gated(Barrier(), effects)], name="unstarted")
+    durable = DurableAgent(agent)
+    launch()
+    events: list[Any] | None = [] if streams else None
+    result = await _run_and_cancel(durable, "cancel-2", asked.wait, answer, events)
+    assert result.stop_reason == "cancelled" and effects == []
+    lint_history(parse_history(result.messages))
+    answers = [(b["tool_use_id"], b["content"]) for b in result.messages[2]["content"]]
+    assert answers == [("toolu_a", CANCELLED_MESSAGE), ("toolu_b", CANCELLED_MESSAGE)]
+    assert result.rounds == 1 and len(provider.model.requests) == 1
+    assert await durable.cancelled_result("cancel-2") == result
+    if events is not None:  # the stream says it too, and ends with the run's result
+        # (each call's step publishes its own: in the order the steps get to it)
+        done = [(e.tool_use_id, e.output) for e in events if isinstance(e, ToolResultEvent)]
+        assert sorted(done) == [("toolu_a", CANCELLED_MESSAGE), ("toolu_b", CANCELLED_MESSAGE)]
+        assert isinstance(events[-1], RunFinished) and events[-1].result == result
+
+
+async def test_dbos_cancel_workflow_answers_the_unrecorded_calls_as_cancelled(
+    launch: Callable[[], None],
+) -> None:
+    # DBOS's own cancellation stops the workflow at once: it records no step after it,
+    # so b (which ends after it) is answered as cancelled; a was recorded a round before.
+    barrier, effects = Barrier("b"), []
+    provider = ScriptedProvider(
+        [
+            reply("A first.", tool_call("charge", {"item": "a"}, id="toolu_a")),
+            reply("Then b.", tool_call("charge", {"item": "b"}, id="toolu_b")),
+            reply("Done."),
+        ]
+    )
+    durable = DurableAgent(Agent(provider=provider, tools=[gated(barrier, effects)], name="dbc"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(await durable.run("Go.", run_id="cancel-3"))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await barrier.all_started()
+            await DBOS.cancel_workflow_async("cancel-3")
+            barrier.release.set()
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.run_id == "cancel-3"
+    lint_history(parse_history(result.messages))
+    answers = [
+        (b["tool_use_id"], b["content"]) for m in result.messages[2::2] for b in m["content"]
+    ]
+    assert answers == [("toolu_a", "charged a"), ("toolu_b", CANCELLED_MESSAGE)]
+    assert effects == ["a", "b"] and result.rounds == 2  # round 3 was never sent
+    assert await durable.cancelled_result("cancel-3") == result
+
+
+async def test_cancel_stops_a_run_waiting_for_answers(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(
+            await durable.run(
+                "Record a and b.",
+                run_id="cancel-4",
+                deps={"ledger": str(tmp_path / "ledger.jsonl")},
+                external_tools=[app.EXTERNAL],
+                wait_for_external=timedelta(hours=1),
+            )
+        )
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            assert await durable.waiting("cancel-4", wait_seconds=20) is not None
+            await durable.cancel("cancel-4")
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.state is not None
+    assert [p["id"] for p in result.pending] == ["toolu_ask"]
+    assert await durable.waiting("cancel-4") is None
+    with pytest.raises(ConfigurationError):
+        await durable.cancel("no-such-run")
 
 
 async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
