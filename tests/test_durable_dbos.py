@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from agentloop.errors import (
     ConfigurationError,
     DecisionError,
     RateLimitError,
+    RecoveryLimitExceeded,
     SessionConflict,
     UsageLimitExceeded,
 )
@@ -176,6 +178,46 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
     lint_history(parse_history(result.messages))
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
     assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
+
+
+async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    # No recovery allowed: the process running the run dies in the middle of b, and the
+    # first recovery (here) is refused: DBOS gives up on the run.
+    crashed = await child(
+        database, "doomed-1", tmp_path, until="EFFECT", DURABLE_HANG="b", DURABLE_MAX_RECOVERY="0"
+    )
+    assert crashed["EFFECT"] == "b"
+    provider = ScriptedProvider(app.script)
+    agent = Agent(provider=provider, tools=[app.record], name="ledger")
+    durable = DurableAgent(agent, max_recovery_attempts=0)
+    launch()
+    for attach in (
+        lambda: durable.result("doomed-1"),
+        lambda: durable.run("Record a and b.", run_id="doomed-1"),
+    ):
+        with pytest.raises(RecoveryLimitExceeded) as raised:
+            await attach()
+        error = raised.value
+        assert error.run_id == "doomed-1" and error.max_recovery_attempts == 0
+        assert "DBOS.resume_workflow('doomed-1')" in str(error)
+        assert type(error.__cause__).__module__.startswith("dbos")
+        # The run as its recorded steps leave it: the response, b (never recorded) cut short.
+        assert error.result is not None and error.result.stop_reason == "error"
+        assert error.result == replace(
+            await durable.cancelled_result("doomed-1"), stop_reason="error"
+        )
+        lint_history(parse_history(error.result.messages))
+        assert error.result.messages[2]["content"][1]["content"] == CANCELLED_MESSAGE
+    assert provider.model.requests == []  # nothing ran again here
+    status = await DBOS.get_workflow_status_async("doomed-1")
+    assert status is not None and status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+    # What the error advises, once the cause is gone: the run goes on from its record.
+    await DBOS.resume_workflow_async("doomed-1")
+    result = await durable.result("doomed-1")
+    assert result.stop_reason == "end_turn" and result.text == "Both recorded."
+    assert len(provider.model.requests) == 1  # round 2 only: round 1 was recorded
 
 
 async def test_a_run_waits_for_external_results_across_a_restart(

@@ -40,7 +40,13 @@ from agentloop.approval import Decision
 from agentloop.durable.records import result_from_json, result_to_json
 from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
-from agentloop.errors import ConfigurationError, DecisionError, ResumeError
+from agentloop.errors import (
+    AgentloopError,
+    ConfigurationError,
+    DecisionError,
+    RecoveryLimitExceeded,
+    ResumeError,
+)
 from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
@@ -95,6 +101,7 @@ class DurableAgent(Generic[OutputT]):
         *,
         name: str | None = None,
         deps_factory: Callable[[Any], Any] | None = None,
+        max_recovery_attempts: int = 100,
     ) -> None:
         """Wrap `agent` and register its workflow and steps with DBOS.
 
@@ -107,9 +114,14 @@ class DurableAgent(Generic[OutputT]):
                 That value is recorded with the workflow's input, so it must be JSON
                 values; the factory turns it into live objects (clients, connections).
                 Without a factory, tools get the recorded value itself.
+            max_recovery_attempts: How many times DBOS may recover a run whose process
+                died before it finished (0: never). The next time, DBOS gives up on it:
+                the run is left as it is, and waiting for it raises
+                `RecoveryLimitExceeded`.
 
         Raises:
-            ConfigurationError: `agent` is not an `Agent`, or `name` is empty.
+            ConfigurationError: `agent` is not an `Agent`, `name` is empty, or a limit is
+                out of its range.
         """
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"DurableAgent wraps an Agent, not {type(agent).__name__}")
@@ -118,9 +130,14 @@ class DurableAgent(Generic[OutputT]):
             raise ConfigurationError("a DurableAgent needs a non-empty name")
         if deps_factory is not None and not callable(deps_factory):
             raise ConfigurationError("deps_factory must be a function")
+        if type(max_recovery_attempts) is not int or max_recovery_attempts < 0:
+            raise ConfigurationError(
+                f"max_recovery_attempts must be an int, 0 or more, not {max_recovery_attempts!r}"
+            )
         self.agent = agent
         self.name = name
         self.deps_factory = deps_factory
+        self.max_recovery_attempts = max_recovery_attempts
         self.workflow_name = f"agentloop.{name}.run"
         """The DBOS workflow each run is."""
         self.model_step_name = f"agentloop.{name}.model"
@@ -168,7 +185,9 @@ class DurableAgent(Generic[OutputT]):
 
         self._model_step = DBOS.step(name=self.model_step_name)(model_step)
         self._tool_step = DBOS.step(name=self.tool_step_name)(tool_step)
-        self._workflow = DBOS.workflow(name=self.workflow_name)(workflow)
+        self._workflow = DBOS.workflow(
+            name=self.workflow_name, max_recovery_attempts=max_recovery_attempts
+        )(workflow)
 
     async def run(
         self,
@@ -217,6 +236,7 @@ class DurableAgent(Generic[OutputT]):
             HistoryError: as for `Agent.run`.
             ProviderError, ToolCallFailed, UsageLimitExceeded, OutputValidationError:
                 as for `Agent.run`, recorded as the workflow's error.
+            RecoveryLimitExceeded: DBOS gave up on the run (see `max_recovery_attempts`).
         """
         if prompt is None and history is None and run_id is not None:
             return await self.result(run_id, output_type=output_type)
@@ -328,7 +348,10 @@ class DurableAgent(Generic[OutputT]):
                 "make live objects with DurableAgent(deps_factory=...)"
             ) from exc
         with SetWorkflowID(run_id) if run_id is not None else _no_id():
-            return await DBOS.start_workflow_async(self._workflow, request)
+            try:
+                return await DBOS.start_workflow_async(self._workflow, request)
+            except dbos_errors.MaxRecoveryAttemptsExceededError as exc:
+                raise await self._given_up(exc.workflow_id) from exc
 
     async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
         """The result of the run `run_id`, waiting for it if it is under way.
@@ -362,7 +385,26 @@ class DurableAgent(Generic[OutputT]):
             data = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
         except dbos_errors.DBOSAwaitedWorkflowCancelledError:
             return await self.cancelled_result(handle.get_workflow_id())
+        except dbos_errors.DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded as exc:
+            raise await self._given_up(handle.get_workflow_id()) from exc
         return self._decode(data, output_type)
+
+    async def _given_up(self, run_id: str) -> RecoveryLimitExceeded:
+        """The error of a run DBOS gave up on, with what its recorded steps hold."""
+        error = RecoveryLimitExceeded(
+            f"run {run_id!r} did not finish: its process died each time it ran, and DBOS "
+            f"gives up after {self.max_recovery_attempts} recoveries (DurableAgent's "
+            "max_recovery_attempts). Find what kills it (a crashing tool, memory), then call "
+            f"DBOS.resume_workflow({run_id!r}) to run it again from its last recorded step.",
+            run_id=run_id,
+            max_recovery_attempts=self.max_recovery_attempts,
+        )
+        try:
+            partial = await self.cancelled_result(run_id)
+        except AgentloopError:  # a record this agent cannot replay: the error says enough
+            return error
+        error.result = replace(partial, stop_reason="error")
+        return error
 
     async def send_results(
         self,
