@@ -220,6 +220,53 @@ async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
     assert len(provider.model.requests) == 1  # round 2 only: round 1 was recorded
 
 
+@pytest.mark.parametrize("streams", [False, True], ids=["json", "streamed"])
+async def test_a_tool_result_over_the_cap_is_recorded_cut_with_a_note(
+    launch: Callable[[], None], streams: bool
+) -> None:
+    @tool
+    async def dump() -> str:
+        """Dump everything."""
+        return "x" * 3_000_000
+
+    def agent(name: str) -> Agent:
+        script = [reply("Dumping.", tool_call("dump", {}, id="toolu_1")), reply("Done.")]
+        return Agent(provider=ScriptedProvider(script), tools=[dump], name=name)
+
+    capped, whole = (
+        DurableAgent(agent("capped")),
+        DurableAgent(agent("whole"), max_result_bytes=None),
+    )
+    launch()
+    events: list[Any] = []
+    if streams:
+        async with capped.run_stream("Go.", run_id="big-1") as stream:
+            events = [e async for e in stream]
+        assert stream.result is not None
+        result = stream.result
+    else:
+        result = await capped.run("Go.", run_id="big-1")
+    content = result.messages[2]["content"][0]["content"]
+    assert len(content.encode()) <= 1_000_000 and content.startswith("x" * 990_000)
+    assert content.endswith("Ask for less (a page, a filter) to see more.]")
+    assert "3,000,000 bytes" in content and not result.messages[2]["content"][0].get("is_error")
+    assert result.tool_calls[0].output == content
+    steps = await DBOS.list_workflow_steps_async("big-1")
+    assert [s["output"]["content"] for s in steps if s["function_name"].endswith(".tool")] == [
+        content
+    ]
+    if streams:
+        (done,) = [e for e in events if isinstance(e, ToolResultEvent)]
+        assert done.output == content
+    kept = await whole.run("Go.", run_id="big-2")
+    assert kept.messages[2]["content"][0]["content"] == "x" * 3_000_000
+    for wrong in (0, -1, 1.5, "1MB"):
+        with pytest.raises(ConfigurationError, match="max_result_bytes"):
+            DurableAgent(agent("wrong"), max_result_bytes=wrong)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="max_recovery_attempts"):
+        DurableAgent(agent("wrong"), max_recovery_attempts=-1)
+
+
 async def test_a_run_waits_for_external_results_across_a_restart(
     tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:

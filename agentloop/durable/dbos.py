@@ -37,7 +37,7 @@ from dbos import error as dbos_errors
 
 from agentloop.agent import Agent
 from agentloop.approval import Decision
-from agentloop.durable.records import result_from_json, result_to_json
+from agentloop.durable.records import capped, result_from_json, result_to_json
 from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import (
@@ -101,6 +101,7 @@ class DurableAgent(Generic[OutputT]):
         *,
         name: str | None = None,
         deps_factory: Callable[[Any], Any] | None = None,
+        max_result_bytes: int | None = 1_000_000,
         max_recovery_attempts: int = 100,
     ) -> None:
         """Wrap `agent` and register its workflow and steps with DBOS.
@@ -114,6 +115,11 @@ class DurableAgent(Generic[OutputT]):
                 That value is recorded with the workflow's input, so it must be JSON
                 values; the factory turns it into live objects (clients, connections).
                 Without a factory, tools get the recorded value itself.
+            max_result_bytes: The most content of one tool result a run records (UTF-8
+                bytes): a larger result is cut to fit, with a note to the model saying
+                so (see `agentloop.durable.records.capped`). DBOS keeps a result in the
+                call's step, again in the run's result, and a streamed run twice more.
+                None records every result whole.
             max_recovery_attempts: How many times DBOS may recover a run whose process
                 died before it finished (0: never). The next time, DBOS gives up on it:
                 the run is left as it is, and waiting for it raises
@@ -130,6 +136,12 @@ class DurableAgent(Generic[OutputT]):
             raise ConfigurationError("a DurableAgent needs a non-empty name")
         if deps_factory is not None and not callable(deps_factory):
             raise ConfigurationError("deps_factory must be a function")
+        if max_result_bytes is not None and (
+            type(max_result_bytes) is not int or max_result_bytes <= 0
+        ):
+            raise ConfigurationError(
+                f"max_result_bytes must be a positive int or None, not {max_result_bytes!r}"
+            )
         if type(max_recovery_attempts) is not int or max_recovery_attempts < 0:
             raise ConfigurationError(
                 f"max_recovery_attempts must be an int, 0 or more, not {max_recovery_attempts!r}"
@@ -137,6 +149,7 @@ class DurableAgent(Generic[OutputT]):
         self.agent = agent
         self.name = name
         self.deps_factory = deps_factory
+        self.max_result_bytes = max_result_bytes
         self.max_recovery_attempts = max_recovery_attempts
         self.workflow_name = f"agentloop.{name}.run"
         """The DBOS workflow each run is."""
@@ -165,7 +178,7 @@ class DurableAgent(Generic[OutputT]):
             async def outcome() -> ToolResult:
                 if stopped:
                     return ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
-                return await run()
+                return capped(await run(), self.max_result_bytes)
 
             if writer is None:
                 return (await outcome()).to_json()
