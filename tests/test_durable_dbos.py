@@ -23,6 +23,7 @@ import pytest
 from _dbos import child
 from dbos import DBOS
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from agentloop import Agent, Approve, RunContext, UsageLimits, tool
 from agentloop.durable.dbos import DurableAgent
@@ -218,6 +219,42 @@ async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
     result = await durable.result("doomed-1")
     assert result.stop_reason == "end_turn" and result.text == "Both recorded."
     assert len(provider.model.requests) == 1  # round 2 only: round 1 was recorded
+
+
+async def test_a_tool_renamed_before_the_recovery_is_answered_unknown_with_a_warning(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    crashed = await child(database, "renamed-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
+    assert crashed["EFFECT"] == "b"  # the response is recorded; b's step is not
+
+    @tool(name="record_item")
+    async def renamed(ctx: RunContext[dict[str, str]], item: str) -> str:
+        """Record an item (the app's `record`, under its new name)."""
+        return await app.record.function(ctx, item)
+
+    # The process that recovers the run has the tool under another name; another agent of
+    # it meets a name the model made up, in a fresh run: that one is not warned about.
+    recovering = Agent(provider=ScriptedProvider(app.script), tools=[renamed], name="ledger")
+    made_up = reply("Trying.", tool_call("nope", {}, id="toolu_nope"))
+    fresh = Agent(provider=ScriptedProvider([made_up, reply("Sorry.")]), name="fresh")
+    durable, other = DurableAgent(recovering), DurableAgent(fresh)
+    with capture_logs() as logs:
+        launch()
+        result = await durable.result("renamed-1")
+        unknown = await other.run("Go.", run_id="fresh-1")
+    # b's step runs again here and finds no tool `record` (a's too, if the crash came
+    # before a's step was recorded): each such call is answered, and warned about, once.
+    unknown_here = {b["tool_use_id"] for b in result.messages[2]["content"] if b.get("is_error")}
+    assert "toolu_b" in unknown_here
+    for block in result.messages[2]["content"]:
+        if block["tool_use_id"] in unknown_here:
+            assert block["content"].startswith("Unknown tool 'record'")
+    assert unknown.messages[2]["content"][0]["content"].startswith("Unknown tool 'nope'")
+    warnings = [e for e in logs if e["event"] == "durable.unknown_tool"]
+    assert {w["log_level"] for w in warnings} == {"warning"}
+    assert sorted((w["run_id"], w["tool"], w["tool_use_id"]) for w in warnings) == sorted(
+        ("renamed-1", "record", id_) for id_ in unknown_here
+    )
 
 
 @pytest.mark.parametrize("streams", [False, True], ids=["json", "streamed"])

@@ -50,6 +50,7 @@ from agentloop.errors import (
 from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
+from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.progress import events_to
 from agentloop.providers.base import ModelRequest, ModelResponse
@@ -75,6 +76,8 @@ _STOP_MESSAGE = {"stop": True}
 
 _NOT_SENT = {"agentloop": "stopped"}
 """A model step's record when the run was asked to stop before it: no request was sent."""
+
+_log = get_logger()
 
 
 class DurableAgent(Generic[OutputT]):
@@ -158,9 +161,12 @@ class DurableAgent(Generic[OutputT]):
         self.tool_step_name = f"agentloop.{name}.tool"
         """The DBOS step of each tool call."""
 
-        async def model_step(send: Send, round_: int, writer: _Writer | None) -> dict[str, Any]:
+        async def model_step(
+            send: Send, round_: int, writer: _Writer | None, sent: set[int]
+        ) -> dict[str, Any]:
             if await _stop_requested():
                 return _NOT_SENT
+            sent.add(round_)  # this process sent it: the response is not a recorded one
             if writer is None:  # the run does not stream
                 return (await send(None)).to_json()
             async with await writer.publisher(round_, "model") as publisher:
@@ -172,8 +178,20 @@ class DurableAgent(Generic[OutputT]):
             round_: int,
             writer: _Writer | None,
             call: ToolCall,
+            unknown: bool,
         ) -> dict[str, Any]:
             stopped = await _stop_requested()  # then the run stops before its next request
+            if unknown and not stopped:
+                # The response calling it was recorded by a process whose agent had the
+                # tool: the agent changed between a crash and this recovery.
+                _log.warning(
+                    "durable.unknown_tool",
+                    run_id=DBOS.workflow_id,
+                    round=round_,
+                    tool_use_id=call.id,
+                    tool=call.name,
+                    known=sorted(self.agent.registry.names),
+                )
 
             async def outcome() -> ToolResult:
                 if stopped:
@@ -572,6 +590,12 @@ class _Stop:
         raise AssertionError("unreachable: the scope is cancelled")
 
 
+def _tool_names(request: ModelRequest) -> set[str]:
+    """The names of the tools `request` offers (definitions of any kind)."""
+    names = (t.name if isinstance(t, ToolDefinition) else t.get("name") for t in request.tools)
+    return {name for name in names if isinstance(name, str)}
+
+
 class _Steps:
     """The effects of a run in a workflow: each one a DBOS step.
 
@@ -594,6 +618,12 @@ class _Steps:
         if streams:
             self.writer = _Writer(run_id)
             self.publisher = RunPublisher(self.writer, durable._output_type(output_type))
+        self.sent: set[int] = set()
+        """The rounds whose request this process sent (not a recorded response)."""
+        self.offered: set[str] = set()
+        """The tools offered with the latest request."""
+        self.recorded = False
+        """Whether the latest response is a recorded one (this run is being recovered)."""
 
     async def model(
         self,
@@ -605,7 +635,10 @@ class _Steps:
         # The step streams to the run's stream, never to the turn: its calls start after
         # the response, as they do when the recorded response is replayed.
         writer = self.writer if stream is not None else None
-        return await _response(await self.durable._model_step(send, round_, writer), self.stop)
+        data = await self.durable._model_step(send, round_, writer, self.sent)
+        self.offered = _tool_names(request)
+        self.recorded = round_ not in self.sent
+        return await _response(data, self.stop)
 
     async def tool(
         self,
@@ -615,8 +648,13 @@ class _Steps:
     ) -> ToolResult:
         if self.publisher is not None:
             self.publisher.stepped.add(call.id)
+        unknown = (
+            self.recorded
+            and call.name not in self.offered
+            and call.name not in self.durable.agent.registry
+        )
         # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run, round_, self.writer, call)
+        step = self.durable._tool_step(run, round_, self.writer, call, unknown)
         return ToolResult.from_json(await step)
 
 
