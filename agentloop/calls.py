@@ -8,15 +8,17 @@ tools, `agentloop.registry` runs them).
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, HistoryError
+from .lint import check_result_content
 from .messages import (
     ContentBlock,
     DocumentBlock,
@@ -24,6 +26,7 @@ from .messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    json_problem,
 )
 
 __all__ = (
@@ -31,6 +34,7 @@ __all__ = (
     "ToolCall",
     "ToolDefinition",
     "ToolResult",
+    "describe_exception",
     "sendable",
     "to_content",
     "wire_tool_name",
@@ -222,24 +226,71 @@ _BLOCK_OUTPUTS = (TextBlock, ImageBlock, DocumentBlock)
 def to_content(value: Any) -> str | list[ContentBlock] | None:
     """What the model sees for a tool's return value.
 
-    str as is; None as an empty success; a content block, or a list of them, as block
-    content; a pydantic model as its JSON; anything else JSON-encodable as JSON.
+    str as is; None as an empty success; bytes as their text when they are UTF-8, else
+    in base64 after a line saying so; a content block, or a list of them, as block
+    content (empty text blocks left out); a pydantic model as its JSON; anything else
+    JSON-encodable as JSON.
+
+    Raises:
+        TypeError: the value cannot be sent to the model: an object pydantic cannot
+            serialise, a cycle, bytes that are not UTF-8 inside a container, a block the
+            API would refuse. The message says what is wrong.
     """
     if value is None:
         return None
     if isinstance(value, str):
         return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _bytes_text(bytes(value))
     if isinstance(value, _BLOCK_OUTPUTS):
-        return [value]
+        return _result_blocks([value])
     if (
         isinstance(value, (list, tuple))
         and value
         and all(isinstance(v, _BLOCK_OUTPUTS) for v in value)
     ):
-        return list(value)
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return pydantic_core.to_json(value).decode()
+        return _result_blocks(value)
+    try:
+        if isinstance(value, BaseModel):
+            return value.model_dump_json()
+        return pydantic_core.to_json(value).decode()
+    except Exception as exc:  # the value's own code may run here (a generator, a serialiser)
+        raise TypeError(
+            f"it is not JSON ({type(value).__name__} value; {describe_exception(exc)})"
+        ) from exc
+
+
+def _bytes_text(data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(data).decode()
+        return f"[{len(data)} bytes that are not UTF-8 text, in base64:]\n{encoded}"
+
+
+def _result_blocks(blocks: Sequence[ContentBlock]) -> list[ContentBlock] | None:
+    """Blocks a tool returned, less empty text (the API refuses it), checked as the API would."""
+    kept = [b for b in blocks if not (isinstance(b, TextBlock) and b.text == "")]
+    for k, block in enumerate(kept):
+        problem = json_problem(block)
+        if problem is not None:
+            where, why = problem
+            raise TypeError(f"block {k} ({block.type}){where}: {why}")
+    try:
+        check_result_content(kept)
+    except HistoryError as exc:
+        raise TypeError(f"{exc} (blocks counted from 0, empty text left out)") from None
+    return kept or None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`TYPE: MESSAGE` (`TYPE` when the message is empty), even if reading the message fails."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        return f"{name} (its message could not be read)"
+    return f"{name}: {text}" if text else name
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")

@@ -24,7 +24,8 @@ AgentloopError
 ├── RunError                   a run ended early; carries the partial RunResult
 │   ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
 │   ├── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
-│   └── OutputValidationError  the model gave no valid output within `output_retries`
+│   ├── OutputValidationError  the model gave no valid output within `output_retries`
+│   └── RecoveryLimitExceeded  a durable run's process died too often: its engine gave up on it
 ├── ResumeError                a paused run cannot be resumed as asked; nothing was changed
 │   ├── InvalidStateError      the state is not a run state, or does not hold together
 │   │   ├── StateVersionError  written by an incompatible version of agentloop
@@ -65,6 +66,7 @@ __all__ = (
     "OverloadedError",
     "ProviderError",
     "RateLimitError",
+    "RecoveryLimitExceeded",
     "ResumeError",
     "RunError",
     "ServerError",
@@ -336,6 +338,32 @@ class OutputValidationError(RunError):
         super().__init__(message, result=result)
         self.problems = problems
         """What was wrong with the last try, as the model was (or would have been) told."""
+
+
+class RecoveryLimitExceeded(RunError):
+    """A durable run was started again and again without finishing, and its engine gave up.
+
+    Each time its process died (a crashing tool, memory), the engine recovered the run;
+    after `max_recovery_attempts` recoveries it stops trying and leaves the run as it is
+    (DBOS: its workflow status is `MAX_RECOVERY_ATTEMPTS_EXCEEDED`). The engine's own
+    error is the `__cause__`. `result` holds the run as its recorded steps leave it, when
+    they can be read back. Once the cause is fixed, `DBOS.resume_workflow(run_id)` runs it
+    again from its last recorded step.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        max_recovery_attempts: int,
+        result: RunResult | None = None,
+    ) -> None:
+        super().__init__(message, result=result)
+        self.run_id = run_id
+        """The run given up on."""
+        self.max_recovery_attempts = max_recovery_attempts
+        """The recoveries its engine allowed (`DurableAgent(max_recovery_attempts=...)`)."""
 
 
 def api_error(

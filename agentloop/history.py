@@ -1,10 +1,11 @@
 """The history of a run, and the one place that changes it.
 
 A run's messages are owned by a `History`: it starts them from the caller's history and
-prompt, adds each model response (merging a `pause_turn` continuation), and answers a
-turn's tool calls with one user message of `tool_result` blocks (`answer_turn`, for a
-finished, cut-short or resumed turn alike), so that every `tool_use` always has its
-result. Before each request it is checked by a `HistoryLinter` (`agentloop.lint`).
+prompt, adds each model response (merging a `pause_turn` continuation; text the API would
+refuse to take back, empty or blank, is left out), and answers a turn's tool calls with
+one user message of `tool_result` blocks (`answer_turn`, for a finished, cut-short or
+resumed turn alike), so that every `tool_use` always has its result. Before each request
+it is checked by a `HistoryLinter` (`agentloop.lint`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .messages import (
     ContentBlock,
     Message,
     TextBlock,
+    ThinkingBlock,
     ToolUseBlock,
     dump_history,
     parse_history,
@@ -67,6 +69,7 @@ class History:
         """Own `messages` (already parsed), checked by `linter` before each request."""
         self._messages: list[Message] = list(messages)
         self._linter = linter or HistoryLinter()
+        self._silent = False  # the latest response had nothing to keep
 
     @classmethod
     def start(
@@ -119,7 +122,12 @@ class History:
 
     @property
     def last_text(self) -> str:
-        """The text of the latest assistant message ("" if there is none)."""
+        """The text of the latest assistant message.
+
+        "" if there is none, or if the model's latest answer had nothing the history keeps.
+        """
+        if self._silent:
+            return ""
         last = next((m for m in reversed(self._messages) if m.role == "assistant"), None)
         return last.text if last is not None else ""
 
@@ -168,11 +176,24 @@ class History:
         return {u.id for m in self._messages if m.role == "assistant" for u in m.tool_uses}
 
     def _append_assistant(self, blocks: Sequence[ContentBlock]) -> None:
+        """Add the model's blocks, as received, less the text the API would not take back.
+
+        An empty text block is refused wherever it stands, and an assistant turn of blank
+        text alone is refused once a turn follows it: an answer of nothing but that adds
+        no message, so the history stays valid to continue.
+        """
         last = self._messages[-1] if self._messages else None
-        if last is not None and last.role == "assistant":
-            self._messages[-1] = Message.of_blocks("assistant", [*last.blocks, *blocks])
+        merge = last is not None and last.role == "assistant"
+        kept = [b for b in blocks if not (isinstance(b, TextBlock) and b.text == "")]
+        if not merge and _blank(kept):
+            kept = [b for b in kept if not isinstance(b, TextBlock)]
+        self._silent = not merge and not kept
+        if self._silent:
+            return
+        if last is not None and merge:
+            self._messages[-1] = Message.of_blocks("assistant", [*last.blocks, *kept])
         else:
-            self._messages.append(Message.of_blocks("assistant", blocks))
+            self._messages.append(Message.of_blocks("assistant", kept))
 
     # -- tool results
 
@@ -233,6 +254,15 @@ class History:
             self._messages[-1] = Message.of_blocks("user", [*last.blocks, block])
         else:
             self._messages.append(Message.of_blocks("user", [block]))
+
+
+def _blank(blocks: Sequence[ContentBlock]) -> bool:
+    """Whether what of `blocks` is sent is whitespace text and nothing else.
+
+    Unsigned thinking (reasoning text of another vendor) is never sent, so it does not count.
+    """
+    sent = [b for b in blocks if not (isinstance(b, ThinkingBlock) and b.unsigned)]
+    return all(isinstance(b, TextBlock) and not b.text.strip() for b in sent)
 
 
 def _prompt_blocks(prompt: Any) -> list[ContentBlock]:

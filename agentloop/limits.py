@@ -65,7 +65,11 @@ class UsageLimits:
     """The most one run may use. `None` (the default) leaves a quantity unbounded.
 
     Token counts are the provider's own, summed over the run's requests (and those of
-    sub-agents run as its tools, see `Agent.as_tool`).
+    sub-agents run as its tools, see `Agent.as_tool`). A response that comes without
+    counts (`Usage.uncounted_requests`) leaves the token and cost limits unenforceable:
+    the counted tokens still stop the run when they go over, but the run may have used
+    more; the result names those limits (`RunResult.unenforced_limits`) and the run logs
+    a `run.limits_unenforced` warning.
     """
 
     requests: int | None = None
@@ -305,6 +309,15 @@ class Meter:
         """The limit a response crossed, or the first one the totals went over."""
         return self.refused or _over(self.limits, self.usage, self.tool_calls, self.cost)
 
+    def unenforced(self) -> tuple[str, ...]:
+        """The limits the run cannot be held to, by name; () if none.
+
+        Its token and cost limits, once a response came without token counts.
+        """
+        if self.limits is None or self.usage.tokens_known:
+            return ()
+        return tuple(name for name in _UNCOUNTABLE if getattr(self.limits, name) is not None)
+
     def calls_left(self) -> int | None:
         """How many more tool calls may run (None: no limit)."""
         bound = None if self.limits is None else self.limits.tool_calls
@@ -376,6 +389,10 @@ class Meter:
             if bound is not None and value is not None and value > bound:
                 return Breach(name, bound, value, sent=False)
         return None
+
+
+_UNCOUNTABLE = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
+"""The limits that need every response's token counts."""
 
 
 def _over(

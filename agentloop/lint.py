@@ -4,18 +4,24 @@
 only what is new, and is what a run's `History` uses before every request. Errors quote
 the message path and ids in the API's own wording. Messages of a role other than `user`
 and `assistant` (a mid-conversation `system` message) are stepped over: where they may
-stand is the API's to judge (see docs/history.md).
+stand is the API's to judge (see docs/history.md); a role the API does not take at all is
+refused. `check_result_content` applies the rules on a `tool_result`'s blocks to the
+blocks a tool returns.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HistoryError
 from .messages import (
+    OTHER_ROLES,
     ROLES,
+    SERVER_TOOL_RESULT_TYPES,
+    ContentBlock,
     Message,
     RedactedThinkingBlock,
     ServerToolResultBlock,
@@ -25,7 +31,7 @@ from .messages import (
     ToolResultBlock,
 )
 
-__all__ = ("HistoryLinter", "lint_history")
+__all__ = ("HistoryLinter", "check_result_content", "lint_history")
 
 
 @dataclass
@@ -49,6 +55,13 @@ def _turns(messages: Sequence[Message], offset: int = 0) -> list[_Turn]:
     turns: list[_Turn] = []
     for index, message in enumerate(messages, offset):
         if message.role not in ROLES:
+            if message.role not in OTHER_ROLES:
+                raise HistoryError(
+                    f"unknown role {message.role!r}: a message's role is 'user' or "
+                    "'assistant' (or 'system', for a mid-conversation system message)",
+                    path=f"messages.{index}.role",
+                    index=index,
+                )
             continue
         sent = message.signed_only
         if sent is None:
@@ -68,32 +81,95 @@ _SOURCE_TAGS = {
     "image": ("base64", "url"),
     "document": ("base64", "content", "text", "url"),
 }
+# The fields each kind of source must carry, with the type each must have.
+_SOURCE_FIELDS: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    "base64": (("media_type", str), ("data", str)),
+    "url": (("url", str),),
+    "file": (("file_id", str),),
+    "text": (("media_type", str), ("data", str)),
+    "content": (("content", (str, list, tuple)),),
+}
+# Blocks that a `tool_result` may never hold: they belong to the turns themselves.
+_NOT_IN_RESULTS = frozenset(
+    {
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "mcp_tool_use",
+        "compaction",
+        *SERVER_TOOL_RESULT_TYPES,
+    }
+)
+_BLOCK_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def _check_sources(
-    block: Any, path: str, index: int, allow_file_sources: bool, nested: bool = False
+def _check_block(
+    block: Any, path: str, index: int | None, allow_file_sources: bool, nested: bool = False
 ) -> None:
+    """The fields the API requires of one block: its type's name, sources, nested content."""
     kind = block.type
+    if not _BLOCK_TYPE.fullmatch(kind):
+        raise HistoryError(
+            f"{kind!r} is not a content block type", path=f"{path}.type", index=index
+        )
     if kind == "tool_result" and isinstance(block.content, tuple):
-        for k, inner in enumerate(block.content):
-            _check_sources(
-                inner, f"{path}.tool_result.content.{k}", index, allow_file_sources, True
-            )
+        _check_results(block.content, f"{path}.tool_result.content", index, allow_file_sources)
         return
     if kind not in _SOURCE_TAGS:
         return
     allowed = _SOURCE_TAGS[kind] + (("file",) if allow_file_sources else ())
     source = getattr(block, "source", {})
     tag = source.get("type") if isinstance(source, dict) else None
+    where = f"{path}.{kind}.source" if nested else f"{path}.source"
     if tag not in allowed:
         expected = ", ".join(f"'{t}'" for t in allowed)
-        where = f"{path}.{kind}.source" if nested else f"{path}.source"
         raise HistoryError(
             f"Input tag '{tag}' found using 'type' does not match any of the expected tags: "
             f"{expected}",
             path=where,
             index=index,
         )
+    for name, kinds in _SOURCE_FIELDS[tag]:
+        if name not in source:
+            raise HistoryError("Field required", path=f"{where}.{tag}.{name}", index=index)
+        if not isinstance(source[name], kinds):
+            raise HistoryError(
+                "Input should be a valid string", path=f"{where}.{tag}.{name}", index=index
+            )
+
+
+def _check_results(
+    blocks: Sequence[Any], path: str, index: int | None, allow_file_sources: bool
+) -> None:
+    """The blocks of a `tool_result`'s content."""
+    for k, inner in enumerate(blocks):
+        where = f"{path}.{k}"
+        if inner.type in _NOT_IN_RESULTS:
+            raise HistoryError(
+                f"`{inner.type}` blocks cannot be part of a `tool_result`'s content",
+                path=where,
+                index=index,
+            )
+        if isinstance(inner, TextBlock) and inner.text == "":
+            raise HistoryError("text content blocks must be non-empty", path=where, index=index)
+        _check_block(inner, where, index, allow_file_sources, True)
+
+
+def check_result_content(
+    blocks: Sequence[ContentBlock], *, allow_file_sources: bool = True
+) -> None:
+    """Check blocks meant for a `tool_result`'s content, as the linter checks such content.
+
+    No block the turns themselves hold (`tool_use`, thinking, ...), no empty text, images
+    and documents with complete sources. File sources are allowed unless told otherwise:
+    whether a request may use them is the linter's to say when it is sent.
+
+    Raises:
+        HistoryError: the first problem; the path counts the blocks from 0.
+    """
+    _check_results(blocks, "content", None, allow_file_sources)
 
 
 def lint_history(
@@ -230,7 +306,7 @@ class HistoryLinter:
                 raise HistoryError(
                     "text content blocks must contain non-whitespace text", path=path, index=index
                 )
-            _check_sources(block, path, index, self.allow_file_sources)
+            _check_block(block, path, index, self.allow_file_sources)
             if kind == "tool_result":
                 self._check_result(block, turn, expected, answered, leading, path, index)
                 answered.add(block.tool_use_id)
@@ -248,6 +324,13 @@ class HistoryLinter:
                         f"`tool_use` ids must be unique: {block.id}", path=path, index=index
                     )
                 state.tool_use_ids.add(block.id)
+                for name in ("id", "name"):
+                    if not getattr(block, name):
+                        raise HistoryError(
+                            "String should have at least 1 character",
+                            path=f"{path}.tool_use.{name}",
+                            index=index,
+                        )
                 if not isinstance(block.input, dict):
                     raise HistoryError(
                         "Input should be a valid dictionary", path=f"{path}.input", index=index

@@ -9,11 +9,20 @@ not send are not invented), and a block type this version does not know passes t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal, TypeVar, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    StrictBool,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic_core import PydanticSerializationError
 
 from ._wire import compact_json
@@ -37,6 +46,7 @@ __all__ = (
     "ToolUseBlock",
     "UnknownBlock",
     "dump_history",
+    "json_problem",
     "parse_history",
 )
 
@@ -45,6 +55,10 @@ ROLES = frozenset({"user", "assistant"})
 """The roles whose turns the history rules are about. A message of another role (a
 mid-conversation `system` message) is kept and sent as it is; the linter, `repair` and
 the runner step over it, and the API judges where it stands."""
+
+OTHER_ROLES = frozenset({"system"})
+"""The roles the API takes beside `ROLES`: a mid-conversation system message (under its
+beta). The linter refuses any other role; `history_check="off"` sends it anyway."""
 
 
 class _Block(BaseModel):
@@ -125,7 +139,8 @@ class ToolResultBlock(_Block):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: str | tuple[ContentBlock, ...] = ""
-    is_error: bool = False
+    is_error: StrictBool = False
+    """Exactly `true` or `false`, as the API takes it (`"yes"` or `1` is refused, not read)."""
 
     @property
     def text(self) -> str:
@@ -349,18 +364,89 @@ _HISTORY = TypeAdapter(list[Message])
 def parse_history(items: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
     """Turn a history of `Message`s or wire dicts (e.g. `RunResult.messages`) into messages.
 
+    A wire dict must hold JSON values only (see `json_problem`): anything else (NaN, bytes,
+    a set, a key that is not a string, a cycle) would be sent changed or not at all.
+
     Raises:
         HistoryError: an item is not a valid message, naming where.
     """
     items = list(items)
     if all(isinstance(m, Message) for m in items):
         return items  # type: ignore[return-value]
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping):
+            problem = json_problem(item)
+            if problem is not None:
+                where, why = problem
+                raise HistoryError(why, path=f"messages.{i}{where}", index=i)
     try:
         return _HISTORY.validate_python([m.wire if isinstance(m, Message) else m for m in items])
     except ValidationError as exc:
-        first = exc.errors()[0]
-        path = "messages." + ".".join(str(p) for p in first["loc"] if not isinstance(p, str) or p)
-        raise HistoryError(f"{first['msg']} ({exc.error_count()} problem(s))", path=path) from exc
+        raise _invalid(exc) from exc
+
+
+def _invalid(exc: ValidationError) -> HistoryError:
+    """The most precise problem of a validation error, with its path as the API writes it."""
+    errors = exc.errors(include_url=False)
+    # A content that fits neither a string nor a list of blocks fails both: the deepest
+    # failure says what is wrong inside it.
+    first = max(errors, key=lambda e: len(e["loc"]))
+    # Left out of the path: which type of the union was tried (ours, not the API's words).
+    loc = [
+        p for p in first["loc"] if p not in ("str", "unknown") and not str(p).startswith("tuple[")
+    ]
+    path = "messages." + ".".join(str(p) for p in loc if not isinstance(p, str) or p)
+    message = first["msg"]
+    if loc and loc[-1] == "content" and first["type"] in ("string_type", "tuple_type"):
+        message = "content must be a string or a list of content blocks"
+    elif first["loc"][-1] == "unknown":
+        message = f"a content block is an object with a type, not {type(first['input']).__name__}"
+    index = loc[0] if loc and isinstance(loc[0], int) else None
+    return HistoryError(f"{message} ({exc.error_count()} problem(s))", path=path, index=index)
+
+
+def json_problem(value: Any) -> tuple[str, str] | None:
+    """Where `value` stops being JSON, and why; None when it is JSON all through.
+
+    JSON here is dicts with string keys, lists and tuples, strings, booleans, None, whole
+    numbers and finite floats; content blocks and messages are read as their fields. The
+    place is a path suffix (`.content.0.input.x`), the reason a sentence.
+    """
+    on_path: set[int] = set()  # containers between the root and the value looked at
+
+    def walk(item: Any, path: str) -> tuple[str, str] | None:
+        if item is None or isinstance(item, (str, bool, int)):
+            return None
+        if isinstance(item, float):
+            return None if math.isfinite(item) else (path, f"{item} is not a JSON number")
+        if isinstance(item, (_Block, Message)):
+            item = item.model_dump(exclude_unset=True)
+        if not isinstance(item, (dict, list, tuple)):
+            return (path, f"a value of type {type(item).__name__} is not JSON")
+        if id(item) in on_path:
+            return (path, "a value that contains itself (a cycle) is not JSON")
+        on_path.add(id(item))
+        try:
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    if not isinstance(key, str):
+                        return (path, f"a key of type {type(key).__name__} is not JSON")
+                    found = walk(inner, f"{path}.{key}")
+                    if found is not None:
+                        return found
+            else:
+                for k, inner in enumerate(item):
+                    found = walk(inner, f"{path}.{k}")
+                    if found is not None:
+                        return found
+        finally:
+            on_path.discard(id(item))
+        return None
+
+    try:
+        return walk(value, "")
+    except RecursionError:
+        return ("", "a value nested this deeply is not sent")
 
 
 def dump_history(messages: Iterable[Message]) -> list[dict[str, Any]]:

@@ -30,12 +30,13 @@ def cost_of(model: str, usage: Usage, *, provider: str | None = "anthropic") -> 
         model: The model id the request named (e.g. `"claude-sonnet-4-5"`).
         usage: The usage of one response (`ModelResponse.usage`). Summed usage is priced
             as if it were one request, which is wrong for models whose price depends on
-            the request's size; sum the costs instead (`add_costs`).
+            the request's size; sum the costs instead (`add_costs`). A usage whose
+            tokens are not all counted (`Usage.tokens_known`) has no price.
         provider: The provider id in the price table (`"anthropic"`, `"openai"`, ...);
             None lets the table find a provider by the model id alone.
     """
-    if not _known(model, provider):
-        return None
+    if not usage.tokens_known or not _known(model, provider):
+        return None  # tokens not counted cannot be priced
     from genai_prices import Usage as PricedUsage
 
     cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens

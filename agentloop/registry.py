@@ -28,7 +28,14 @@ import anyio.to_thread
 from pydantic import ValidationError
 from structlog.contextvars import bind_contextvars
 
-from .calls import CallPaused, ToolCall, ToolDefinition, ToolResult, to_content
+from .calls import (
+    CallPaused,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    describe_exception,
+    to_content,
+)
 from .context import RunContext
 from .effects import DIRECT, CallTasks, Effects, task_group_for
 from .errors import DuplicateToolError, ToolError
@@ -280,7 +287,7 @@ class ToolRegistry:
                 message = f"{_failure(call, exc)} (raised by the tool; the call was not cancelled)"
                 return ToolResult.error(call, message, time.perf_counter() - start)
             except ToolError as exc:
-                return ToolResult.error(call, exc.message, time.perf_counter() - start)
+                return ToolResult.error(call, _told(call, exc), time.perf_counter() - start)
             except Exception as exc:
                 _logger(ctx).exception("tool.exception", tool_use_id=call.id, name=call.name)
                 return ToolResult.error(call, _failure(call, exc), time.perf_counter() - start)
@@ -298,7 +305,15 @@ class ToolRegistry:
                 )
             if isinstance(value, CallPaused):
                 return ToolResult(call.id, call.name, None, duration=duration, paused=value.state)
-            return ToolResult(call.id, call.name, to_content(value), duration=duration)
+            try:
+                content = to_content(value)
+            except Exception as exc:  # the value's own code may run here (a generator, say)
+                why = describe_exception(exc) if not isinstance(exc, TypeError) else str(exc)
+                _logger(ctx).warning(
+                    "tool.unsendable_result", tool_use_id=call.id, name=call.name, error=why
+                )
+                return ToolResult.error(call, _unsendable(call, why), duration)
+            return ToolResult(call.id, call.name, content, duration=duration)
         finally:
             slots.release()
 
@@ -493,8 +508,29 @@ def bind_call_context(ctx: RunContext[Any], call: ToolCall) -> None:
 
 
 def _failure(call: ToolCall, exc: BaseException) -> str:
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return f"Tool '{call.name}' failed: {detail}"
+    return f"Tool '{call.name}' failed: {describe_exception(exc)}"
+
+
+def _told(call: ToolCall, exc: ToolError) -> str:
+    """The message of a `ToolError`, as text; one that says nothing is said for it."""
+    message: object = exc.message
+    if message is None:
+        message = ""
+    elif not isinstance(message, str):
+        try:
+            message = str(message)
+        except Exception:
+            message = ""
+    if not message.strip():
+        return f"Tool '{call.name}' failed (it raised {type(exc).__name__} without a message)."
+    return message
+
+
+def _unsendable(call: ToolCall, why: str) -> str:
+    return (
+        f"Tool '{call.name}' ran, but its return value cannot be sent to the model: {why}. "
+        "Its effects, if any, have happened; the fault is in the tool, not in the call."
+    )
 
 
 # -- exceptions out of task groups

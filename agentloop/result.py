@@ -56,7 +56,13 @@ of a run that has not ended yet (`Run.result` read while it runs)."""
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one response, or summed over a run."""
+    """Token counts of one response, or summed over a run.
+
+    A response that came without counts (a stream from a server that does not report
+    usage in streams, such as llama-cpp-python's) is counted in `requests` and in
+    `uncounted_requests`, with 0 tokens: the counts are then a floor, not the total, and
+    `tokens_known` is False.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -67,6 +73,9 @@ class Usage:
     cache_creation_1h_input_tokens: int = 0
     """The part of `cache_creation_input_tokens` written with a 1-hour TTL (priced higher
     than 5-minute writes); from the API's `cache_creation.ephemeral_1h_input_tokens`."""
+    uncounted_requests: int = 0
+    """How many of `requests` came back without token counts: their tokens are unknown,
+    and not in the counts above."""
 
     @classmethod
     def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
@@ -91,6 +100,7 @@ class Usage:
             self.cache_read_input_tokens + other.cache_read_input_tokens,
             self.requests + other.requests,
             self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens,
+            self.uncounted_requests + other.uncounted_requests,
         )
 
     def __sub__(self, other: Usage) -> Usage:
@@ -101,7 +111,13 @@ class Usage:
             self.cache_read_input_tokens - other.cache_read_input_tokens,
             self.requests - other.requests,
             self.cache_creation_1h_input_tokens - other.cache_creation_1h_input_tokens,
+            self.uncounted_requests - other.uncounted_requests,
         )
+
+    @property
+    def tokens_known(self) -> bool:
+        """Whether every request's tokens are counted (no `uncounted_requests`)."""
+        return self.uncounted_requests == 0
 
     @property
     def total_tokens(self) -> int:
@@ -215,3 +231,7 @@ class RunResult(Generic[OutputT]):
     container: str | None = None
     """The id of the code-execution container the run's responses last named: send it
     as the next request's `container` to reuse the container. None when none was named."""
+    unenforced_limits: tuple[str, ...] = ()
+    """The `UsageLimits` fields the run could not hold it to (`"input_tokens"`,
+    `"output_tokens"`, `"total_tokens"`, `"cost_usd"`): those it set, once a response
+    came without token counts (`usage.tokens_known` is False). Empty otherwise."""

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from .approval import Approve, Deny
 from .calls import ToolCall, ToolResult, sendable, to_content
-from .errors import ConfigurationError, DecisionError, InvalidStateError, ToolError
+from .errors import ConfigurationError, DecisionError, HistoryError, InvalidStateError, ToolError
+from .lint import check_result_content
 from .messages import ToolResultBlock, parse_history
 from .registry import AgentTool, ToolRegistry
 from .state import PausedRun, PendingCall, load_state, waiting_calls
@@ -181,6 +182,11 @@ def _external_result(call: PendingCall, value: Any) -> ToolResult:
             raise DecisionError(
                 f"results[{call.tool_use_id!r}] is a tool_result for {value.tool_use_id!r}"
             )
+        if isinstance(value.content, tuple):
+            try:
+                check_result_content(value.content)
+            except HistoryError as exc:
+                raise DecisionError(f"results[{call.tool_use_id!r}]: {exc}") from exc
         return sendable(ToolResult.from_block(value, call.name))
     try:
         content = to_content(value)

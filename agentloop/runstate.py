@@ -80,6 +80,8 @@ class RunState:
         self.container: str | None = None
         self.stop_sequence: str | None = None
         """The stop sequence the last response stopped at, if it stopped at one."""
+        self.warned_unenforced = False
+        """Whether the run logged that some of its limits cannot be enforced."""
         self.limiter = anyio.CapacityLimiter(tool_concurrency)
         self.log = log.bind(run_id=self.id)
         self.stopping = False
@@ -142,12 +144,24 @@ class RunState:
     ) -> list[ToolCall]:
         """Count the response's usage and add it to the history; return its calls."""
         self.meter.add(response.usage)
+        self._note_uncounted()
         stopped = response.stop_reason == "stop_sequence"
         sequence = response.stop_sequence
         self.stop_sequence = sequence if stopped and isinstance(sequence, str) else None
         if response.container and response.container.get("id"):
             self.container = str(response.container["id"])
         return self.history.add_response(response, errors)
+
+    def _note_uncounted(self) -> None:
+        """Warn once when a response without token counts leaves limits unenforceable."""
+        limits = self.meter.unenforced()
+        if limits and not self.warned_unenforced:
+            self.warned_unenforced = True
+            self.log.warning(
+                "run.limits_unenforced",
+                limits=list(limits),
+                detail="a response came without token counts; the counts are a floor",
+            )
 
     def answer_turn(
         self,
@@ -255,6 +269,7 @@ class RunState:
         `pending`), each saying which sub-agent calls it is inside.
         """
         waiting = waiting_calls(self.waiting)
+        self._note_uncounted()  # a sub-run's uncounted usage too
         return RunResult(
             text=self.history.last_text,
             stop_reason=stop_reason,
@@ -275,6 +290,7 @@ class RunState:
             cost=self.cost,
             stop_sequence=self.stop_sequence,
             container=self.container,
+            unenforced_limits=self.meter.unenforced(),
         )
 
     def _state(self) -> dict[str, Any]:

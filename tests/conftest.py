@@ -7,15 +7,28 @@ its own for its fixtures; this one imports nothing beyond the base install.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from agentloop import Agent, AnthropicProvider, OpenAIChatProvider
 from agentloop.testing import ChatCompletionsServer, MessagesServer
 
 ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
+
+# Property tests that do not set their own example count take it from the profile:
+# "quick" by default (the whole of tests/test_contract.py well under a minute), "long"
+# for a local hunt (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
+settings.register_profile(
+    "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("AGENTLOOP_HYPOTHESIS_PROFILE", "quick"))
 
 OPENAI = [
     pytest.param("openai-json", id="openai-json"),
@@ -100,10 +113,15 @@ async def serve() -> AsyncIterator[Callable[..., MessagesServer]]:
 
 @pytest.fixture
 async def serve_chat() -> AsyncIterator[Callable[..., ChatCompletionsServer]]:
-    """Start ChatCompletionsServers (options as the server takes them); all stopped at the end."""
+    """Start ChatCompletionsServers (options as the server takes them); all stopped at the end.
+
+    `strict` is on unless a test turns it off: what a chat template cannot render fails
+    here as it does on a real server.
+    """
     servers: list[ChatCompletionsServer] = []
 
     def start(script: Any, **options: Any) -> ChatCompletionsServer:
+        options.setdefault("strict", True)
         server = ChatCompletionsServer(script, **options)
         server.start()
         servers.append(server)

@@ -96,7 +96,7 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     model.add_argument("--api-key", metavar="KEY", help="the provider's API key")
     model.add_argument(
         "--compat",
-        choices=("openai", "ollama", "vllm", "llamacpp"),
+        choices=("openai", "ollama", "vllm", "llamacpp", "llama-cpp-python"),
         help="with --provider openai: the server's quirks preset",
     )
     kept = run.add_argument_group("session")

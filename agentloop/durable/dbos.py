@@ -12,6 +12,12 @@ makes it under `RunContext.idempotency_key`.
 DBOS numbers a workflow's steps in the order they are called: the calls of one turn
 reach `Effects.tool` in `tool_use` order before any await (see `agentloop.effects`), so
 parallel calls keep their numbers on every replay.
+
+`DurableAgent.cancel` asks the run to stop rather than cancelling its workflow: DBOS
+refuses to record a step that ends after its workflow was cancelled, so a call under way
+would do its work and still be answered as cancelled. The steps look at the request
+themselves (a workflow attribute) and record where the run stopped; the workflow then
+ends with `stop_reason="cancelled"` as its recorded result.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ import json
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any, Generic
+from typing import Any, Generic, NoReturn
 
 import anyio
 from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
@@ -32,11 +38,17 @@ from dbos import error as dbos_errors
 from agentloop.agent import Agent
 from agentloop.approval import Decision
 from agentloop.calls import ToolCall, ToolDefinition, ToolResult, sendable
-from agentloop.durable.records import result_from_json, result_to_json
+from agentloop.durable.records import capped, result_from_json, result_to_json
 from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
 from agentloop.effects import OnEvent, Send
-from agentloop.errors import ConfigurationError, DecisionError, ResumeError
-from agentloop.events import ToolResultEvent
+from agentloop.errors import (
+    AgentloopError,
+    ConfigurationError,
+    DecisionError,
+    RecoveryLimitExceeded,
+    ResumeError,
+)
+from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
 from agentloop.logs import get_logger
@@ -46,10 +58,9 @@ from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import OutputT, RunResult
 from agentloop.resume import plan
 from agentloop.run import Run
+from agentloop.runstate import CANCELLED_MESSAGE
 
 __all__ = ("DurableAgent",)
-
-_log = get_logger()
 
 
 _POLL_SECONDS = 0.1
@@ -57,6 +68,17 @@ _POLL_SECONDS = 0.1
 
 _STREAM_POLL_SECONDS = 0.05
 """How often a reader of a run's events looks for more (on SQLite; Postgres notifies)."""
+
+_STOP = "agentloop.stop"
+"""The workflow attribute `cancel` sets, which the run's steps look at."""
+
+_STOP_MESSAGE = {"stop": True}
+"""What `cancel` sends a run that waits for answers, instead of answers."""
+
+_NOT_SENT = {"agentloop": "stopped"}
+"""A model step's record when the run was asked to stop before it: no request was sent."""
+
+_log = get_logger()
 
 
 class DurableAgent(Generic[OutputT]):
@@ -83,6 +105,8 @@ class DurableAgent(Generic[OutputT]):
         *,
         name: str | None = None,
         deps_factory: Callable[[Any], Any] | None = None,
+        max_result_bytes: int | None = 1_000_000,
+        max_recovery_attempts: int = 100,
     ) -> None:
         """Wrap `agent` and register its workflow and steps with DBOS.
 
@@ -95,9 +119,19 @@ class DurableAgent(Generic[OutputT]):
                 That value is recorded with the workflow's input, so it must be JSON
                 values; the factory turns it into live objects (clients, connections).
                 Without a factory, tools get the recorded value itself.
+            max_result_bytes: The most content of one tool result a run records (UTF-8
+                bytes): a larger result is cut to fit, with a note to the model saying
+                so (see `agentloop.durable.records.capped`). DBOS keeps a result in the
+                call's step, again in the run's result, and a streamed run twice more.
+                None records every result whole.
+            max_recovery_attempts: How many times DBOS may recover a run whose process
+                died before it finished (0: never). The next time, DBOS gives up on it:
+                the run is left as it is, and waiting for it raises
+                `RecoveryLimitExceeded`.
 
         Raises:
-            ConfigurationError: `agent` is not an `Agent`, or `name` is empty.
+            ConfigurationError: `agent` is not an `Agent`, `name` is empty, or a limit is
+                out of its range.
         """
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"DurableAgent wraps an Agent, not {type(agent).__name__}")
@@ -106,9 +140,21 @@ class DurableAgent(Generic[OutputT]):
             raise ConfigurationError("a DurableAgent needs a non-empty name")
         if deps_factory is not None and not callable(deps_factory):
             raise ConfigurationError("deps_factory must be a function")
+        if max_result_bytes is not None and (
+            type(max_result_bytes) is not int or max_result_bytes <= 0
+        ):
+            raise ConfigurationError(
+                f"max_result_bytes must be a positive int or None, not {max_result_bytes!r}"
+            )
+        if type(max_recovery_attempts) is not int or max_recovery_attempts < 0:
+            raise ConfigurationError(
+                f"max_recovery_attempts must be an int, 0 or more, not {max_recovery_attempts!r}"
+            )
         self.agent = agent
         self.name = name
         self.deps_factory = deps_factory
+        self.max_result_bytes = max_result_bytes
+        self.max_recovery_attempts = max_recovery_attempts
         self.workflow_name = f"agentloop.{name}.run"
         """The DBOS workflow each run is."""
         self.model_step_name = f"agentloop.{name}.model"
@@ -116,7 +162,12 @@ class DurableAgent(Generic[OutputT]):
         self.tool_step_name = f"agentloop.{name}.tool"
         """The DBOS step of each tool call."""
 
-        async def model_step(send: Send, round_: int, writer: _Writer | None) -> dict[str, Any]:
+        async def model_step(
+            send: Send, round_: int, writer: _Writer | None, sent: set[int]
+        ) -> dict[str, Any]:
+            if await _stop_requested():
+                return _NOT_SENT
+            sent.add(round_)  # this process sent it: the response is not a recorded one
             if writer is None:  # the run does not stream
                 return (await send(None)).to_json()
             async with await writer.publisher(round_, "model") as publisher:
@@ -127,26 +178,48 @@ class DurableAgent(Generic[OutputT]):
             run: Callable[[], Awaitable[ToolResult]],
             round_: int,
             writer: _Writer | None,
-            call_id: str,
+            call: ToolCall,
+            unknown: bool,
         ) -> dict[str, Any]:
+            stopped = await _stop_requested()  # then the run stops before its next request
+            if unknown and not stopped:
+                # The response calling it was recorded by a process whose agent had the
+                # tool: the agent changed between a crash and this recovery.
+                _log.warning(
+                    "durable.unknown_tool",
+                    run_id=DBOS.workflow_id,
+                    round=round_,
+                    tool_use_id=call.id,
+                    tool=call.name,
+                    known=sorted(self.agent.registry.names),
+                )
+
+            async def outcome() -> ToolResult:
+                if stopped:
+                    return ToolResult.error(call, CANCELLED_MESSAGE, ran=False)
+                return capped(await run(), self.max_result_bytes)
+
             if writer is None:
-                return (await run()).to_json()
-            async with await writer.publisher(round_, f"tool:{call_id}") as publisher:
+                return (await outcome()).to_json()
+            async with await writer.publisher(round_, f"tool:{call.id}") as publisher:
                 with events_to(publisher.put):
-                    result = await run()
+                    result = await outcome()
                 publisher.put(ToolResultEvent.of(round_, sendable(result)))
             return result.to_json()
 
         async def workflow(request: dict[str, Any]) -> dict[str, Any]:
             run_id = DBOS.workflow_id
             assert run_id is not None  # DBOS runs this function as a workflow only
-            steps = _Steps(self, run_id, request.get("stream", False), request["output_type"])
-            execution = _Execution(self, request, steps, _Mailbox(run_id), steps.publisher)
+            stop = _Stop()
+            steps = _Steps(self, run_id, request.get("stream", False), request["output_type"], stop)
+            execution = _Execution(self, request, steps, _Mailbox(run_id), steps.publisher, stop)
             return await execution.result(run_id)
 
         self._model_step = DBOS.step(name=self.model_step_name)(model_step)
         self._tool_step = DBOS.step(name=self.tool_step_name)(tool_step)
-        self._workflow = DBOS.workflow(name=self.workflow_name)(workflow)
+        self._workflow = DBOS.workflow(
+            name=self.workflow_name, max_recovery_attempts=max_recovery_attempts
+        )(workflow)
 
     async def run(
         self,
@@ -195,6 +268,7 @@ class DurableAgent(Generic[OutputT]):
             HistoryError: as for `Agent.run`.
             ProviderError, ToolCallFailed, UsageLimitExceeded, OutputValidationError:
                 as for `Agent.run`, recorded as the workflow's error.
+            RecoveryLimitExceeded: DBOS gave up on the run (see `max_recovery_attempts`).
         """
         if prompt is None and history is None and run_id is not None:
             return await self.result(run_id, output_type=output_type)
@@ -204,8 +278,9 @@ class DurableAgent(Generic[OutputT]):
         parent = DBOS.workflow_id
         if parent is not None:
             inline_id = parent if run_id is None else run_id
-            steps = _Steps(self, inline_id, False, output_type)
-            execution = _Execution(self, request, steps, _Mailbox(inline_id), None)
+            stop = _Stop()
+            steps = _Steps(self, inline_id, False, output_type, stop)
+            execution = _Execution(self, request, steps, _Mailbox(inline_id), None, stop)
             return self._decode(await execution.result(inline_id), output_type)
         handle = await self._start(request, run_id)
         return await self._result_of(handle, output_type)
@@ -305,7 +380,10 @@ class DurableAgent(Generic[OutputT]):
                 "make live objects with DurableAgent(deps_factory=...)"
             ) from exc
         with SetWorkflowID(run_id) if run_id is not None else _no_id():
-            return await DBOS.start_workflow_async(self._workflow, request)
+            try:
+                return await DBOS.start_workflow_async(self._workflow, request)
+            except dbos_errors.MaxRecoveryAttemptsExceededError as exc:
+                raise await self._given_up(exc.workflow_id) from exc
 
     async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
         """The result of the run `run_id`, waiting for it if it is under way.
@@ -339,7 +417,26 @@ class DurableAgent(Generic[OutputT]):
             data = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
         except dbos_errors.DBOSAwaitedWorkflowCancelledError:
             return await self.cancelled_result(handle.get_workflow_id())
+        except dbos_errors.DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded as exc:
+            raise await self._given_up(handle.get_workflow_id()) from exc
         return self._decode(data, output_type)
+
+    async def _given_up(self, run_id: str) -> RecoveryLimitExceeded:
+        """The error of a run DBOS gave up on, with what its recorded steps hold."""
+        error = RecoveryLimitExceeded(
+            f"run {run_id!r} did not finish: its process died each time it ran, and DBOS "
+            f"gives up after {self.max_recovery_attempts} recoveries (DurableAgent's "
+            "max_recovery_attempts). Find what kills it (a crashing tool, memory), then call "
+            f"DBOS.resume_workflow({run_id!r}) to run it again from its last recorded step.",
+            run_id=run_id,
+            max_recovery_attempts=self.max_recovery_attempts,
+        )
+        try:
+            partial = await self.cancelled_result(run_id)
+        except AgentloopError:  # a record this agent cannot replay: the error says enough
+            return error
+        error.result = replace(partial, stop_reason="error")
+        return error
 
     async def send_results(
         self,
@@ -390,12 +487,26 @@ class DurableAgent(Generic[OutputT]):
         return None if data is None else result_from_json(data)
 
     async def cancel(self, run_id: str) -> None:
-        """Cancel the run `run_id` (`DBOS.cancel_workflow`).
+        """Ask the run `run_id` to stop; whoever awaits it gets `stop_reason="cancelled"`.
 
-        A step under way finishes; the run stops before its next one. The caller
-        attached to the run gets `cancelled_result(run_id)`.
+        The steps under way finish and their results are recorded (the calls' real
+        results); a call that has not started is answered as cancelled without running,
+        no model request is sent after it, and a run waiting for `send_results` stops
+        waiting. The run ends at once if it is waiting, else when its steps under way
+        end. A run that no process executes stops when DBOS recovers it.
+
+        `DBOS.cancel_workflow(run_id)` stops the workflow at once instead, but DBOS then
+        records no step that ends after it: a call under way does its work and is still
+        answered as cancelled.
+
+        Raises:
+            ConfigurationError: there is no run `run_id`.
         """
-        await DBOS.cancel_workflow_async(run_id)
+        status = await DBOS.get_workflow_status_async(run_id)
+        if status is None:
+            raise ConfigurationError(f"there is no run {run_id!r}")
+        await DBOS.update_workflow_attributes_async(run_id, {_STOP: True}, merge=True)
+        await DBOS.send_async(run_id, _STOP_MESSAGE, topic=_topic(run_id))
 
     async def cancelled_result(self, run_id: str) -> RunResult[Any]:
         """The result of a cancelled run: its recorded steps replayed, `stop_reason="cancelled"`.
@@ -415,12 +526,9 @@ class DurableAgent(Generic[OutputT]):
             for s in sorted(steps, key=lambda s: s["function_id"])
             if s["function_name"] in names
         )
-        with anyio.CancelScope() as scope:
-            replay = _Replay(self, recorded, scope)
-            execution = _Execution(self, request, replay, replay, None)
-            data = await execution.result(run_id)
-        if scope.cancelled_caught:
-            data = execution.cancelled()
+        stop = _Stop()
+        replay = _Replay(self, recorded, stop)
+        data = await _Execution(self, request, replay, replay, None, stop).result(run_id)
         data["stop_reason"] = "cancelled"
         return self._decode(data, request["output_type"])
 
@@ -454,6 +562,41 @@ def _event(run_id: str) -> str:
     return f"agentloop.waiting:{run_id}"
 
 
+async def _stop_requested() -> bool:
+    """Whether `DurableAgent.cancel` asked the run of this step's workflow to stop."""
+    workflow_id = DBOS.workflow_id
+    assert workflow_id is not None  # called in a step
+    status = await DBOS.get_workflow_status_async(workflow_id)
+    return status is not None and bool((status.attributes or {}).get(_STOP))
+
+
+class _Stop:
+    """How the effects stop a run where its record ends or says it stopped (see `cancel`).
+
+    The run is cancelled there, through `scope`, which its `_Execution` runs in.
+    """
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.run: Run[Any] | None = None
+        """The run being driven (a resumed run is a new one)."""
+        self.unsent = False
+        """Whether the run stopped before sending the request of the round it began."""
+
+    async def now(self, *, sent: bool = True) -> NoReturn:
+        """Cancel the run here; `sent`: whether the request of this round was sent."""
+        self.unsent = not sent
+        self.scope.cancel()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable: the scope is cancelled")
+
+
+def _tool_names(request: ModelRequest) -> set[str]:
+    """The names of the tools `request` offers (definitions of any kind)."""
+    names = (t.name if isinstance(t, ToolDefinition) else t.get("name") for t in request.tools)
+    return {name for name in names if isinstance(name, str)}
+
+
 class _Steps:
     """The effects of a run in a workflow: each one a DBOS step.
 
@@ -461,15 +604,27 @@ class _Steps:
     """
 
     def __init__(
-        self, durable: DurableAgent[Any], run_id: str, streams: bool, output_type: Any
+        self,
+        durable: DurableAgent[Any],
+        run_id: str,
+        streams: bool,
+        output_type: Any,
+        stop: _Stop,
     ) -> None:
         self.durable = durable
         self.run_id = run_id
+        self.stop = stop
         self.writer: _Writer | None = None
         self.publisher: RunPublisher | None = None
         if streams:
             self.writer = _Writer(run_id)
             self.publisher = RunPublisher(self.writer, durable._output_type(output_type))
+        self.sent: set[int] = set()
+        """The rounds whose request this process sent (not a recorded response)."""
+        self.offered: set[str] = set()
+        """The tools offered with the latest request."""
+        self.recorded = False
+        """Whether the latest response is a recorded one (this run is being recovered)."""
 
     async def model(
         self,
@@ -481,7 +636,10 @@ class _Steps:
         # The step streams to the run's stream, never to the turn: its calls start after
         # the response, as they do when the recorded response is replayed.
         writer = self.writer if stream is not None else None
-        return ModelResponse.from_json(await self.durable._model_step(send, round_, writer))
+        data = await self.durable._model_step(send, round_, writer, self.sent)
+        self.offered = _tool_names(request)
+        self.recorded = round_ not in self.sent
+        return await _response(data, self.stop)
 
     async def tool(
         self,
@@ -491,9 +649,21 @@ class _Steps:
     ) -> ToolResult:
         if self.publisher is not None:
             self.publisher.stepped.add(call.id)
+        unknown = (
+            self.recorded
+            and call.name not in self.offered
+            and call.name not in self.durable.agent.registry
+        )
         # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run, round_, self.writer, call.id)
+        step = self.durable._tool_step(run, round_, self.writer, call, unknown)
         return ToolResult.from_json(await step)
+
+
+async def _response(data: dict[str, Any], stop: _Stop) -> ModelResponse:
+    """The response a model step recorded; the run stops if the step sent no request."""
+    if data == _NOT_SENT:
+        await stop.now(sent=False)
+    return ModelResponse.from_json(data)
 
 
 def _stream_key(run_id: str) -> str:
@@ -546,23 +716,22 @@ class _Mailbox:
 class _Replay:
     """The effects and answers of a run read back from its recorded steps, in their order.
 
-    When the record ends, the run is cancelled there (its scope is).
+    When the record ends, the run is cancelled there.
     """
 
     def __init__(
         self,
         durable: DurableAgent[Any],
         recorded: deque[tuple[str, Any, Exception | None]],
-        scope: anyio.CancelScope,
+        stop: _Stop,
     ) -> None:
         self.durable = durable
         self.recorded = recorded
-        self.scope = scope
+        self.stop = stop
 
     async def _next(self, name: str) -> Any:
         if not self.recorded:
-            self.scope.cancel()
-            await anyio.sleep_forever()
+            await self.stop.now()
         recorded_name, output, error = self.recorded.popleft()
         if recorded_name != name:
             raise ConfigurationError(
@@ -579,7 +748,7 @@ class _Replay:
         send: Send,
         stream: OnEvent | None,
     ) -> ModelResponse:
-        return ModelResponse.from_json(await self._next(self.durable.model_step_name))
+        return await _response(await self._next(self.durable.model_step_name), self.stop)
 
     async def tool(
         self,
@@ -605,16 +774,21 @@ class _Execution:
     effects: Any
     mailbox: Any
     emit: RunPublisher | None
-    current: Run[Any] | None = None
+    stop: _Stop
 
     async def result(self, run_id: str) -> dict[str, Any]:
-        """Drive the run to its end; its result as JSON values."""
+        """Drive the run to its end, or to where it stops; its result as JSON values."""
+        with self.stop.scope:
+            return await self._drive(run_id)
+        return await self._stopped(run_id)
+
+    async def _drive(self, run_id: str) -> dict[str, Any]:
         durable, request = self.durable, self.request
         agent = durable.agent
         output_type = durable._output_type(request["output_type"])
         deps = durable._deps(request["deps"])
         limits = request["usage_limits"]
-        result = await self._drive(
+        result = await self._run(
             agent.start(
                 history=request["messages"],
                 deps=deps,
@@ -630,13 +804,16 @@ class _Execution:
             answer = await self.mailbox.receive(wait)
             if answer is None:
                 break
+            if answer == _STOP_MESSAGE:  # `cancel`: it ends as it paused
+                result = replace(result, stop_reason="cancelled")
+                break
             try:  # checked before the run is told it no longer waits
                 plan(result.state, answer["decisions"], answer["results"], agent.registry)
             except ResumeError as exc:
                 _log.warning("run.answer_refused", run_id=run_id, error=str(exc))
                 continue
             await self.mailbox.publish(None)
-            result = await self._drive(
+            result = await self._run(
                 agent.start(
                     state=result.state,
                     decisions=answer["decisions"],
@@ -660,17 +837,22 @@ class _Execution:
             "run_id": run_id,
         }
 
-    async def _drive(self, run: Run[Any]) -> RunResult[Any]:
-        self.current = run
+    async def _run(self, run: Run[Any]) -> RunResult[Any]:
+        self.stop.run = run
         async with run:
             pass
         return run.result
 
-    def cancelled(self) -> dict[str, Any]:
-        """The result of the run as it stood when it was cancelled."""
-        run = self.current
+    async def _stopped(self, run_id: str) -> dict[str, Any]:
+        """The result of the run as it stood where it was stopped, published if it streams."""
+        run = self.stop.run
         assert run is not None
-        # Cancelled mid-run: its partial result; between two runs of the loop (while
-        # waiting): the paused one's (its stop reason is changed by the caller).
-        outcome = run.result
+        # Its partial result; or, stopped between two runs of the loop (while it waited),
+        # the paused one's.
+        outcome = replace(run.result, stop_reason="cancelled")
+        if self.stop.unsent:  # counted as it began; it is not a request the run made
+            outcome = replace(outcome, rounds=outcome.rounds - 1)
+        if self.emit is not None:
+            await self.emit(RunFinished(outcome))
+            await DBOS.close_stream_async(_stream_key(run_id))
         return result_to_json(outcome, self.durable._output_type(self.request["output_type"]))

@@ -1,21 +1,26 @@
-"""A run's result as plain JSON values, for a workflow engine to record and hand back.
+"""What a durable run records: its result as plain JSON values, and tool results capped.
 
 A durable run's workflow returns `result_to_json(...)` (an engine records JSON, not our
 objects) and the caller gets `result_from_json(...)`: an equal `RunResult`, its typed
-output validated again against the run's output type.
+output validated again against the run's output type. A tool result is recorded as
+`capped(...)` leaves it: the engine keeps it in the call's step and again in the run's
+result (and a streamed run twice more), so one huge result would weigh on every copy.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from agentloop.messages import ContentBlock, TextBlock
 from agentloop.result import ApprovalRequest, RunResult, ToolCallRecord, Usage
+from agentloop.tools import ToolResult
 
-__all__ = ("result_from_json", "result_to_json")
+__all__ = ("capped", "result_from_json", "result_to_json")
 
 
 def result_to_json(result: RunResult[Any], output_type: Any = str) -> dict[str, Any]:
@@ -37,13 +42,15 @@ def result_to_json(result: RunResult[Any], output_type: Any = str) -> dict[str, 
         "cost": result.cost,
         "stop_sequence": result.stop_sequence,
         "container": result.container,
+        "unenforced_limits": list(result.unenforced_limits),
     }
 
 
 def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResult[Any]:
     """The `RunResult` `result_to_json` wrote; its output validated as `output_type`.
 
-    JSON written before `stop_sequence` and `container` were recorded reads with both None.
+    JSON written before `stop_sequence` and `container` were recorded reads with both None,
+    and before `unenforced_limits` was with none.
     """
     output = data["output"]
     return RunResult(
@@ -63,6 +70,7 @@ def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResu
         # Absent from what an earlier version recorded.
         stop_sequence=data.get("stop_sequence"),
         container=data.get("container"),
+        unenforced_limits=tuple(data.get("unenforced_limits", ())),
     )
 
 
@@ -72,3 +80,52 @@ def _dump(output: Any, output_type: Any) -> Any:
 
 def _adapter(output_type: Any) -> TypeAdapter[Any]:
     return TypeAdapter(str if output_type is None else output_type)
+
+
+def capped(result: ToolResult, max_bytes: int | None) -> ToolResult:
+    """`result` with its content cut to `max_bytes` bytes or fewer, and a note to the model.
+
+    The size is the content's: the UTF-8 bytes of its text, and of the wire JSON of each
+    block that is not text (an image, a document). A result that fits (or `max_bytes`
+    None) comes back as it is. Otherwise it keeps its beginning: the blocks that fit whole,
+    in order, then as much of the next text as fits (any other block fits whole or not at
+    all), followed by a note giving both sizes, so the model knows it sees part of the
+    result and can ask for less. `is_error` and the rest are kept: the call ran as it did.
+    """
+    content = result.content
+    if max_bytes is None or content is None:
+        return result
+    total = _size(content)
+    if total <= max_bytes:
+        return result
+    note = (
+        f"\n\n[Result cut: it was {total:,} bytes, over this run's limit of {max_bytes:,}; "
+        "the part above is its beginning. Ask for less (a page, a filter) to see more.]"
+    )
+    room = max(0, max_bytes - len(note.encode()))
+    if isinstance(content, str):
+        return replace(result, content=_cut(content, room) + note)
+    kept: list[ContentBlock] = []
+    for block in content:
+        size = _size(block)
+        if size > room:
+            if isinstance(block, TextBlock) and room > 0:
+                kept.append(TextBlock(text=_cut(block.text, room)))
+            break
+        kept.append(block)
+        room -= size
+    return replace(result, content=[*kept, TextBlock(text=note.lstrip())])
+
+
+def _size(content: str | ContentBlock | list[ContentBlock]) -> int:
+    """Bytes of text, and of the wire JSON of any other block."""
+    if isinstance(content, list):
+        return sum(_size(block) for block in content)
+    if isinstance(content, str | TextBlock):
+        return len((content if isinstance(content, str) else content.text).encode())
+    return len(json.dumps(content.to_wire(), ensure_ascii=False).encode())
+
+
+def _cut(text: str, size: int) -> str:
+    """The longest beginning of `text` of at most `size` UTF-8 bytes (whole characters)."""
+    return text.encode()[:size].decode(errors="ignore")

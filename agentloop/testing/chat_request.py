@@ -1,7 +1,8 @@
 """Chat Completions requests: the format's rules, and reading a request for the script.
 
 `check_chat_request` says what is wrong with a request body (as an OpenAI-compatible
-server would refuse it); `read_chat_request` reads a checked one into the Messages API
+server would refuse it), `template_problem` what a server rendering the model's own chat
+template cannot render; `read_chat_request` reads a checked one into the Messages API
 shape the scripts see. Pure functions: `chat_server.ChatCompletionsServer` serves them.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from agentloop.providers.openai import ERROR_PREFIX
 
-__all__ = ("check_chat_request", "read_chat_request")
+__all__ = ("check_chat_request", "read_chat_request", "template_problem")
 
 
 # --------------------------------------------------------------------------- the rules
@@ -107,6 +108,26 @@ def check_chat_request(
     missing = [c for c, done in pending.items() if not done]
     if missing:
         return _unanswered(missing)
+    return None
+
+
+def template_problem(body: Mapping[str, Any]) -> str | None:
+    """What a chat template that joins strings cannot render in a checked request, or None.
+
+    Chat templates (Jinja, as llama-cpp-python renders the model's own) build the prompt
+    by adding each message's `content` to strings: `null`, or a list of parts, fails
+    there, although the format allows both. Only a user message holding an image or a
+    file needs its parts (a server with a vision model reads them).
+    """
+    for i, message in enumerate(body["messages"]):
+        content = message.get("content")
+        if content is None:  # refused before the template sees it
+            return f"messages[{i}].content: Input should be a valid string"
+        if isinstance(content, str):
+            continue
+        if message.get("role") == "user" and any(p.get("type") != "text" for p in content):
+            continue
+        return f'can only concatenate str (not "{type(content).__name__}") to str'
     return None
 
 

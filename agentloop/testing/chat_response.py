@@ -30,6 +30,11 @@ class ChatQuirks:
     refuse_fields: frozenset[str] = frozenset()
     finish_reason_with_tools: str = "tool_calls"
     reasoning_field: str = "reasoning_content"
+    strict: bool = False
+    tools_need_choice: bool = False
+    response_formats: frozenset[str] | None = None
+    stream_usage: bool = True
+    refusal_status: int = 400
 
 
 # --------------------------------------------------------------------------- blocks -> chat

@@ -10,8 +10,10 @@ linted and handed to the script; the script's answer is sent as a chat completio
 (`chat_response`).
 
 Options act out what real servers do differently (calls sent whole with index 0, ids
-missing, short ids required, one system message, refused `tool_choice` values or fields),
-so each `ChatCompat` flag can be shown against the quirk it is for.
+missing, short ids required, one system message, refused `tool_choice` values or fields,
+content a chat template cannot render, tools hidden without a `tool_choice`, no usage in
+streams), so each `ChatCompat` flag can be shown against the quirk it is for; `like=`
+names a real server and turns on all of its quirks at once.
 """
 
 from __future__ import annotations
@@ -20,16 +22,30 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any, Literal, cast
 
-from agentloop.errors import AgentloopError
+from agentloop.errors import AgentloopError, ConfigurationError
 
 from .chat_request import check_chat_request as check_chat_request
 from .chat_request import read_chat_request as read_chat_request
+from .chat_request import template_problem
 from .chat_response import ChatQuirks, Chunk, chat_chunks, completion_of
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
 from .scripted import Fault, Script, ScriptedModel
 from .structured import check_response_format
 
-__all__ = ("ChatCompletionsServer", "check_chat_request", "read_chat_request")
+__all__ = ("LIKE", "ChatCompletionsServer", "check_chat_request", "read_chat_request")
+
+LIKE: Mapping[str, Mapping[str, Any]] = {
+    "llama-cpp-python": {
+        "strict": True,
+        "tools_need_choice": True,
+        "tool_choices": frozenset({"auto", "none", "function"}),
+        "response_formats": frozenset({"text", "json_object"}),
+        "stream_usage": False,
+        "refusal_status": 500,
+    },
+}
+"""The quirks of each real server `ChatCompletionsServer(like=...)` acts out: those of
+llama-cpp-python's server (`python -m llama_cpp.server`) as of 0.3."""
 
 
 def _error_body(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
@@ -83,25 +99,45 @@ class _ChatHandler(ScriptedHandler):
         owner = cast("ChatCompletionsServer", self.server.owner)
         owner.record(seen, arrived)
         body, quirks = seen.body, owner.quirks
-        problem = check_chat_request(
-            body,
-            id_length=quirks.id_length,
-            single_system=quirks.single_system,
-            tool_choices=quirks.tool_choices,
-            refuse_fields=quirks.refuse_fields,
-        )
-        if problem is not None:
-            self._json(400, _error_body("invalid_request_error", problem))
+        refused = _refusal(body, quirks)
+        if refused is not None:
+            status, message = refused
+            kind = "invalid_request_error" if status < 500 else "internal_server_error"
+            self._json(status, _error_body(kind, message))
             return
+        options = body.get("stream_options") or {}
+        asked = bool(isinstance(options, Mapping) and options.get("include_usage"))
+        self.usage = asked and quirks.stream_usage
+        self.quirks = quirks
+        if quirks.tools_need_choice and body.get("tool_choice") in (None, "none"):
+            body = {k: v for k, v in body.items() if k != "tools"}  # the model never sees them
+        self.answer_from_script(read_chat_request(body), stream=bool(body.get("stream")))
+
+
+def _refusal(body: Any, quirks: ChatQuirks) -> tuple[int, str] | None:
+    """The status and message a request is refused with, or None to answer it."""
+    problem = check_chat_request(
+        body,
+        id_length=quirks.id_length,
+        single_system=quirks.single_system,
+        tool_choices=quirks.tool_choices,
+        refuse_fields=quirks.refuse_fields,
+    )
+    form = body.get("response_format") if problem is None else None
+    if form is not None and quirks.response_formats is not None:
+        kind = form.get("type") if isinstance(form, Mapping) else None
+        if kind not in quirks.response_formats:
+            allowed = " or ".join(repr(k) for k in sorted(quirks.response_formats))
+            problem = f"response_format.type: Input should be {allowed}, not {kind!r}"
+    if problem is None:
         try:
             check_response_format(body)
         except AgentloopError as exc:
-            self._json(400, _error_body("invalid_request_error", str(exc)))
-            return
-        options = body.get("stream_options") or {}
-        self.usage = bool(isinstance(options, Mapping) and options.get("include_usage"))
-        self.quirks = quirks
-        self.answer_from_script(read_chat_request(body), stream=bool(body.get("stream")))
+            problem = str(exc)
+    if problem is not None:
+        return quirks.refusal_status, problem
+    problem = template_problem(body) if quirks.strict else None
+    return None if problem is None else (500, problem)  # the template fails on the server
 
 
 class ChatCompletionsServer(ScriptedServer):
@@ -137,6 +173,12 @@ class ChatCompletionsServer(ScriptedServer):
         refuse_fields: Collection[str] = (),
         finish_reason_with_tools: str = "tool_calls",
         reasoning_field: str = "reasoning_content",
+        strict: bool | None = None,
+        tools_need_choice: bool | None = None,
+        response_formats: Collection[str] | None = None,
+        stream_usage: bool | None = None,
+        refusal_status: int | None = None,
+        like: Literal["llama-cpp-python"] | None = None,
     ) -> None:
         """Create (but do not start) a server answering from `script`.
 
@@ -160,8 +202,30 @@ class ChatCompletionsServer(ScriptedServer):
                 servers send `"stop"`).
             reasoning_field: Where reasoning text goes (`"reasoning_content"` or
                 `"reasoning"`).
+            strict: Answer 500, as a server rendering the model's own chat template
+                does, a request with a `content` the template cannot add to a string:
+                `null` (an assistant message of tool calls only), or a list of parts
+                other than a user message's with an image or a file.
+            tools_need_choice: Hand the script a request without `tool_choice` (or with
+                `"none"`) without its tools, as llama-cpp-python's function-calling
+                format never shows them to the model then.
+            response_formats: The `response_format` types accepted (`"text"`,
+                `"json_object"`, `"json_schema"`); others are refused. None accepts all.
+            stream_usage: Send usage in a stream that asks for it
+                (`stream_options.include_usage`); False ignores the option.
+            refusal_status: The HTTP status of a refused request (400;
+                llama-cpp-python answers 500, to a request it cannot validate too).
+            like: A real server whose quirks to act out (`"llama-cpp-python"`, see
+                `LIKE`); an option given here as well wins over it.
         """
         super().__init__(script, host=host, port=port)
+        if like is not None and like not in LIKE:
+            raise ConfigurationError(f"like={like!r}: use one of {', '.join(LIKE)}")
+        preset = LIKE[like] if like is not None else {}
+        if tool_choices is None:
+            tool_choices = preset.get("tool_choices")
+        if response_formats is None:
+            response_formats = preset.get("response_formats")
         self.quirks = ChatQuirks(
             whole_tool_calls=whole_tool_calls,
             ids=ids,
@@ -171,6 +235,17 @@ class ChatCompletionsServer(ScriptedServer):
             refuse_fields=frozenset(refuse_fields),
             finish_reason_with_tools=finish_reason_with_tools,
             reasoning_field=reasoning_field,
+            strict=_either(strict, preset.get("strict", False)),
+            tools_need_choice=_either(tools_need_choice, preset.get("tools_need_choice", False)),
+            response_formats=(
+                frozenset(response_formats) if response_formats is not None else None
+            ),
+            stream_usage=_either(stream_usage, preset.get("stream_usage", True)),
+            refusal_status=(
+                refusal_status
+                if refusal_status is not None
+                else int(preset.get("refusal_status", 400))
+            ),
         )
         """How this server answers differently from OpenAI."""
 
@@ -190,3 +265,7 @@ class ChatCompletionsServer(ScriptedServer):
         client = openai.AsyncOpenAI(base_url=self.base_url + "/v1", **options)
         self._clients.append(client)
         return client
+
+
+def _either(given: bool | None, otherwise: bool) -> bool:
+    return otherwise if given is None else given

@@ -254,7 +254,8 @@ def schema_reply(body: dict[str, Any]) -> str | ModelResponse:
     """A script function: answer any request with an output made up from its schema.
 
     Native output (`output_config.format`, or a Chat Completions `response_format` as
-    `ChatCompletionsServer` hands it on) gets the JSON as text; the tool mode (a
+    `ChatCompletionsServer` hands it on: `json_schema`, or a `json_object` with a
+    `schema`) gets the JSON as text; the tool mode (a
     `final_result` tool announced) gets a call of the first final-result tool; otherwise
     the answer is a plain text.
 
@@ -265,9 +266,10 @@ def schema_reply(body: dict[str, Any]) -> str | ModelResponse:
     form = (body.get("output_config") or {}).get("format")
     if isinstance(form, Mapping) and isinstance(form.get("schema"), Mapping):
         return json.dumps(example_of(form["schema"]))
-    chat = (body.get("response_format") or {}).get("json_schema")
+    chat = body.get("response_format") or {}
+    chat = chat.get("json_schema") if chat.get("type") == "json_schema" else chat
     if isinstance(chat, Mapping) and isinstance(chat.get("schema"), Mapping):
-        return json.dumps(example_of(chat["schema"]))
+        return json.dumps(example_of(chat["schema"]))  # json_schema, or json_object's schema
     for definition in body.get("tools") or []:
         name = str(definition.get("name", ""))
         if name.startswith("final_result"):

@@ -536,7 +536,7 @@ def test_run_on_a_chat_completions_server(
     from agentloop.testing import ChatCompletionsServer, reply, tool_call
 
     script = [reply(tool_call("greet", {"name": "Ada"})), reply("Greeted.")]
-    with ChatCompletionsServer(script) as server:
+    with ChatCompletionsServer(script, strict=True) as server:
         code = main(
             [
                 "run",

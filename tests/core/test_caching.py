@@ -226,7 +226,7 @@ async def test_a_cached_loop_reads_the_history_back_and_usage_sums_it(stream: bo
 
 
 async def test_chat_completions_get_no_marker_and_a_stable_prefix() -> None:
-    async with ChatCompletionsServer(loop_script(4)) as server:
+    async with ChatCompletionsServer(loop_script(4), strict=True) as server:
         provider = OpenAIChatProvider(server.client())
         agent = Agent(provider=provider, system=SYSTEM, tools=[echo, shout])
         await agent.run("go")

@@ -591,7 +591,9 @@ def _streamed_report(backend: str, mode: str, api: str) -> tuple[list[Any], Any]
 
     async def main() -> tuple[list[Any], Any]:
         server: Any = (
-            MessagesServer([answer]) if api == "messages" else ChatCompletionsServer([answer])
+            MessagesServer([answer])
+            if api == "messages"
+            else ChatCompletionsServer([answer], strict=True)
         )
         async with server:
             if api == "messages":

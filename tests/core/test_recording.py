@@ -28,7 +28,7 @@ def through_json(value: Any) -> Any:
 
 async def test_a_chat_completions_response_round_trips() -> None:
     script = [reply("Looking.", tool_call("lookup", {"q": "tea"}), usage={"input_tokens": 7})]
-    async with ChatCompletionsServer(script) as server:
+    async with ChatCompletionsServer(script, strict=True) as server:
         provider = OpenAIChatProvider(server.client())
         request = ModelRequest(model="m", messages=[Message.user("hi")], max_tokens=50)
         response = await provider.complete(request)

@@ -415,6 +415,30 @@ def bad_cases() -> list[Any]:
             "result-block-for-another-call",
         ),
         p(
+            lambda s, i: (
+                s,
+                {
+                    **approve(i),
+                    "results": {
+                        i["theirs"]: {
+                            "type": "tool_result",
+                            "tool_use_id": i["theirs"],
+                            "content": [{"type": "image", "source": {"type": "base64"}}],
+                        }
+                    },
+                },
+            ),
+            DecisionError,
+            r"content\.0\.image\.source\.base64\.media_type: Field required",
+            "result-block-the-api-refuses",
+        ),
+        p(
+            lambda s, i: (s, {**approve(i), "results": {i["theirs"]: {"bytes": b"\xff"}}}),
+            DecisionError,
+            "cannot be sent to the model",
+            "result-with-bytes-not-utf8",
+        ),
+        p(
             lambda s, i: (s, {**approve(i), "decisions": [Approve()]}),
             DecisionError,
             "must be a dict by tool_use id",

@@ -12,6 +12,8 @@ the run `RUN_ID` and prints what happened on stdout, one line each:
 - `DELTA <text>` for each `TextDelta` of the run's events (`DURABLE_STREAM=1`: the run is
   read with `run_stream`, its model's answers paced by `paced_script`);
 - `RESULT <json>` and `REQUESTS <n>` (model requests this process sent) at the end.
+
+`DURABLE_MAX_RECOVERY=<n>` gives the durable agent `max_recovery_attempts=n`.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
 
     streams = os.environ.get("DURABLE_STREAM") == "1"
     async with MessagesServer(paced_script if streams else script) as server:
-        durable = DurableAgent(make_agent(server))
+        recoveries = int(os.environ.get("DURABLE_MAX_RECOVERY", "100"))
+        durable = DurableAgent(make_agent(server), max_recovery_attempts=recoveries)
         launch()  # recovers a run an earlier process left unfinished
         wait = os.environ.get("DURABLE_WAIT") == "1"
         arguments: dict[str, Any] = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloo
 from _dbos import child
 from dbos import DBOS
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from agentloop import Agent, Approve, RunContext, UsageLimits, tool
 from agentloop.durable.dbos import DurableAgent
@@ -33,13 +35,16 @@ from agentloop.errors import (
     ConfigurationError,
     DecisionError,
     RateLimitError,
+    RecoveryLimitExceeded,
     SessionConflict,
     UsageLimitExceeded,
 )
+from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.result import RunResult
-from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
+from agentloop.run import CANCELLED_MESSAGE
+from agentloop.testing import MessagesServer, ScriptedProvider, SteppedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable
 
@@ -179,6 +184,129 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
     assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
 
 
+async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    # No recovery allowed: the process running the run dies in the middle of b, and the
+    # first recovery (here) is refused: DBOS gives up on the run.
+    crashed = await child(
+        database, "doomed-1", tmp_path, until="EFFECT", DURABLE_HANG="b", DURABLE_MAX_RECOVERY="0"
+    )
+    assert crashed["EFFECT"] == "b"
+    provider = ScriptedProvider(app.script)
+    agent = Agent(provider=provider, tools=[app.record], name="ledger")
+    durable = DurableAgent(agent, max_recovery_attempts=0)
+    launch()
+    for attach in (
+        lambda: durable.result("doomed-1"),
+        lambda: durable.run("Record a and b.", run_id="doomed-1"),
+    ):
+        with pytest.raises(RecoveryLimitExceeded) as raised:
+            await attach()
+        error = raised.value
+        assert error.run_id == "doomed-1" and error.max_recovery_attempts == 0
+        assert "DBOS.resume_workflow('doomed-1')" in str(error)
+        assert type(error.__cause__).__module__.startswith("dbos")
+        # The run as its recorded steps leave it: the response, b (never recorded) cut short.
+        assert error.result is not None and error.result.stop_reason == "error"
+        assert error.result == replace(
+            await durable.cancelled_result("doomed-1"), stop_reason="error"
+        )
+        lint_history(parse_history(error.result.messages))
+        assert error.result.messages[2]["content"][1]["content"] == CANCELLED_MESSAGE
+    assert provider.model.requests == []  # nothing ran again here
+    status = await DBOS.get_workflow_status_async("doomed-1")
+    assert status is not None and status.status == "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+    # What the error advises, once the cause is gone: the run goes on from its record.
+    await DBOS.resume_workflow_async("doomed-1")
+    result = await durable.result("doomed-1")
+    assert result.stop_reason == "end_turn" and result.text == "Both recorded."
+    assert len(provider.model.requests) == 1  # round 2 only: round 1 was recorded
+
+
+async def test_a_tool_renamed_before_the_recovery_is_answered_unknown_with_a_warning(
+    tmp_path: Path, database: str, launch: Callable[[], None]
+) -> None:
+    crashed = await child(database, "renamed-1", tmp_path, until="EFFECT", DURABLE_HANG="b")
+    assert crashed["EFFECT"] == "b"  # the response is recorded; b's step is not
+
+    @tool(name="record_item")
+    async def renamed(ctx: RunContext[dict[str, str]], item: str) -> str:
+        """Record an item (the app's `record`, under its new name)."""
+        return await app.record.function(ctx, item)
+
+    # The process that recovers the run has the tool under another name; another agent of
+    # it meets a name the model made up, in a fresh run: that one is not warned about.
+    recovering = Agent(provider=ScriptedProvider(app.script), tools=[renamed], name="ledger")
+    made_up = reply("Trying.", tool_call("nope", {}, id="toolu_nope"))
+    fresh = Agent(provider=ScriptedProvider([made_up, reply("Sorry.")]), name="fresh")
+    durable, other = DurableAgent(recovering), DurableAgent(fresh)
+    with capture_logs() as logs:
+        launch()
+        result = await durable.result("renamed-1")
+        unknown = await other.run("Go.", run_id="fresh-1")
+    # b's step runs again here and finds no tool `record` (a's too, if the crash came
+    # before a's step was recorded): each such call is answered, and warned about, once.
+    unknown_here = {b["tool_use_id"] for b in result.messages[2]["content"] if b.get("is_error")}
+    assert "toolu_b" in unknown_here
+    for block in result.messages[2]["content"]:
+        if block["tool_use_id"] in unknown_here:
+            assert block["content"].startswith("Unknown tool 'record'")
+    assert unknown.messages[2]["content"][0]["content"].startswith("Unknown tool 'nope'")
+    warnings = [e for e in logs if e["event"] == "durable.unknown_tool"]
+    assert {w["log_level"] for w in warnings} == {"warning"}
+    assert sorted((w["run_id"], w["tool"], w["tool_use_id"]) for w in warnings) == sorted(
+        ("renamed-1", "record", id_) for id_ in unknown_here
+    )
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["json", "streamed"])
+async def test_a_tool_result_over_the_cap_is_recorded_cut_with_a_note(
+    launch: Callable[[], None], streams: bool
+) -> None:
+    @tool
+    async def dump() -> str:
+        """Dump everything."""
+        return "x" * 3_000_000
+
+    def agent(name: str) -> Agent:
+        script = [reply("Dumping.", tool_call("dump", {}, id="toolu_1")), reply("Done.")]
+        return Agent(provider=ScriptedProvider(script), tools=[dump], name=name)
+
+    capped, whole = (
+        DurableAgent(agent("capped")),
+        DurableAgent(agent("whole"), max_result_bytes=None),
+    )
+    launch()
+    events: list[Any] = []
+    if streams:
+        async with capped.run_stream("Go.", run_id="big-1") as stream:
+            events = [e async for e in stream]
+        assert stream.result is not None
+        result = stream.result
+    else:
+        result = await capped.run("Go.", run_id="big-1")
+    content = result.messages[2]["content"][0]["content"]
+    assert len(content.encode()) <= 1_000_000 and content.startswith("x" * 990_000)
+    assert content.endswith("Ask for less (a page, a filter) to see more.]")
+    assert "3,000,000 bytes" in content and not result.messages[2]["content"][0].get("is_error")
+    assert result.tool_calls[0].output == content
+    steps = await DBOS.list_workflow_steps_async("big-1")
+    assert [s["output"]["content"] for s in steps if s["function_name"].endswith(".tool")] == [
+        content
+    ]
+    if streams:
+        (done,) = [e for e in events if isinstance(e, ToolResultEvent)]
+        assert done.output == content
+    kept = await whole.run("Go.", run_id="big-2")
+    assert kept.messages[2]["content"][0]["content"] == "x" * 3_000_000
+    for wrong in (0, -1, 1.5, "1MB"):
+        with pytest.raises(ConfigurationError, match="max_result_bytes"):
+            DurableAgent(agent("wrong"), max_result_bytes=wrong)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="max_recovery_attempts"):
+        DurableAgent(agent("wrong"), max_recovery_attempts=-1)
+
+
 async def test_a_run_waits_for_external_results_across_a_restart(
     tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:
@@ -233,43 +361,190 @@ async def test_a_wait_that_times_out_ends_the_run_paused(
     assert resumed.stop_reason == "end_turn" and resumed.run_id == "timeout-1"
 
 
-async def test_a_cancelled_run_ends_with_a_valid_history(
-    tmp_path: Path, launch: Callable[[], None]
-) -> None:
-    started = anyio.Event()
-    release = anyio.Event()
+class Barrier:
+    """The calls of `gated` hold here: each says it has started, then waits to be let go."""
+
+    def __init__(self, *items: str) -> None:
+        self.started = {item: anyio.Event() for item in items}
+        self.done: list[str] = []
+        self.release = anyio.Event()
+
+    async def all_started(self) -> None:
+        for event in self.started.values():
+            await event.wait()
+
+
+def gated(barrier: Barrier, effects: list[str]) -> Any:
+    """A tool that makes its effect, then holds at `barrier` (items not in it run through)."""
 
     @tool
-    async def slow(item: str) -> str:
-        """Takes its time."""
-        if item == "b":
-            started.set()
-            await release.wait()
-        return f"done {item}"
+    async def charge(item: str) -> str:
+        """Charge an item."""
+        effects.append(item)
+        if item in barrier.started:
+            barrier.started[item].set()
+            await barrier.release.wait()
+        return f"charged {item}"
 
-    calls = [tool_call("slow", {"item": i}, id=f"toolu_{i}") for i in "ab"]
-    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
-    durable = DurableAgent(Agent(provider=provider, tools=[slow], name="cancel"))
-    launch()
+    return charge
+
+
+async def _run_and_cancel(
+    durable: DurableAgent[Any],
+    run_id: str,
+    started: Callable[[], Any],
+    release: anyio.Event,
+    events: list[Any] | None = None,
+) -> RunResult[Any]:
+    """Run `run_id`; once `started()` returns, cancel it with `durable.cancel`, then `release`.
+
+    With `events`, the run is streamed and its events go there.
+    """
     results: list[Any] = []
 
     async def run() -> None:
-        results.append(await durable.run("Go.", run_id="cancel-1"))
+        if events is None:
+            results.append(await durable.run("Go.", run_id=run_id))
+            return
+        async with durable.run_stream("Go.", run_id=run_id) as stream:
+            events.extend([e async for e in stream])
+        results.append(stream.result)
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as group:
             group.start_soon(run)
-            await started.wait()
-            await durable.cancel("cancel-1")
+            await started()
+            await durable.cancel(run_id)
             release.set()
     (result,) = results
+    return result  # type: ignore[no-any-return]
+
+
+async def test_cancel_keeps_the_real_results_of_the_calls_under_way(
+    launch: Callable[[], None],
+) -> None:
+    # Both calls have made their effect when the run is cancelled, and end after it.
+    barrier, effects = Barrier("a", "b"), []
+    calls = [tool_call("charge", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = ScriptedProvider([reply("Both.", *calls), reply("Done.")])
+    agent = Agent(provider=provider, tools=[gated(barrier, effects)], name="cancel")
+    durable = DurableAgent(agent)
+    launch()
+    result = await _run_and_cancel(durable, "cancel-1", barrier.all_started, barrier.release)
     assert result.stop_reason == "cancelled" and result.run_id == "cancel-1"
     lint_history(parse_history(result.messages))
-    assert result.messages[1]["content"][1]["id"] == "toolu_a"
-    answered = [b["tool_use_id"] for b in result.messages[2]["content"]]
-    assert answered == ["toolu_a", "toolu_b"]
-    assert result.rounds == 1  # round 2 was never sent
-    assert await durable.cancelled_result("cancel-1") == result
+    answers = [(b["tool_use_id"], b["content"]) for b in result.messages[2]["content"]]
+    assert answers == [("toolu_a", "charged a"), ("toolu_b", "charged b")]
+    assert [(r.tool_use_id, r.is_error) for r in result.tool_calls] == [
+        ("toolu_a", False),
+        ("toolu_b", False),
+    ]
+    assert sorted(effects) == ["a", "b"]
+    assert result.rounds == 1 and len(provider.model.requests) == 1  # no request after it
+    assert await durable.result("cancel-1") == result  # the workflow's recorded result
+    assert await durable.cancelled_result("cancel-1") == result  # and its steps say the same
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["json", "streamed"])
+async def test_cancel_answers_the_calls_not_started_without_running_them(
+    launch: Callable[[], None], streams: bool
+) -> None:
+    # The model is answering when the run is cancelled: its calls must not run.
+    asked, answer = anyio.Event(), anyio.Event()
+
+    async def hold(number: int, event: Any) -> None:
+        if number == 1:
+            asked.set()
+            await answer.wait()
+
+    effects: list[str] = []
+    calls = [tool_call("charge", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    provider = SteppedProvider([reply("Both.", *calls), reply("Done.")], hook=hold)
+    agent = Agent(provider=provider, tools=[gated(Barrier(), effects)], name="unstarted")
+    durable = DurableAgent(agent)
+    launch()
+    events: list[Any] | None = [] if streams else None
+    result = await _run_and_cancel(durable, "cancel-2", asked.wait, answer, events)
+    assert result.stop_reason == "cancelled" and effects == []
+    lint_history(parse_history(result.messages))
+    answers = [(b["tool_use_id"], b["content"]) for b in result.messages[2]["content"]]
+    assert answers == [("toolu_a", CANCELLED_MESSAGE), ("toolu_b", CANCELLED_MESSAGE)]
+    assert result.rounds == 1 and len(provider.model.requests) == 1
+    assert await durable.cancelled_result("cancel-2") == result
+    if events is not None:  # the stream says it too, and ends with the run's result
+        # (each call's step publishes its own: in the order the steps get to it)
+        done = [(e.tool_use_id, e.output) for e in events if isinstance(e, ToolResultEvent)]
+        assert sorted(done) == [("toolu_a", CANCELLED_MESSAGE), ("toolu_b", CANCELLED_MESSAGE)]
+        assert isinstance(events[-1], RunFinished) and events[-1].result == result
+
+
+async def test_dbos_cancel_workflow_answers_the_unrecorded_calls_as_cancelled(
+    launch: Callable[[], None],
+) -> None:
+    # DBOS's own cancellation stops the workflow at once: it records no step after it,
+    # so b (which ends after it) is answered as cancelled; a was recorded a round before.
+    barrier, effects = Barrier("b"), []
+    provider = ScriptedProvider(
+        [
+            reply("A first.", tool_call("charge", {"item": "a"}, id="toolu_a")),
+            reply("Then b.", tool_call("charge", {"item": "b"}, id="toolu_b")),
+            reply("Done."),
+        ]
+    )
+    durable = DurableAgent(Agent(provider=provider, tools=[gated(barrier, effects)], name="dbc"))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(await durable.run("Go.", run_id="cancel-3"))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await barrier.all_started()
+            await DBOS.cancel_workflow_async("cancel-3")
+            barrier.release.set()
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.run_id == "cancel-3"
+    lint_history(parse_history(result.messages))
+    answers = [
+        (b["tool_use_id"], b["content"]) for m in result.messages[2::2] for b in m["content"]
+    ]
+    assert answers == [("toolu_a", "charged a"), ("toolu_b", CANCELLED_MESSAGE)]
+    assert effects == ["a", "b"] and result.rounds == 2  # round 3 was never sent
+    assert await durable.cancelled_result("cancel-3") == result
+
+
+async def test_cancel_stops_a_run_waiting_for_answers(
+    tmp_path: Path, serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(
+            await durable.run(
+                "Record a and b.",
+                run_id="cancel-4",
+                deps={"ledger": str(tmp_path / "ledger.jsonl")},
+                external_tools=[app.EXTERNAL],
+                wait_for_external=timedelta(hours=1),
+            )
+        )
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            assert await durable.waiting("cancel-4", wait_seconds=20) is not None
+            await durable.cancel("cancel-4")
+    (result,) = results
+    assert result.stop_reason == "cancelled" and result.state is not None
+    assert [p["id"] for p in result.pending] == ["toolu_ask"]
+    assert await durable.waiting("cancel-4") is None
+    with pytest.raises(ConfigurationError):
+        await durable.cancel("no-such-run")
 
 
 async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(

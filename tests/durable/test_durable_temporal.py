@@ -40,7 +40,13 @@ from temporalio.client import (  # noqa: E402
     WorkflowUpdateFailedError,
 )
 from temporalio.common import RetryPolicy  # noqa: E402
-from temporalio.worker import Replayer, Worker  # noqa: E402
+from temporalio.worker import (  # noqa: E402
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    Interceptor,
+    Replayer,
+    Worker,
+)
 from temporalio.workflow import NondeterminismError  # noqa: E402
 
 from agentloop import Agent, Approve, Deny, RunContext, tool  # noqa: E402
@@ -71,6 +77,7 @@ from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
 from agentloop.progress import report_progress  # noqa: E402
 from agentloop.result import RunResult  # noqa: E402
+from agentloop.run import CANCELLED_MESSAGE  # noqa: E402
 from agentloop.testing import (  # noqa: E402
     Fault,
     MessagesServer,
@@ -626,11 +633,14 @@ async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(
 
     script = [
         reply(
-            "Waiting.", tool_call("wait_forever", {"key": "x"}), tool_call("lookup", {"key": "y"})
+            "Waiting.",
+            tool_call("wait_forever", {"key": "x"}, id="toolu_x"),
+            tool_call("lookup", {"key": "y"}),
         )
     ]
     agent = Agent(provider=ScriptedProvider(script), tools=[wait_forever, lookup])
-    durable = TemporalAgent(agent, name="cancelled")
+    # The activity learns of the cancellation at its next heartbeat (a third of this).
+    durable = TemporalAgent(agent, name="cancelled", heartbeat_timeout=timedelta(seconds=1))
     async with durable.worker(client, task_queue=queue):
         handle = await durable.start(client, "Go.", run_id=run_id(), task_queue=queue)
         await started.wait()
@@ -641,6 +651,66 @@ async def test_cancelling_the_workflow_ends_the_run_with_a_valid_history(
     lint_history(messages)
     answered = {b.tool_use_id for b in messages[-1].blocks}  # type: ignore[union-attr]
     assert answered == {u.id for u in messages[-2].tool_uses}
+    # The call the cancellation stopped did not finish: it is answered as cancelled.
+    stopped = [r for r in result.tool_calls if r.tool_use_id == "toolu_x"]
+    assert [(r.is_error, r.output) for r in stopped] == [(True, CANCELLED_MESSAGE)]
+
+
+class _Unheard(Interceptor):
+    """Activities that send no heartbeat, so they hear of no cancellation before they end.
+
+    An activity learns that its workflow was cancelled from the answer to a heartbeat;
+    without one, a call that ends after the cancellation surely ends first.
+    """
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _UnheardInbound(next)
+
+
+class _UnheardInbound(ActivityInboundInterceptor):
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        super().init(_NoHeartbeat(outbound))
+
+
+class _NoHeartbeat(ActivityOutboundInterceptor):
+    def heartbeat(self, *details: Any) -> None:
+        return None
+
+
+async def test_calls_that_end_after_the_run_is_cancelled_keep_their_results(
+    client: Client, queue: str
+) -> None:
+    # Both calls have made their effect when the workflow is cancelled, and end before
+    # their activities hear of it.
+    started = {item: anyio.Event() for item in "ab"}
+    release = anyio.Event()
+    effects: list[str] = []
+
+    @tool
+    async def charge(item: str) -> str:
+        """Charge an item."""
+        effects.append(item)
+        started[item].set()
+        await release.wait()
+        return f"charged {item}"
+
+    calls = [tool_call("charge", {"item": i}, id=f"toolu_{i}") for i in "ab"]
+    agent = Agent(
+        provider=ScriptedProvider([reply("Both.", *calls), reply("Done.")]), tools=[charge]
+    )
+    durable = TemporalAgent(agent, name="cancelled_late")
+    async with durable.worker(client, task_queue=queue, interceptors=[_Unheard()]):
+        handle = await durable.start(client, "Go.", run_id=run_id(), task_queue=queue)
+        for event in started.values():
+            await event.wait()
+        await handle.cancel()
+        release.set()
+        result = await result_of(handle)
+    assert result.stop_reason == "cancelled" and result.rounds == 1
+    lint_history(parse_history(result.messages))
+    answers = [(b["tool_use_id"], b["content"]) for b in result.messages[-1]["content"]]
+    assert answers == [("toolu_a", "charged a"), ("toolu_b", "charged b")]
+    assert sorted(effects) == ["a", "b"]
 
 
 async def test_workflow_options_reach_temporal(client: Client, queue: str) -> None:

@@ -113,3 +113,66 @@ async def test_each_fault_is_the_sdk_exception(
     server = serve_chat([fault])
     with pytest.raises(expected):
         await server.client().chat.completions.create(model="m", messages=[USER])
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param(ASSISTANT, id="null-content-of-calls"),
+        pytest.param({"role": "user", "content": [{"type": "text", "text": "q"}]}, id="text-parts"),
+        pytest.param({"role": "system", "content": [{"type": "text", "text": "s"}]}, id="system"),
+    ],
+)
+async def test_strict_refuses_what_a_chat_template_cannot_render(
+    serve_chat: Any, message: dict[str, Any]
+) -> None:
+    messages = [USER, message, answer()] if message is ASSISTANT else [message, USER]
+    server = serve_chat([reply("never")], strict=True)
+    with pytest.raises(openai.InternalServerError, match=r"valid string|concatenate str"):
+        await server.client().chat.completions.create(model="m", messages=messages)
+    assert server.model.requests == []
+    lenient = serve_chat([reply("ok")], strict=False)  # the format itself allows it
+    done = await lenient.client().chat.completions.create(model="m", messages=messages)
+    assert done.choices[0].message.content == "ok"
+
+
+async def test_strict_keeps_the_parts_of_a_message_with_an_image(serve_chat: Any) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    server = serve_chat([reply("ok")], strict=True)
+    await server.client().chat.completions.create(
+        model="m", messages=[{"role": "user", "content": [{"type": "text", "text": "q"}, image]}]
+    )
+    assert [b["type"] for b in server.model.requests[0]["messages"][0]["content"]] == [
+        "text",
+        "image",
+    ]
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+async def test_like_llama_cpp_python(serve_chat: Any) -> None:
+    real = serve_chat([reply("a")] * 5, like="llama-cpp-python", strict=None)
+    assert real.quirks.strict  # from `like`
+    client = real.client()
+    for choice in (None, "none", "auto", {"type": "function", "function": {"name": "f"}}):
+        given = {} if choice is None else {"tool_choice": choice}
+        await client.chat.completions.create(model="m", messages=[USER], tools=[TOOL], **given)
+        shown = "tools" in real.model.requests[-1]
+        assert shown is (choice not in (None, "none")), choice  # tools only with a choice
+    # It answers 500 to what it refuses, a request it cannot validate included.
+    with pytest.raises(openai.InternalServerError, match="tool_choice"):
+        await client.chat.completions.create(
+            model="m", messages=[USER], tools=[TOOL], tool_choice="required"
+        )
+    with pytest.raises(openai.InternalServerError, match="response_format"):
+        await client.chat.completions.create(
+            model="m",
+            messages=[USER],
+            response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": {}}},
+        )
+    stream = await client.chat.completions.create(
+        model="m", messages=[USER], stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [c async for c in stream]
+    assert chunks and all(c.usage is None for c in chunks)  # the option is ignored

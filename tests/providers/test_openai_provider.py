@@ -16,8 +16,12 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from agentloop import Agent, AnthropicProvider, OpenAIChatProvider, lint_history, raw_tools, tool
+from agentloop.approval import Approve
+from agentloop.durable.records import result_from_json, result_to_json
 from agentloop.errors import (
     APIConnectionError,
     AuthenticationError,
@@ -29,8 +33,11 @@ from agentloop.errors import (
     RateLimitError,
     ServerError,
 )
+from agentloop.events import RequestStarted
 from agentloop.history import TRUNCATED_MESSAGE
+from agentloop.limits import UsageLimits
 from agentloop.messages import Message, parse_history
+from agentloop.pricing import cost_of
 from agentloop.providers.base import BlockStart, BlockStop, MessageStart, ModelRequest
 from agentloop.providers.openai import (
     PRESETS,
@@ -42,7 +49,18 @@ from agentloop.providers.openai import (
     to_chat_messages,
     wire_id,
 )
-from agentloop.testing import ChatCompletionsServer, Fault, RawResponse, reply, text, tool_call
+from agentloop.providers.openai.response import UNCOUNTED
+from agentloop.testing import (
+    ChatCompletionsServer,
+    Fault,
+    Paced,
+    RawResponse,
+    reply,
+    schema_reply,
+    text,
+    tool_call,
+)
+from agentloop.testing.chat_request import template_problem
 from agentloop.testing.chat_server import check_chat_request
 
 ran: list[Any] = []
@@ -171,6 +189,25 @@ def test_consecutive_assistant_messages_become_one() -> None:
     chat = to_chat_messages(messages)
     assert chat[1]["content"] == "Part one. Part two." and len(chat[1]["tool_calls"]) == 1
     assert check_chat_request({"model": "m", "messages": chat}) is None
+
+
+def test_content_is_a_string_a_chat_template_can_render() -> None:
+    image = {"type": "image", "source": PNG}
+    messages = history(
+        {"role": "user", "content": [text("first"), text("second")]},
+        {"role": "assistant", "content": [use("c1")]},
+        {"role": "assistant", "content": [use("c2")]},  # a paused turn and its continuation
+        {"role": "user", "content": [result("c1"), result("c2"), text("and"), text("then?")]},
+        {"role": "assistant", "content": [text("Look:")]},
+        {"role": "user", "content": [text("this"), image]},
+    )
+    chat = to_chat_messages(messages)
+    assert chat[0] == {"role": "user", "content": "first\n\nsecond"}
+    assert chat[1]["content"] == "" and len(chat[1]["tool_calls"]) == 2
+    assert chat[4] == {"role": "user", "content": "and\n\nthen?"}
+    assert [p["type"] for p in chat[6]["content"]] == ["text", "image_url"]  # parts: an image
+    body = {"model": "m", "messages": chat}
+    assert check_chat_request(body) is None and template_problem(body) is None
 
 
 def test_system_blocks_are_one_message_each_unless_the_server_takes_one() -> None:
@@ -578,6 +615,85 @@ async def test_usage_is_summed_and_streamed_usage_counts(serve_chat: Any) -> Non
         assert result.usage.output_tokens == 8 and result.usage.requests == 2
 
 
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_a_tool_loop_gets_past_its_first_round_on_a_strict_server(
+    serve_chat: Any, stream: bool
+) -> None:
+    server = serve_chat([reply(tool_call("echo", {"value": "a"})), reply("done")], strict=True)
+    result = await agent_over(server, stream).run("go")
+    assert result.text == "done" and ran == ["a"]
+    sent = server.requests[1]["messages"][1]
+    assert sent["role"] == "assistant" and sent["content"] == "" and sent["tool_calls"]
+
+
+async def test_after_a_cancelled_stream_the_next_prompt_is_sent_as_text(serve_chat: Any) -> None:
+    def answer(body: dict[str, Any]) -> Any:  # the first request is held until cancelled
+        second = "second" in json.dumps(body["messages"])
+        return reply("ok") if second else Paced(reply("never"), first_delay=30)
+
+    server = serve_chat(answer, strict=True)
+    agent = agent_over(server, True)
+    async with agent.run_stream("first") as stream:
+        async for event in stream:
+            if isinstance(event, RequestStarted):
+                stream.cancel()
+    cancelled = stream.result
+    assert cancelled is not None and cancelled.stop_reason == "cancelled"
+    result = await agent.run("second", history=cancelled.messages)
+    assert result.text == "ok"
+    assert result.messages[0]["content"] == [text("first"), text("second")]
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": "first\n\nsecond"}]
+
+
+EMPTY_ANSWERS = [
+    pytest.param(reply(), id="nothing"),  # content null in JSON, "" in the stream
+    pytest.param(reply("\n "), id="whitespace"),
+]
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        *EMPTY_ANSWERS,
+        pytest.param(
+            reply({"type": "thinking", "thinking": "hm", "signature": "s"}), id="reasoning"
+        ),
+    ],
+)
+async def test_an_empty_answer_has_no_text_block_and_goes_back_as_nothing(
+    serve_chat: Any, stream: bool, answer: dict[str, Any]
+) -> None:
+    server = serve_chat([answer, reply("ok")], strict=True)
+    agent = agent_over(server, stream)
+    result = await agent.run("hi")
+    assert result.stop_reason == "end_turn" and result.text == ""
+    # Nothing of an empty answer is kept (the API refuses an empty assistant message);
+    # reasoning is, as a thinking block.
+    last = result.messages[-1]
+    assert last["role"] == "user" or [b["type"] for b in last["content"]] == ["thinking"]
+    # The Chat Completions side of sending it again: what a strict server takes.
+    messages = parse_history([*result.messages, {"role": "user", "content": "again"}])
+    request = ModelRequest(model="qwen3:8b", max_tokens=10, messages=messages)
+    assert (await agent.provider.complete(request)).text == "ok"  # type: ignore[attr-defined]
+    assert server.requests[-1]["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "again"},
+    ]
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("answer", EMPTY_ANSWERS)
+async def test_a_history_with_an_empty_answer_runs_again(
+    serve_chat: Any, stream: bool, answer: dict[str, Any]
+) -> None:
+    server = serve_chat([answer, reply("ok")], strict=True)
+    agent = agent_over(server, stream)
+    first = await agent.run("hi")
+    result = await agent.run("again", history=first.messages)
+    assert result.text == "ok"
+
+
 async def test_agent_with_an_openai_client_uses_the_chat_provider(serve_chat: Any) -> None:
     server = serve_chat([reply("hi")])
     agent = Agent(model="m", client=server.client())
@@ -881,6 +997,142 @@ async def test_reasoning_is_kept_unsigned_and_sent_back_only_when_asked(
         assert ("reasoning_content" in server.requests[1]["messages"][1]) is sent
 
 
+# --------------------------------------------------------------------------- llama-cpp-python
+
+
+class City(BaseModel):
+    name: str
+    country: str
+
+
+async def test_llama_cpp_python_is_shown_the_tools(serve_chat: Any) -> None:
+    script = [reply(tool_call("echo", {"value": "a"})), reply("done")]
+    plain = serve_chat(list(script), like="llama-cpp-python")
+    await agent_over(plain, False).run("go")  # the script answers with a call regardless
+    assert "tools" not in plain.model.requests[0]  # ... but a model would never see the tool
+    server = serve_chat(list(script), like="llama-cpp-python")
+    result = await agent_over(server, False, compat="llama-cpp-python").run("go")
+    assert result.text == "done" and ran[-1] == "a"
+    assert [r["tool_choice"] for r in server.requests] == ["auto", "auto"]
+    assert [t["name"] for t in server.model.requests[0]["tools"]] == ["echo"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "sent"),
+    [
+        pytest.param({"type": "any"}, {"type": "function", "function": {"name": "echo"}}, id="any"),
+        pytest.param({"type": "tool", "name": "echo"}, None, id="named"),
+        pytest.param({"type": "none"}, "none", id="none"),
+    ],
+)
+async def test_llama_cpp_python_never_gets_required(
+    serve_chat: Any, choice: dict[str, Any], sent: Any
+) -> None:
+    refusing = serve_chat([reply("never")], like="llama-cpp-python")
+    if choice["type"] == "any":
+        with pytest.raises(ServerError):  # it crashes on "required"
+            await agent_over(refusing, False, tool_choice=choice).run("go")
+    server = serve_chat([reply("ok")], like="llama-cpp-python")
+    await agent_over(server, False, compat="llama-cpp-python", tool_choice=choice).run("go")
+    expected = sent or {"type": "function", "function": {"name": "echo"}}
+    assert server.requests[0]["tool_choice"] == expected
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_typed_output_asks_llama_cpp_python_for_a_json_object_of_its_schema(
+    serve_chat: Any, stream: bool
+) -> None:
+    refusing = serve_chat(schema_reply, like="llama-cpp-python")
+    with pytest.raises(ServerError, match="response_format"):
+        await agent_over(
+            refusing, stream, compat=preset("llama-cpp-python", json_schema=True), output_type=City
+        ).run("a city?")
+    server = serve_chat(schema_reply, like="llama-cpp-python")
+    agent = agent_over(server, stream, compat="llama-cpp-python", output_type=City)
+    result = await agent.run("a city?")
+    assert isinstance(result.output, City)
+    form = server.requests[0]["response_format"]
+    assert form["type"] == "json_object" and form["schema"]["properties"].keys() == {
+        "name",
+        "country",
+    }
+    assert form["schema"]["additionalProperties"] is False
+
+
+async def test_streamed_usage_llama_cpp_python_does_not_send_is_unknown_not_zero(
+    serve_chat: Any,
+) -> None:
+    script = [reply(tool_call("echo", {"value": "a"})), reply("done")]
+    server = serve_chat(list(script), like="llama-cpp-python")
+    agent = agent_over(server, True, compat="llama-cpp-python")
+    limits = UsageLimits(total_tokens=10_000, requests=5)
+    with capture_logs() as logs:
+        result = await agent.run("go", usage_limits=limits)
+    assert result.text == "done"
+    usage = result.usage
+    assert (usage.requests, usage.uncounted_requests, usage.total_tokens) == (2, 2, 0)
+    assert not usage.tokens_known and result.cost is None
+    assert result.unenforced_limits == ("total_tokens",)  # the request limit still held
+    (warning,) = [e for e in logs if e["event"] == "run.limits_unenforced"]
+    assert warning["log_level"] == "warning" and warning["limits"] == ["total_tokens"]
+    counted = await agent_over(serve_chat(list(script)), False).run("go", usage_limits=limits)
+    assert counted.usage.tokens_known and counted.unenforced_limits == ()
+    assert cost_of("claude-sonnet-4-5", UNCOUNTED) is None  # unknown tokens have no price
+
+
+async def test_unknown_usage_survives_a_paused_state_and_a_durable_record(
+    serve_chat: Any,
+) -> None:
+    script = [reply(tool_call("echo", {"value": "a"})), reply("done")]
+    server = serve_chat(list(script), like="llama-cpp-python")
+    agent = agent_over(server, True, compat="llama-cpp-python", approval_required={"echo"})
+    limits = UsageLimits(output_tokens=500)
+    paused = await agent.run("go", usage_limits=limits)
+    assert paused.stop_reason == "approval_required" and paused.usage.uncounted_requests == 1
+    call = paused.approvals[0].tool_use_id
+    state = json.loads(json.dumps(paused.state))
+    result = await agent.resume(state, decisions={call: Approve()})
+    assert result.text == "done" and result.usage.uncounted_requests == 2
+    recorded = json.loads(json.dumps(result_to_json(result)))
+    assert result_from_json(recorded) == result
+
+
+def test_an_empty_or_blank_answer_has_no_text_block() -> None:
+    for content in ("", None, " \n", [{"type": "text", "text": ""}]):
+        assert parse_completion(completion({"content": content})).content == []
+    kept = parse_completion(completion({"content": "\n\nHi "}))
+    assert kept.text == "\n\nHi "  # text is kept as it came, whitespace included
+
+    async def stream(*pieces: str) -> Any:
+        assembler = ChatStreamAssembler(_ignore_event)
+        for piece in pieces:
+            await assembler.feed({"choices": [{"index": 0, "delta": {"content": piece}}]})
+        await assembler.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        return await assembler.finish()
+
+    assert anyio.run(stream, "", "\n", " ").content == []
+    assert anyio.run(stream, "\n", "\nHi", " ").text == "\n\nHi "
+
+
+def test_a_response_without_usage_is_uncounted() -> None:
+    assert parse_completion(completion({"content": "hi"})).usage == UNCOUNTED
+    counted = parse_completion(completion({"content": "hi"}, usage={"prompt_tokens": 0}))
+    assert counted.usage.tokens_known and counted.usage.requests == 1
+
+    async def main() -> Any:
+        assembler = ChatStreamAssembler(_ignore_event)
+        await assembler.feed({"choices": [{"index": 0, "delta": {"content": "hi"}}]})
+        await assembler.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        return await assembler.finish()
+
+    assert anyio.run(main).usage == UNCOUNTED
+    assert (UNCOUNTED + counted.usage).uncounted_requests == 1
+
+
+async def _ignore_event(event: Any) -> None:
+    return None
+
+
 # --------------------------------------------------------------------------- unsigned thinking elsewhere
 
 
@@ -990,7 +1242,7 @@ def test_the_providers_package_imports_no_sdk_until_a_provider_is_used() -> None
 
 
 def test_presets_are_named() -> None:
-    assert set(PRESETS) == {"openai", "ollama", "vllm", "llamacpp"}
+    assert set(PRESETS) == {"openai", "ollama", "vllm", "llamacpp", "llama-cpp-python"}
     assert PRESETS["ollama"].server == "Ollama"
 
 
@@ -1041,7 +1293,7 @@ def test_the_sdks_stream_leaves_readers_behind_under_trio() -> None:
         await server.aclose()
         return [str(w.message) for w in caught]
 
-    server = ChatCompletionsServer([reply("hi"), reply("hi")])
+    server = ChatCompletionsServer([reply("hi"), reply("hi")], strict=True)
     server.start()
     warned = trio.run(main, server)
     assert any("garbage collected before it had been exhausted" in w for w in warned)

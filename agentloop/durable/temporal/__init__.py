@@ -1,7 +1,7 @@
 """Durable runs on Temporal: the agent's loop as a workflow, each effect an activity.
 
-`TemporalAgent(agent)` makes a workflow that runs the agent's own loop (`Agent._prepare`,
-then the loop as always) with its two effects (`agentloop.effects`) performed as
+`TemporalAgent(agent)` makes a workflow that runs the agent's own loop (a `Run` from
+`Agent.start`, driven as always) with its two effects (`agentloop.effects`) performed as
 activities: `model:{round}` sends one request, `tool:{round}:{tool_use_id}` runs one call
 through the worker's registry. Temporal records each activity's JSON result; a worker that
 replays the workflow after a crash gets those results back instead of performing the

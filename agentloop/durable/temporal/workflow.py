@@ -1,7 +1,7 @@
 """Inside the workflow of a `TemporalAgent`'s runs: the agent's loop over activities.
 
-`run_workflow` is the workflow's body: the agent's own loop (`Agent._prepare`, then the
-loop as always) with `TemporalEffects`, whose two effects are the activities `model:{round}`
+`run_workflow` is the workflow's body: the agent's own loop (a `Run` from `Agent.start`,
+driven as always) with `TemporalEffects`, whose two effects are the activities `model:{round}`
 and `tool:{round}:{tool_use_id}`; then its waits for answers (the updates `answers` and
 `external_results`), and its continuations as a new workflow run when the history grows
 large. A turn's calls run in `WorkflowTasks`, plain asyncio tasks. Everything here must
@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.converter import value_to_type
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 from agentloop import errors
 from agentloop.agent import Agent
@@ -231,7 +231,7 @@ class TemporalEffects:
         run_id = workflow.info().workflow_id
         if self.publisher is not None:
             self.publisher.stepped.add(call.id)
-        data = await workflow.execute_activity(
+        handle = workflow.start_activity(
             durable.tool_activity_name,
             {"run_id": run_id, "round": round_, "id": call.id, "name": call.name}
             | {"input": call.input, "stream": self.publisher is not None},
@@ -239,7 +239,29 @@ class TemporalEffects:
             start_to_close_timeout=durable.tool_timeout,
             heartbeat_timeout=durable.heartbeat_timeout,
             retry_policy=durable.retry_policy,
+            # Asked to stop, the activity is waited for: it may finish all the same.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+        try:
+            try:
+                # Shielded: the run's cancellation reaches the activity only as below.
+                data = await asyncio.shield(handle)
+            except asyncio.CancelledError:
+                # The run is cancelled. A result that came in with the cancellation stands:
+                # let what has come in be processed, stop the activity only if it still
+                # runs, and take how it ends (a call that finishes meanwhile keeps its
+                # result; it is answered as cancelled only if the cancellation stopped it).
+                await workflow.wait_condition(lambda: True)
+                if not handle.done():
+                    handle.cancel()
+                data = await handle
+        except ActivityError as exc:
+            if (
+                isinstance(exc.cause, CancelledError)
+                or exc.retry_state == RetryState.CANCEL_REQUESTED
+            ):
+                raise asyncio.CancelledError from exc  # stopped: the call has no result
+            raise
         return ToolResult.from_json(data)
 
     def task_group(self) -> WorkflowTasks:

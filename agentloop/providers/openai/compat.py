@@ -38,8 +38,14 @@ class ChatCompat:
     9). Ids in the history are mapped to that shape, the same way in every request, and
     ids agentloop makes up have it."""
     tool_choices: frozenset[str] = frozenset({"auto", "none", "required", "function"})
-    """The `tool_choice` values the server accepts (`function` is the named-tool form); a
-    request asking for another leaves `tool_choice` out, so the server's default applies."""
+    """The `tool_choice` values the server accepts (`function` is the named-tool form). A
+    request asking for another sends `default_tool_choice`, or leaves `tool_choice` out
+    so that the server's default applies; `{"type": "any"}` with one tool is sent as that
+    tool named, which means the same, when `required` is refused."""
+    default_tool_choice: Literal["auto"] | None = None
+    """The `tool_choice` sent with tools when the request names none (or one the server
+    refuses): llama-cpp-python's server shows the model the tools only when a
+    `tool_choice` is given."""
     single_system: bool = False
     """The server takes one system message only: a system prompt of several blocks is
     sent as one message, its texts joined by blank lines."""
@@ -55,6 +61,10 @@ class ChatCompat:
     (`output_mode="auto"` is native). OpenAI and vLLM do; so do Ollama from 0.5.0 and
     llama.cpp's `llama-server` (its OpenAI-compatible chat endpoint), whose presets
     leave it off because older builds do not: `preset("ollama", json_schema=True)`."""
+    json_object_schema: bool = False
+    """The server constrains its answer to a JSON schema given as `response_format:
+    {"type": "json_object", "schema": ...}` (llama-cpp-python's form; it refuses
+    `json_schema`): typed output uses it when `json_schema` is off."""
 
 
 PRESETS: Mapping[str, ChatCompat] = {
@@ -68,8 +78,18 @@ PRESETS: Mapping[str, ChatCompat] = {
         single_system=True,
         tool_choices=frozenset({"auto", "none", "required"}),
     ),
+    "llama-cpp-python": ChatCompat(
+        server="llama-cpp-python's server",
+        single_system=True,
+        tool_choices=frozenset({"auto", "none", "function"}),
+        default_tool_choice="auto",
+        json_object_schema=True,
+        stream_usage=False,
+    ),
 }
-"""The named presets: `compat="openai" | "ollama" | "vllm" | "llamacpp"`."""
+"""The named presets: `compat="openai" | "ollama" | "vllm" | "llamacpp" |
+"llama-cpp-python"` (`llamacpp` is llama.cpp's `llama-server`, `llama-cpp-python` the
+Python package's `python -m llama_cpp.server`)."""
 
 
 def resolve(value: str | ChatCompat | None, base_url: str = "") -> ChatCompat:

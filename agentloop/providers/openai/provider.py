@@ -93,9 +93,9 @@ class OpenAIChatProvider:
             client: The `openai.AsyncOpenAI` to use; by default one is made from
                 `client_options` and the environment (`OPENAI_API_KEY`,
                 `OPENAI_BASE_URL`).
-            compat: A preset name (`"openai"`, `"ollama"`, `"vllm"`, `"llamacpp"`) or a
-                `ChatCompat`; by default `"openai"` for api.openai.com and the plain
-                format (no quirks) for any other server.
+            compat: A preset name (`"openai"`, `"ollama"`, `"vllm"`, `"llamacpp"`,
+                `"llama-cpp-python"`) or a `ChatCompat`; by default `"openai"` for
+                api.openai.com and the plain format (no quirks) for any other server.
             stream: Receive each response as a stream and return the assembled
                 message, instead of one JSON body.
             **client_options: Passed to `AsyncOpenAI(...)` when no client is given.
@@ -122,8 +122,11 @@ class OpenAIChatProvider:
 
     @property
     def native_output(self) -> bool:
-        """Whether typed output may use `response_format` (the compat's `json_schema`)."""
-        return self.compat.json_schema
+        """Whether typed output may use `response_format` (a schema the server holds to).
+
+        True with the compat's `json_schema` or `json_object_schema`.
+        """
+        return self.compat.json_schema or self.compat.json_object_schema
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the response; API failures raise `ProviderError`s.

@@ -47,7 +47,7 @@ def chat_arguments(
     tools = [_tool(t) for t in request.tools]
     if tools:
         fields["tools"] = tools
-        choice = _tool_choice(request.tool_choice, compat)
+        choice = _tool_choice(request.tool_choice, compat, tools)
         if choice is not None:
             fields["tool_choice"] = choice
         if (request.tool_choice or {}).get("disable_parallel_tool_use"):
@@ -55,7 +55,7 @@ def chat_arguments(
     if request.stop_sequences:
         fields["stop"] = list(request.stop_sequences)
     if request.output_format is not None:
-        fields["response_format"] = response_format(request.output_format)
+        fields["response_format"] = response_format(request.output_format, compat)
     if stream:
         fields["stream"] = True
         if compat.stream_usage:
@@ -79,14 +79,20 @@ def chat_arguments(
     return arguments
 
 
-def response_format(output_format: Mapping[str, Any]) -> dict[str, Any]:
-    """The `response_format` asking for JSON of an output schema (`json_schema`).
+def response_format(
+    output_format: Mapping[str, Any], compat: ChatCompat | None = None
+) -> dict[str, Any]:
+    """The `response_format` asking for JSON of an output schema.
 
-    Every object is closed (`additionalProperties: false`); the format is `strict` when
-    every object also requires all its properties, as OpenAI's strict mode demands (a
-    field with a default is optional, so such a schema is sent without `strict`).
+    Every object is closed (`additionalProperties: false`). The format is `json_schema`,
+    `strict` when every object also requires all its properties, as OpenAI's strict mode
+    demands (a field with a default is optional, so such a schema is sent without
+    `strict`); for a server that takes the schema in a `json_object` format instead
+    (`ChatCompat.json_object_schema` without `json_schema`), it is that.
     """
     schema = _closed(output_format["schema"])
+    if compat is not None and compat.json_object_schema and not compat.json_schema:
+        return {"type": "json_object", "schema": schema}
     return {
         "type": "json_schema",
         "json_schema": {
@@ -129,9 +135,11 @@ def to_chat_messages(
 
     The conversion the provider applies to every request, for inspection and tests:
     `system` first; an assistant message's text and `tool_use` blocks become one message
-    with `content` and `tool_calls`; each `tool_result` becomes a `tool` message, in call
-    order, before the user text that follows it; an `is_error` result's text starts with
-    `ERROR_PREFIX`; images in a tool result move to a user message after the `tool`
+    with `content` (a string, `""` beside calls only) and `tool_calls`; each
+    `tool_result` becomes a `tool` message, in call order, before the user text that
+    follows it; a user message's texts are one string, joined by blank lines, unless it
+    holds an image or a file (then a list of parts); an `is_error` result's text starts
+    with `ERROR_PREFIX`; images in a tool result move to a user message after the `tool`
     messages; a message of role `system` inside the conversation stays a system message
     in its place (its text), or becomes user text for a server that takes one system
     message only (`ChatCompat.single_system`); thinking, redacted thinking and
@@ -243,8 +251,7 @@ def _chat_messages(messages: Sequence[Message], compat: ChatCompat) -> list[dict
 
 def _merge_assistant(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     merged = dict(first)
-    text = (first.get("content") or "") + (second.get("content") or "")
-    merged["content"] = text or None
+    merged["content"] = first["content"] + second["content"]
     tool_calls = [*first.get("tool_calls", ()), *second.get("tool_calls", ())]
     if tool_calls:
         merged["tool_calls"] = tool_calls
@@ -283,23 +290,25 @@ def _tool(definition: ToolDefinition | Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _tool_choice(choice: Mapping[str, Any] | None, compat: ChatCompat) -> Any:
+def _tool_choice(
+    choice: Mapping[str, Any] | None, compat: ChatCompat, tools: Sequence[Mapping[str, Any]]
+) -> Any:
     """The `tool_choice` for a Messages API one, or None to leave it out."""
-    if not choice:
-        return None
-    kind = choice.get("type")
-    value: Any
-    if kind == "auto":
-        value, name = "auto", "auto"
+    kind = (choice or {}).get("type")
+    name = (choice or {}).get("name")
+    if kind == "any" and "required" not in compat.tool_choices and len(tools) == 1:
+        kind, name = "tool", tools[0]["function"]["name"]  # the one tool it must call
+    value: Any = None
+    form = None
+    if kind in ("auto", "none"):
+        value = form = kind
     elif kind == "any":
-        value, name = "required", "required"
-    elif kind == "none":
-        value, name = "none", "none"
-    elif kind == "tool" and isinstance(choice.get("name"), str):
-        value, name = {"type": "function", "function": {"name": choice["name"]}}, "function"
-    else:
-        return None
-    return value if name in compat.tool_choices else None
+        value = form = "required"
+    elif kind == "tool" and isinstance(name, str):
+        value, form = {"type": "function", "function": {"name": name}}, "function"
+    if form in compat.tool_choices:
+        return value
+    return compat.default_tool_choice
 
 
 def _assistant(message: Message, compat: ChatCompat) -> tuple[dict[str, Any], ...]:
@@ -328,7 +337,9 @@ def _assistant(message: Message, compat: ChatCompat) -> tuple[dict[str, Any], ..
     content = "".join(text)
     if not content and not calls:
         return ()
-    chat: dict[str, Any] = {"role": "assistant", "content": content or None}
+    # "" rather than null beside tool calls: chat templates add `content` to a string,
+    # and fail on null (llama-cpp-python answers 500); every server takes "".
+    chat: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning and compat.send_reasoning:
         chat["reasoning_content"] = "".join(reasoning)
     if calls:
@@ -369,8 +380,10 @@ def _user(
                 parts.append(part)
     user = [*moved, *parts]
     chat = list(tools)
-    if len(user) == 1 and user[0]["type"] == "text":
-        chat.append({"role": "user", "content": user[0]["text"]})
+    if user and all(p["type"] == "text" for p in user):
+        # One string, not a list of text parts: chat templates add `content` to a string,
+        # so only a message holding an image or a file is sent as parts.
+        chat.append({"role": "user", "content": "\n\n".join(p["text"] for p in user)})
     elif user:
         chat.append({"role": "user", "content": user})
     return tuple(chat), tuple(t["tool_call_id"] for t in tools)

@@ -18,7 +18,14 @@ from agentloop.result import Usage
 
 from .compat import ChatCompat, new_id
 
-__all__ = ("NO_NAME_MESSAGE", "call_input", "parse_completion", "stop_reason", "usage")
+__all__ = (
+    "NO_NAME_MESSAGE",
+    "UNCOUNTED",
+    "call_input",
+    "parse_completion",
+    "stop_reason",
+    "usage",
+)
 
 
 _FINISH = {
@@ -45,10 +52,18 @@ def stop_reason(finish: Any, has_calls: bool) -> str:
     return _FINISH.get(finish, finish)
 
 
+UNCOUNTED = Usage(requests=1, uncounted_requests=1)
+"""The usage of a response that came without token counts."""
+
+
 def usage(value: Any) -> Usage:
-    """`Usage` from a Chat Completions `usage` (prompt tokens include cached ones)."""
+    """`Usage` from a Chat Completions `usage` (prompt tokens include cached ones).
+
+    A response without one is an uncounted request (`Usage.uncounted_requests`), not one
+    of 0 tokens.
+    """
     if not isinstance(value, Mapping):
-        return Usage(requests=1)
+        return UNCOUNTED
     prompt = _count(value.get("prompt_tokens"))
     details = value.get("prompt_tokens_details")
     cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
@@ -96,7 +111,9 @@ def parse_completion(
     """A Chat Completions response body (`chat.completion`) as a `ModelResponse`.
 
     Reasoning text (`reasoning_content` or `reasoning`) becomes a thinking block without
-    a signature; text becomes a text block; each tool call a `tool_use` block. A call
+    a signature; text becomes a text block, unless it is empty or whitespace only (an
+    empty answer has no text block, as an empty Messages API answer has none, so no
+    history holds a text block the API refuses); each tool call a `tool_use` block. A call
     whose id is missing, empty or already used (in `taken` or earlier in the response)
     gets a fresh one; a call whose arguments are not valid JSON is marked in
     `call_errors`, so it is answered without running.
@@ -121,8 +138,10 @@ def parse_completion(
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         blocks.append(ThinkingBlock(thinking=reasoning))
-    text = _text(message.get("content")) or _text(message.get("refusal"))
-    if text:
+    text = _text(message.get("content"))
+    if not text.strip():
+        text = _text(message.get("refusal"))
+    if text.strip():  # an answer of whitespace only is an empty answer: no text block
         blocks.append(TextBlock(text=text))
     raw_calls = message.get("tool_calls")
     calls = [c for c in raw_calls if isinstance(c, Mapping)] if isinstance(raw_calls, list) else []

@@ -14,10 +14,9 @@ from typing import Any
 from agentloop import errors
 from agentloop.messages import ContentBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, ModelResponse, StreamEvent
-from agentloop.result import Usage
 
 from .compat import ChatCompat, new_id
-from .response import NO_NAME_MESSAGE, call_input, stop_reason, usage
+from .response import NO_NAME_MESSAGE, UNCOUNTED, call_input, stop_reason, usage
 
 __all__ = ("ChatStreamAssembler",)
 
@@ -41,7 +40,9 @@ class _Call:
 class ChatStreamAssembler:
     """Puts a streamed chat completion together, reporting block events as it goes.
 
-    Text and reasoning arrive as deltas of one open block each; tool calls arrive as
+    Text and reasoning arrive as deltas of one open block each (a text block opens at
+    its first character that is not whitespace: an answer of whitespace only has no text
+    block, as `parse_completion` reads it); tool calls arrive as
     fragments keyed by `index`, with the id and name taken from whichever chunk carries
     them (a new id at an index already in use starts a new call, as servers that reuse
     index 0 send them). A call is announced (`BlockStart`) once its id and name are
@@ -63,10 +64,11 @@ class ChatStreamAssembler:
         self.blocks: dict[int, ContentBlock] = {}
         self.slots = 0
         self.text: tuple[int, str, list[str]] | None = None  # open text/thinking block
+        self.space = ""  # whitespace before any text block opens
         self.calls: list[_Call] = []
         self.call_errors: dict[str, str] = {}
         self.finish_reason: str | None = None
-        self.usage = Usage(requests=1)
+        self.usage = UNCOUNTED  # until a chunk carries usage (if the server sends any)
         self.id = ""
         self.model = ""
 
@@ -126,7 +128,12 @@ class ChatStreamAssembler:
 
     async def _text(self, kind: str, value: str) -> None:
         if self.text is None or self.text[1] != kind:
+            if kind == "text" and not (self.space + value).strip():
+                self.space += value  # a text block opens at its first visible character
+                return
+            leading = self.space if kind == "text" else ""
             await self._close_text()
+            value = leading + value
             slot = self._slot()
             self.text = (slot, kind, [])
             start: ContentBlock = (
@@ -138,6 +145,7 @@ class ChatStreamAssembler:
         await self.on_event(BlockDelta(slot, kind, value))
 
     async def _close_text(self) -> None:
+        self.space = ""  # whitespace that opened no text block is left out, as in JSON
         if self.text is None:
             return
         slot, kind, pieces = self.text
