@@ -19,6 +19,7 @@ if typing.TYPE_CHECKING:
     from .approval import Approve as Approve
     from .approval import Deny as Deny
     from .calls import ToolDefinition as ToolDefinition
+    from .capabilities import Capability as Capability
     from .config import AgentConfig as AgentConfig
     from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
@@ -96,6 +97,7 @@ _MODULES = {
     "ApprovalRequest": "result",
     "ApprovalRequested": "events",
     "Approve": "approval",
+    "Capability": "capabilities",
     "ConfigurationError": "errors",
     "ContentBlock": "messages",
     "Deny": "approval",

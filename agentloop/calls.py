@@ -12,7 +12,7 @@ import base64
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Union
 
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -30,6 +30,7 @@ from .messages import (
 )
 
 __all__ = (
+    "AnnouncedTool",
     "CallPaused",
     "ToolCall",
     "ToolDefinition",
@@ -61,6 +62,11 @@ class ToolDefinition:
             "input_schema": self.input_schema,
             **self.extra,
         }
+
+
+AnnouncedTool = Union[ToolDefinition, Mapping[str, Any]]  # noqa: UP007 (an alias read at run time)
+"""A tool as a request announces it: a `ToolDefinition`, or a wire dict (an external tool,
+a kind the API runs itself)."""
 
 
 def wire_tool_name(definition: ToolDefinition | Mapping[str, Any]) -> str | None:

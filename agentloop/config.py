@@ -14,6 +14,7 @@ import anyio
 from opentelemetry.trace import TracerProvider
 
 from .approval import ApprovalRule, agent_rule
+from .capabilities.base import Capability, check_capabilities
 from .checks import check_count, check_seconds
 from .compaction import HistoryProcessor, context_management_params
 from .errors import ConfigurationError
@@ -56,6 +57,7 @@ class AgentOptions(TypedDict, total=False):
     output_mode: OutputMode
     output_retries: int
     cache: CacheSetting
+    capabilities: Sequence[Capability]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +141,10 @@ class AgentConfig:
     """Prompt caching (Anthropic): `"auto"` puts cache breakpoints on each request,
     moving with the history (5-minute TTL); `"1h"` the same with a 1-hour TTL; `"off"`
     adds none (the user's own markers are sent either way)."""
+    capabilities: Sequence[Capability] = ()
+    """Middleware around every run (`agentloop.capabilities`): guardrails, fallback,
+    retries, your own. The first is the outermost; a run's own `capabilities=` come
+    inside these."""
 
     def __post_init__(self) -> None:
         """Check every option; refuse a value that cannot work with `ConfigurationError`."""
@@ -171,6 +177,9 @@ class AgentConfig:
         # Kept in their checked forms (frozen: set once, here).
         object.__setattr__(self, "approval_required", agent_rule(self.approval_required))
         object.__setattr__(self, "history_processors", tuple(self.history_processors))
+        object.__setattr__(
+            self, "capabilities", check_capabilities(self.capabilities, "capabilities")
+        )
         cache_marker(self.cache)
         self.output_schema  # noqa: B018 (refuses an output type it cannot describe)
         self.request_params  # noqa: B018 (refuses context management it cannot send)

@@ -10,7 +10,7 @@ request, an MCP server's sampling) counts it with `add_usage`, explicitly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -23,6 +23,7 @@ from .result import Usage
 if TYPE_CHECKING:
     from .calls import ToolCall
     from .limits import Breach, Meter, Spent, UsageLimits
+    from .messages import ContentBlock
     from .providers.base import Provider
     from .tracing import Tracing
 
@@ -74,6 +75,9 @@ class RunContext(Generic[DepsT]):
     """The run's spans; each call gets an `execute_tool` span when set."""
     effects: Effects = field(default=DIRECT, repr=False)
     """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
+    prompt: str | Sequence[ContentBlock] | None = field(default=None, repr=False)
+    """The run's new user input (what `run(prompt)` was given); None when the run
+    continues a history as it is, or resumes."""
     answers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """In a resumed turn, the caller's answers to the calls the run waited for, by
     tool_use id: a sub-agent's call finds there the sub-run it resumes (`PausedRun`)."""

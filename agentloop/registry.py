@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -36,9 +36,10 @@ from .calls import (
     describe_exception,
     to_content,
 )
+from .capabilities.base import Chain
 from .context import RunContext
 from .effects import DIRECT, CallTasks, Effects, task_group_for
-from .errors import DuplicateToolError, ToolError
+from .errors import AgentloopError, DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
 from .tools import Tool, describe_validation_error
@@ -340,13 +341,17 @@ class CallGroup:
     A tool's `BaseException` that is not an `Exception` (`SystemExit`,
     `KeyboardInterrupt`, ...) cancels the group and leaves it as itself, not in an
     exception group: raised in a task, asyncio would let `SystemExit` and
-    `KeyboardInterrupt` escape the event loop, past every caller.
+    `KeyboardInterrupt` escape the event loop, past every caller. So does an
+    `AgentloopError` a capability raises to end the run.
     """
 
-    def __init__(self, registry: ToolRegistry, ctx: RunContext[Any]) -> None:
-        """Run calls of `registry` with `ctx`, the turn's context."""
+    def __init__(
+        self, registry: ToolRegistry, ctx: RunContext[Any], capabilities: Chain | None = None
+    ) -> None:
+        """Run calls of `registry` with `ctx`, the turn's context, inside `capabilities`."""
         self.registry = registry
         self.context = ctx
+        self.capabilities = capabilities
         self._group: anyio.abc.TaskGroup | CallTasks | None = None
         self._fatal: BaseException | None = None
 
@@ -392,18 +397,46 @@ class CallGroup:
     ) -> None:
         # The task works on a copy of its parent's context: the binding ends with it.
         bind_call_context(self.context, call)
+        run = partial(self.registry.run_call, call, self.context)
+        if self.capabilities is not None and self.capabilities.has("wrap_tool_call"):
+            run = partial(self._through_capabilities, call)
         try:
-            result = await self.context.effects.tool(
-                call, self.context.round, partial(self.registry.run_call, call, self.context)
-            )
+            result = await self.context.effects.tool(call, self.context.round, run)
         except BaseException as exc:
-            if isinstance(exc, (Exception, *_cancellations())):
+            stops = isinstance(exc, AgentloopError)  # a capability ended the run
+            if not stops and isinstance(exc, (Exception, *_cancellations())):
                 raise
             if self._fatal is None:
                 self._fatal = exc
             self.cancel()
             return
         await on_result(result)
+
+    async def _through_capabilities(self, call: ToolCall) -> ToolResult:
+        """`call` run through the run's `wrap_tool_call`s (inside the call's effect).
+
+        A capability's `ToolError` answers the call without running it; an
+        `AgentloopError` goes on (it ends the run); any other failure answers the call
+        with an `is_error` result naming it.
+        """
+        assert self.capabilities is not None
+
+        async def tool(changed: ToolCall) -> ToolResult:
+            # A capability may change the input; the call keeps its id and name.
+            return await self.registry.run_call(replace(changed, id=call.id), self.context)
+
+        try:
+            return await self.capabilities.tool_call(self.context.for_call(call), tool)(call)
+        except ToolError as exc:
+            return ToolResult.error(call, exc.message, ran=False)
+        except AgentloopError:
+            raise
+        except Exception as exc:
+            _logger(self.context).exception(
+                "capability.failed", tool_use_id=call.id, name=call.name
+            )
+            why = f"Not run: a capability of the run failed ({describe_exception(exc)})."
+            return ToolResult.error(call, why, ran=False)
 
 
 # -- helpers

@@ -9,11 +9,12 @@ and logs what came back.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .calls import ToolDefinition
 from .config import AgentConfig
+from .context import RunContext
 from .effects import OnEvent
 from .messages import Message
 from .providers.base import (
@@ -30,20 +31,22 @@ __all__ = ("build_request", "send_request")
 
 
 def build_request(
-    config: AgentConfig, state: RunState, messages: Sequence[Message], params: dict[str, Any]
+    config: AgentConfig,
+    state: RunState,
+    messages: Sequence[Message],
+    tools: Sequence[ToolDefinition | Mapping[str, Any]],
+    params: dict[str, Any],
 ) -> ModelRequest:
-    """The next request of the run `state`: `messages` (already compacted) and its tools.
+    """The next request of the run `state`: `messages` (already compacted), `tools`.
 
     `params` are the config's `request_params`, computed once per run.
     """
-    registry = state.registry
-    tools = registry.definitions()
     request = ModelRequest(
         model=config.model,
         messages=messages,
         max_tokens=config.max_tokens,
         system=config.system,
-        tools=[*tools, *state.external] if state.external else tools,
+        tools=tools,
         tool_choice=config.tool_choice,
         thinking=config.thinking,
         metadata=config.metadata,
@@ -56,11 +59,25 @@ def build_request(
 
 
 async def send_request(
-    config: AgentConfig, state: RunState, request: ModelRequest, on_event: OnEvent | None
+    config: AgentConfig,
+    state: RunState,
+    request: ModelRequest,
+    ctx: RunContext[Any],
+    on_event: OnEvent | None,
 ) -> ModelResponse:
-    """Send `request` through the run's effects; streamed to `on_event` when one is given."""
+    """Send `request` through the run's effects; streamed to `on_event` when one is given.
+
+    The run's capabilities wrap the send inside the effect (`ctx` is the turn's), so a
+    durable run records what they did with the response.
+    """
     started = time.perf_counter()
-    send = partial(_ask, config.provider, request)
+
+    async def send(stream: OnEvent | None) -> ModelResponse:
+        async def base(request: ModelRequest, *, provider: Provider | None = None) -> ModelResponse:
+            return await _ask(provider or config.provider, request, stream)
+
+        return await state.capabilities.request(ctx, base)(request)
+
     if state.tracing is None:
         response = await state.effects.model(request, state.rounds, send, on_event)
     else:

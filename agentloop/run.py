@@ -25,7 +25,8 @@ import anyio.lowlevel
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .calls import ToolDefinition, ToolResult
+from .calls import AnnouncedTool, ToolDefinition, ToolResult, wire_tool_name
+from .capabilities.base import Capability, Chain, check_capabilities
 from .compaction import Compaction
 from .config import AgentConfig
 from .context import RunContext
@@ -71,6 +72,7 @@ class RunOptions(TypedDict, total=False):
     external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
     session: Session | None
     usage_limits: UsageLimits | None
+    capabilities: Sequence[Capability]
 
 
 class ResumeOptions(TypedDict, total=False):
@@ -80,6 +82,7 @@ class ResumeOptions(TypedDict, total=False):
     results: Mapping[str, Any] | None
     deps: Any
     session: Session | None
+    capabilities: Sequence[Capability]
 
 
 class StartOptions(RunOptions, total=False):
@@ -124,6 +127,7 @@ class Run(Generic[OutputT]):
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
+        capabilities: Sequence[Capability] = (),
         state: Mapping[str, Any] | PausedRun | None = None,
         decisions: Mapping[str, Any] | None = None,
         results: Mapping[str, Any] | None = None,
@@ -153,6 +157,8 @@ class Run(Generic[OutputT]):
             session: A `Session` (`agentloop.sessions`) to continue instead of
                 `history`; what the run adds is appended when it ends.
             usage_limits: The most this run may spend, instead of the agent's.
+            capabilities: This run's own capabilities, inside the agent's (see
+                `agentloop.capabilities`).
             state: A paused run's `RunResult.state`, to continue instead of a prompt
                 (what `Agent.resume` does); with a `session`, the state stored there. Or
                 the `PausedRun` `agentloop.resume.plan` made of it, answered already.
@@ -181,6 +187,10 @@ class Run(Generic[OutputT]):
             "output_type": output_type,
         }
         self._session = session
+        self._capabilities = (
+            *config.capabilities,
+            *check_capabilities(capabilities, "capabilities"),
+        )
         resuming = state is not None or decisions is not None or results is not None
         self._paused = (state, decisions, results) if resuming else None
         self._stream = stream
@@ -250,6 +260,7 @@ class Run(Generic[OutputT]):
         if self._state is not None:
             raise ConfigurationError("a Run is driven once; start another with agent.start()")
         self._state = await self._prepare()
+        self._state.capabilities = Chain(self._capabilities, self._context(self._state.rounds))
         self._send, self._receive = anyio.create_memory_object_stream[Event](math.inf)
         self._group = task_group_for(self._state.effects)
         await self._group.__aenter__()
@@ -426,9 +437,11 @@ class Run(Generic[OutputT]):
         await self._emit(RunStarted(state.id))
         try:
             with structlog.contextvars.bound_contextvars(run_id=state.id):
+                await state.capabilities.before_run(self._context(state.rounds))
                 stop = await self._loop()
                 if state.output is not None:
                     state.output.check_end(stop)
+                await state.capabilities.after_run(self._context(state.rounds), state.result(stop))
         except anyio.get_cancelled_exc_class():
             state.end_early("cancelled")
             state.log.info("run.cancelled", rounds=state.rounds)
@@ -479,11 +492,26 @@ class Run(Generic[OutputT]):
             state.history.check()
         context = self._context(state.rounds + 1)
         messages = await self._compaction.messages(state.history.messages, context)
-        request = build_request(config, state, messages, self._params)
+        tools = await self._tools(context)
+        request = build_request(config, state, messages, tools, self._params)
         breach = await check_before_request(state.meter, request, config.provider)
         if breach is not None:
             raise breach.error(state.end_early("usage_limit"))
         return request
+
+    async def _tools(self, context: RunContext[Any]) -> list[AnnouncedTool]:
+        """The tools the next request announces: the run's, through its capabilities."""
+        state = self._started
+        tools: list[AnnouncedTool] = [
+            *state.registry.definitions(),
+            *state.external,
+        ]
+        chain = state.capabilities
+        if not chain.has("prepare_tools"):
+            return tools
+        prepared = await chain.prepare_tools(context, tools)
+        state.offered = frozenset(n for t in prepared if (n := wire_tool_name(t)) is not None)
+        return prepared
 
     async def _play_turn(self, request: ModelRequest) -> TurnOutcome:
         """Send `request` and answer the calls of its response: one round."""
@@ -505,8 +533,13 @@ class Run(Generic[OutputT]):
     async def _send_request(
         self, request: ModelRequest, on_event: Callable[[Any], Awaitable[None]]
     ) -> ModelResponse:
+        state = self._started
         return await send_request(
-            self._config, self._started, request, on_event if self._stream else None
+            self._config,
+            state,
+            request,
+            self._context(state.rounds),
+            on_event if self._stream else None,
         )
 
     async def _decide(self, outcome: TurnOutcome) -> StopReason | None:
@@ -552,6 +585,7 @@ class Run(Generic[OutputT]):
             log=state.log.bind(round=round_),
             tracing=state.tracing,
             effects=state.effects,
+            prompt=self._start["prompt"],
         )
 
     def _check_failures(self, results: Sequence[ToolResult]) -> None:

@@ -16,6 +16,7 @@ import anyio
 
 from .approval import Gate
 from .calls import ToolCall, ToolDefinition, ToolResult, wire_tool_name
+from .capabilities.base import Chain
 from .config import AgentConfig, schema_of
 from .effects import DIRECT, Effects
 from .errors import ConfigurationError
@@ -101,6 +102,11 @@ class RunState:
         self.output = output
         self.effects: Effects = DIRECT
         """Where the run's model requests and tool calls are performed (`agentloop.effects`)."""
+        self.capabilities = Chain()
+        """The run's capabilities, composed (the agent's, then the run's own)."""
+        self.offered: frozenset[str] | None = None
+        """The names of the tools the turn under way announced, when its capabilities
+        changed them (a call of another is answered as not available); None otherwise."""
 
     def perform_with(self, effects: Effects, run_id: str) -> None:
         """Run as `run_id`, its effects performed by `effects` (a durable engine's).

@@ -93,7 +93,7 @@ class Turn:
         """
         failure: Exception | None = None
         try:
-            async with CallGroup(self.registry, self.context) as group:
+            async with CallGroup(self.registry, self.context, self.run.capabilities) as group:
                 self.group = group
                 try:
                     response = await ask(self.on_event)
@@ -129,9 +129,11 @@ class Turn:
                     return
                 tool = self.registry.get(call.name)
                 left = self.run.meter.calls_left()  # a tool_calls limit: start none over it
+                offered = self.run.offered
                 eager = (
                     call.error is None
                     and (tool is None or tool.eager)
+                    and (offered is None or call.name in offered)
                     and (left is None or len(self.started) < left)
                 )
                 if self.emit is not None:
@@ -213,10 +215,25 @@ class Turn:
 
     def _not_runnable(self, response: ModelResponse) -> dict[str, str]:
         """Why each call that must not run won't, by tool_use id."""
-        errors = {**self._by_stop_reason(response), **response.call_errors}
+        errors = {
+            **self._not_offered(response),
+            **self._by_stop_reason(response),
+            **response.call_errors,
+        }
         run = self.run
         over = run.meter.refused_calls(response, errors, run.external_names, self.started)
         return {**errors, **over}
+
+    def _not_offered(self, response: ModelResponse) -> dict[str, str]:
+        """The calls of tools the turn's capabilities did not announce (hid)."""
+        offered = self.run.offered
+        if offered is None:
+            return {}
+        return {
+            u.id: f"Not run: the tool '{u.name}' is not available now."
+            for u in response.tool_uses
+            if u.name not in offered and u.name in self.registry
+        }
 
     def _by_stop_reason(self, response: ModelResponse) -> dict[str, str]:
         reason = response.stop_reason
@@ -313,7 +330,7 @@ class Turn:
                     await self.emit(
                         ToolCallReady(self.round, call.id, call.name, call.input, False)
                     )
-            async with CallGroup(self.registry, self.context) as group:
+            async with CallGroup(self.registry, self.context, self.run.capabilities) as group:
                 self.group = group
                 for call in to_run.values():
                     self.start(call)

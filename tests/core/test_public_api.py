@@ -31,6 +31,7 @@ PUBLIC = (
     "ApprovalRequest",
     "ApprovalRequested",
     "Approve",
+    "Capability",
     "ConfigurationError",
     "ContentBlock",
     "Deny",
