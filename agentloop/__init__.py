@@ -20,6 +20,8 @@ if typing.TYPE_CHECKING:
     from .approval import Deny as Deny
     from .calls import ToolDefinition as ToolDefinition
     from .capabilities import Capability as Capability
+    from .capabilities import Fallback as Fallback
+    from .capabilities import Retries as Retries
     from .config import AgentConfig as AgentConfig
     from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
@@ -103,6 +105,7 @@ _MODULES = {
     "Deny": "approval",
     "DocumentBlock": "messages",
     "Event": "events",
+    "Fallback": "capabilities",
     "HistoryError": "errors",
     "ImageBlock": "messages",
     "Message": "messages",
@@ -116,6 +119,7 @@ _MODULES = {
     "RedisSession": "sessions",
     "RepairReport": "repairs",
     "RequestStarted": "events",
+    "Retries": "capabilities",
     "RoundFinished": "events",
     "StepRestarted": "events",
     "RunContext": "context",

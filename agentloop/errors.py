@@ -157,6 +157,12 @@ class HistoryError(AgentloopError, ValueError):
 class ProviderError(AgentloopError):
     """The model API failed. The SDK's own exception is kept as `__cause__`."""
 
+    tool_use_streamed: bool = False
+    """Whether the failed response had streamed a whole `tool_use` block to the run
+    before it failed: a streamed run may have started that call already, so the request
+    is not sent again (`agentloop.capabilities.Retries` and `Fallback` give up on such a
+    failure)."""
+
     def __init__(
         self,
         message: str,

@@ -25,6 +25,7 @@ __all__ = (
     "OutputReady",
     "PartialOutput",
     "RequestStarted",
+    "ResponseReplaced",
     "RoundFinished",
     "RunFinished",
     "RunStarted",
@@ -189,6 +190,22 @@ class ModelResponded:
 
 
 @dataclass(frozen=True)
+class ResponseReplaced:
+    """The response streamed so far in this round is void: the request was sent again.
+
+    A capability sends a round's request again (`agentloop.capabilities.Retries`) or to
+    another model (`Fallback`) after its response failed part way or was refused: drop
+    what was shown of it (its deltas since the round's `RequestStarted`, or since the
+    last `ResponseReplaced`). The response that streams next is the round's. It never
+    follows a streamed tool call: a request is not sent again once one was.
+    """
+
+    round: int
+    attempt: int
+    """Which attempt at the round's request streams next (2 for the first replacement)."""
+
+
+@dataclass(frozen=True)
 class RoundFinished:
     """A model response is complete and its tool calls answered."""
 
@@ -256,6 +273,7 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ToolResultEvent,
     ModelStreamEvent,
     ModelResponded,
+    ResponseReplaced,
     RoundFinished,
     PartialOutput,
     OutputReady,

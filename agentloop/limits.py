@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checks import check_count
 from .errors import ConfigurationError, UsageLimitExceeded
-from .pricing import add_costs, cost_of
+from .pricing import add_costs, cost_of, table_provider
 from .result import Usage
 
 if TYPE_CHECKING:
@@ -275,9 +275,20 @@ class Meter:
         """What one response's `usage` of the run's model costs in US dollars, or None."""
         return cost_of(self.model, usage, provider=self.provider) if self.model else None
 
-    def add(self, usage: Usage) -> None:
-        """Count one response of the run's own model: its tokens and their price."""
-        self.add_usage(usage, self.price(usage))
+    def price_of(self, response: ModelResponse) -> float | None:
+        """What one response costs: priced as the model its request named.
+
+        The run's model, or the one a capability sent the request to instead
+        (`ModelResponse.sent_to`, at that provider's prices).
+        """
+        if response.sent_to is None:
+            return self.price(response.usage)
+        model, provider = response.sent_to
+        return cost_of(model, response.usage, provider=table_provider(provider))
+
+    def add(self, response: ModelResponse) -> None:
+        """Count one response of the run: its tokens and their price."""
+        self.add_usage(response.usage, self.price_of(response))
 
     def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
         """Count what was spent on the run's behalf (None cost: unknown from now on)."""
@@ -351,7 +362,7 @@ class Meter:
             return {}
         cost = self.cost
         if cost is not None:
-            added = self.price(response.usage)
+            added = self.price_of(response)
             cost = None if added is None else cost + added
         usage = self.usage + response.usage
         breach = _over(self.limits, usage, self.tool_calls + len(ids), cost)

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .calls import ToolDefinition
 from .config import AgentConfig
 from .context import RunContext
 from .effects import OnEvent
-from .messages import Message
+from .errors import ConfigurationError, ProviderError
+from .messages import Message, ToolUseBlock
+from .providers import as_sent
 from .providers.base import (
+    BlockStop,
     ModelRequest,
     ModelResponse,
     Provider,
+    StreamEvent,
     StreamingProvider,
     provider_name,
 )
@@ -73,8 +78,14 @@ async def send_request(
     started = time.perf_counter()
 
     async def send(stream: OnEvent | None) -> ModelResponse:
+        attempts = _Attempts(stream)
+
         async def base(request: ModelRequest, *, provider: Provider | None = None) -> ModelResponse:
-            return await _ask(provider or config.provider, request, stream)
+            target = provider or config.provider
+            response = await attempts.send(as_sent(target, ctx.run_id), request)
+            if provider is None and request.model == config.model:
+                return response
+            return replace(response, sent_to=(request.model, provider_name(target)))
 
         return await state.capabilities.request(ctx, base)(request)
 
@@ -98,10 +109,45 @@ async def send_request(
     return response
 
 
-async def _ask(
-    provider: Provider, request: ModelRequest, on_event: OnEvent | None
-) -> ModelResponse:
-    """Send `request`, streamed to `on_event` when one is given and the provider can."""
-    if on_event is not None and isinstance(provider, StreamingProvider):
-        return await provider.stream(request, on_event)
-    return await provider.complete(request)
+class _Attempts:
+    """The attempts at one round's request: each sent, streamed to the turn's handler.
+
+    A capability may send the round's request again (a retry, a fallback), but never
+    once a response streamed a whole `tool_use` block: the turn may have started that
+    call as the block closed, and a call of a response that is then dropped must not
+    run. Such an attempt's failure says so (`ProviderError.tool_use_streamed`), and a
+    request sent after it is refused.
+    """
+
+    def __init__(self, on_event: OnEvent | None) -> None:
+        self.on_event = on_event
+        self.tool_use_streamed = False
+        self.failure: ProviderError | None = None
+
+    async def send(self, provider: Provider, request: ModelRequest) -> ModelResponse:
+        """The response to `request` from `provider`, streamed when the run streams."""
+        if self.tool_use_streamed:
+            if self.failure is not None:
+                raise self.failure
+            raise ConfigurationError(
+                "a capability sent a round's request again after a response that "
+                "streamed a tool call (which may have started): it must keep that response"
+            )
+        try:
+            if self.on_event is not None and isinstance(provider, StreamingProvider):
+                return await provider.stream(request, self._watched)
+            return await provider.complete(request)
+        except ProviderError as exc:
+            exc.tool_use_streamed = self.tool_use_streamed
+            self.failure = exc
+            raise
+
+    async def _watched(self, event: StreamEvent) -> None:
+        assert self.on_event is not None
+        await self.on_event(event)
+        if (
+            isinstance(event, BlockStop)
+            and isinstance(event.block, ToolUseBlock)
+            and event.complete
+        ):
+            self.tool_use_streamed = True

@@ -235,3 +235,8 @@ class RunResult(Generic[OutputT]):
     """The `UsageLimits` fields the run could not hold it to (`"input_tokens"`,
     `"output_tokens"`, `"total_tokens"`, `"cost_usd"`): those it set, once a response
     came without token counts (`usage.tokens_known` is False). Empty otherwise."""
+    models: list[str] = field(default_factory=list)
+    """The model that answered each round, in order: one entry per response the run
+    kept (a round whose request failed has none), the model the response names, or the
+    model its request named when it names none. A fallback's rounds name the fallback's
+    model (see `agentloop.capabilities.Fallback`)."""

@@ -78,6 +78,8 @@ class RunState:
         self.meter = meter if meter is not None else Meter(None, "")
         self.rounds = 0
         self.calls: list[ToolCallRecord] = []
+        self.models: list[str] = []
+        """The model that answered each response the run kept, in order."""
         self.container: str | None = None
         self.stop_sequence: str | None = None
         """The stop sequence the last response stopped at, if it stopped at one."""
@@ -149,7 +151,9 @@ class RunState:
         self, response: ModelResponse, errors: dict[str, str] | None = None
     ) -> list[ToolCall]:
         """Count the response's usage and add it to the history; return its calls."""
-        self.meter.add(response.usage)
+        self.meter.add(response)
+        sent_to = response.sent_to
+        self.models.append(response.model or (sent_to[0] if sent_to else self.meter.model))
         self._note_uncounted()
         stopped = response.stop_reason == "stop_sequence"
         sequence = response.stop_sequence
@@ -227,6 +231,7 @@ class RunState:
         self.log = self.log.bind(run_id=self.id)
         self.rounds = paused.rounds
         self.calls = list(paused.tool_calls)
+        self.models = list(paused.models)
         self.container = paused.container
         self.paused = paused if paused.pending else None
         # The limits hold over the whole run: count what it spent before the pause (its
@@ -297,6 +302,7 @@ class RunState:
             stop_sequence=self.stop_sequence,
             container=self.container,
             unenforced_limits=self.meter.unenforced(),
+            models=list(self.models),
         )
 
     def _state(self) -> dict[str, Any]:
@@ -312,6 +318,7 @@ class RunState:
             container=self.container,
             external=[d.to_wire() if isinstance(d, ToolDefinition) else d for d in self.external],
             cost=self.cost,
+            models=self.models,
         )
 
 

@@ -88,6 +88,8 @@ class PausedRun:
     """The run's external tool definitions (wire form), announced again after resuming."""
     cost: float | None = None
     """What the run's requests cost before the pause (None: unknown)."""
+    models: list[str] = field(default_factory=list)
+    """The model that answered each response before the pause (`RunResult.models`)."""
     answers: Mapping[str, ToolCall | ToolResult | PausedRun] = field(default_factory=dict)
     """How each waiting call is answered when the run resumes, by id: the call to run
     (approved, its input perhaps edited), its result (denied, or an external result), or
@@ -146,6 +148,7 @@ def dump_state(
     container: str | None,
     external: Sequence[Mapping[str, Any]],
     cost: float | None = None,
+    models: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The state of a paused run, with its checksum: plain JSON values only."""
     body = {
@@ -161,6 +164,7 @@ def dump_state(
         "container": container,
         "external": list(external),
         "cost": cost,
+        "models": list(models),
     }
     text = _canonical(body)  # also proves every value is JSON
     state: dict[str, Any] = json.loads(text)
@@ -236,6 +240,7 @@ def _read(shape: _Shape) -> PausedRun:
         container=shape.container,
         external=shape.external,
         cost=shape.cost,
+        models=shape.models,
     )
 
 
@@ -313,3 +318,4 @@ class _Shape(_Strict):
     container: str | None
     external: list[dict[str, Any]]
     cost: float | None = Field(default=None, ge=0)
+    models: list[str] = Field(default_factory=list)  # absent from states written before

@@ -43,6 +43,7 @@ def result_to_json(result: RunResult[Any], output_type: Any = str) -> dict[str, 
         "stop_sequence": result.stop_sequence,
         "container": result.container,
         "unenforced_limits": list(result.unenforced_limits),
+        "models": list(result.models),
     }
 
 
@@ -50,7 +51,7 @@ def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResu
     """The `RunResult` `result_to_json` wrote; its output validated as `output_type`.
 
     JSON written before `stop_sequence` and `container` were recorded reads with both None,
-    and before `unenforced_limits` was with none.
+    before `unenforced_limits` was with none, and before `models` was with no models.
     """
     output = data["output"]
     return RunResult(
@@ -71,6 +72,7 @@ def result_from_json(data: Mapping[str, Any], output_type: Any = str) -> RunResu
         stop_sequence=data.get("stop_sequence"),
         container=data.get("container"),
         unenforced_limits=tuple(data.get("unenforced_limits", ())),
+        models=list(data.get("models", ())),
     )
 
 

@@ -190,6 +190,14 @@ def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else dict(value)
 
 
+def _sent_to(value: Any) -> tuple[str, str] | None:
+    """A recorded `ModelResponse.sent_to`: a [model, provider] pair, or None."""
+    if value is None:
+        return None
+    model, provider = value
+    return str(model), str(provider)
+
+
 _CONTENT = TypeAdapter(list[ContentBlock])
 _USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
 
@@ -213,6 +221,12 @@ class ModelResponse:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The HTTP response headers, lower-cased (`request-id`, `anthropic-ratelimit-*`,
     ...), when the provider has them; empty otherwise."""
+    sent_to: tuple[str, str] | None = None
+    """Where the request went when a capability sent it elsewhere than the run's model
+    and provider (a fallback's, see `agentloop.capabilities.Fallback`): the model it
+    named and the provider's name (`provider_name`). The run prices the response as
+    that model, and names it in `RunResult.models` when the response names none. None:
+    the run's own model and provider."""
 
     @classmethod
     def from_wire(cls, body: Any) -> ModelResponse:
@@ -270,6 +284,7 @@ class ModelResponse:
             "raw": dict(self.raw),
             "call_errors": dict(self.call_errors),
             "headers": dict(self.headers),
+            "sent_to": None if self.sent_to is None else list(self.sent_to),
         }
 
     @classmethod
@@ -292,8 +307,10 @@ class ModelResponse:
                 raw=data["raw"],
                 call_errors=data["call_errors"],
                 headers=data["headers"],
+                # Absent from what an earlier version recorded.
+                sent_to=_sent_to(data.get("sent_to")),
             )
-        except (KeyError, TypeError, AttributeError, ValidationError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
             raise InvalidResponseError(f"not a recorded response: {exc}"[:500]) from exc
 
     @property

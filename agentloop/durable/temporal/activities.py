@@ -29,7 +29,7 @@ from agentloop.durable.temporal.workflow import TOPIC
 from agentloop.errors import ProviderError
 from agentloop.events import ToolResultEvent
 from agentloop.progress import events_to
-from agentloop.providers.anthropic import AnthropicProvider
+from agentloop.providers import without_sdk_retries
 from agentloop.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -37,7 +37,6 @@ from agentloop.providers.base import (
     StreamingProvider,
     retry_after,
 )
-from agentloop.providers.openai import OpenAIChatProvider
 
 
 class ActivityOwner(Protocol):
@@ -168,20 +167,3 @@ def _application_error(exc: ProviderError) -> ApplicationError:
         non_retryable=not retried,
         next_retry_delay=None if wait is None else timedelta(seconds=wait),
     )
-
-
-def without_sdk_retries(provider: Provider) -> Provider:
-    """`provider` with the SDK client's own retries off (Temporal retries activities)."""
-    if isinstance(provider, AnthropicProvider):
-        return AnthropicProvider(
-            provider.client.with_options(max_retries=0),
-            stream=provider.streaming,
-            max_retry_wait=provider.max_retry_wait,
-        )
-    if isinstance(provider, OpenAIChatProvider):
-        return OpenAIChatProvider(
-            provider.client.with_options(max_retries=0),
-            compat=provider.compat,
-            stream=provider.streaming,
-        )
-    return provider

@@ -171,6 +171,7 @@ def _beginning(data: dict[str, Any], run_id: str) -> dict[str, Any]:
         container=carry["container"],
         external=carry["external"],
         cost=carry["cost"],
+        models=carry.get("models", ()),
     )
     return {"state": between_rounds}
 
@@ -459,6 +460,7 @@ def _carry(result: RunResult[Any], data: dict[str, Any]) -> dict[str, Any]:
         "container": result.container,
         "external": data["carry"]["external"] if "carry" in data else data["external_tools"],
         "cost": result.cost,
+        "models": result.models,
     }
 
 
