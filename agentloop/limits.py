@@ -287,8 +287,14 @@ class Meter:
         return cost_of(model, response.usage, provider=table_provider(provider))
 
     def add(self, response: ModelResponse) -> None:
-        """Count one response of the run: its tokens and their price."""
-        self.add_usage(response.usage, self.price_of(response))
+        """Count one response of the run: its tokens and their price.
+
+        With what the responses dropped for it spent (`ModelResponse.dropped_usage`).
+        """
+        self.add_usage(
+            response.usage + response.dropped_usage,
+            add_costs(self.price_of(response), response.dropped_cost),
+        )
 
     def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
         """Count what was spent on the run's behalf (None cost: unknown from now on)."""
@@ -362,9 +368,8 @@ class Meter:
             return {}
         cost = self.cost
         if cost is not None:
-            added = self.price_of(response)
-            cost = None if added is None else cost + added
-        usage = self.usage + response.usage
+            cost = add_costs(cost, add_costs(self.price_of(response), response.dropped_cost))
+        usage = self.usage + response.usage + response.dropped_usage
         breach = _over(self.limits, usage, self.tool_calls + len(ids), cost)
         if breach is None:
             self.count_calls(len(ids))

@@ -4,8 +4,9 @@
 first, then each fallback in turn, on the same provider or on another (a Chat Completions
 one included), until one answers. The request is the same each time (the history, the
 tools, the options), with the fallback's model named in it. The run keeps the response
-that answered, counts the usage and cost of every response it did not keep, and names
-the model of each round in `RunResult.models`.
+that answered, with the usage and cost of every response it did not keep
+(`ModelResponse.dropped_usage`, counted by the run and recorded with the response by a
+durable run), and names the model of each round in `RunResult.models`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.logs import get_logger
+from agentloop.pricing import add_costs
 from agentloop.providers import provider_for
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider
+from agentloop.result import Usage
 
 from .base import Capability, NextRequest
 from .conditions import ERRORS, Condition, check_conditions, failed, refused
@@ -100,6 +103,10 @@ class Fallback(Capability):
         """The response of the first model that answers without a condition of `on`."""
         tries: list[tuple[Provider | None, str]] = [(None, request.model), *self.models]
         log = ctx.log or _log
+        # The responses dropped so far: the run counts only the one it keeps, so their
+        # spending goes with it (and into a durable run's record of it).
+        dropped: Usage = Usage()
+        dropped_cost: float | None = 0.0
         for number, (provider, model) in enumerate(tries, 1):
             last = number == len(tries)
             sent = request if model == request.model else replace(request, model=model)
@@ -111,15 +118,21 @@ class Fallback(Capability):
             except ProviderError as exc:
                 why = failed(exc, self.on)
                 if last or why is None or exc.tool_use_streamed:
+                    if dropped != Usage():  # the run fails: count them now
+                        ctx.add_usage(dropped, dropped_cost)
                     raise
                 log.warning("model.fallback", model=model, fallback=tries[number][1], reason=why)
                 continue
             why = refused(response, self.on)
             if last or why is None or response.tool_uses:
-                return response
-            # The run counts the response it keeps; this one it drops, so it is counted here.
-            cost = None if ctx.meter is None else ctx.meter.price_of(response)
-            ctx.add_usage(response.usage, cost)
+                return replace(
+                    response,
+                    dropped_usage=response.dropped_usage + dropped,
+                    dropped_cost=add_costs(response.dropped_cost, dropped_cost),
+                )
+            dropped += response.usage + response.dropped_usage
+            price = None if ctx.meter is None else ctx.meter.price_of(response)
+            dropped_cost = add_costs(dropped_cost, add_costs(price, response.dropped_cost))
             log.warning("model.fallback", model=model, fallback=tries[number][1], reason=why)
         raise AssertionError("unreachable: the last model's outcome is returned or raised")
 

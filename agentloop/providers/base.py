@@ -227,6 +227,13 @@ class ModelResponse:
     named and the provider's name (`provider_name`). The run prices the response as
     that model, and names it in `RunResult.models` when the response names none. None:
     the run's own model and provider."""
+    dropped_usage: Usage = field(default_factory=Usage)
+    """What the responses a capability dropped for this one used (a fallback's refused
+    responses): the run counts it with this response, so a durable run that records
+    this response records it too."""
+    dropped_cost: float | None = 0.0
+    """What those dropped responses cost in US dollars, each at its own model's prices
+    (None: unknown)."""
 
     @classmethod
     def from_wire(cls, body: Any) -> ModelResponse:
@@ -285,6 +292,8 @@ class ModelResponse:
             "call_errors": dict(self.call_errors),
             "headers": dict(self.headers),
             "sent_to": None if self.sent_to is None else list(self.sent_to),
+            "dropped_usage": asdict(self.dropped_usage),
+            "dropped_cost": self.dropped_cost,
         }
 
     @classmethod
@@ -296,6 +305,7 @@ class ModelResponse:
         """
         try:
             usage = {k: v for k, v in data["usage"].items() if k in _USAGE_FIELDS}
+            dropped = {k: v for k, v in data.get("dropped_usage", {}).items() if k in _USAGE_FIELDS}
             return cls(
                 content=_CONTENT.validate_python(data["content"]),
                 stop_reason=data["stop_reason"],
@@ -307,8 +317,10 @@ class ModelResponse:
                 raw=data["raw"],
                 call_errors=data["call_errors"],
                 headers=data["headers"],
-                # Absent from what an earlier version recorded.
+                # These three are absent from what an earlier version recorded.
                 sent_to=_sent_to(data.get("sent_to")),
+                dropped_usage=Usage(**dropped),
+                dropped_cost=data.get("dropped_cost", 0.0),
             )
         except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
             raise InvalidResponseError(f"not a recorded response: {exc}"[:500]) from exc

@@ -132,6 +132,25 @@ async def test_a_refusal_falls_back_and_each_attempt_is_counted_and_priced(
     valid(result)
 
 
+async def test_a_refused_response_counts_when_the_next_model_fails(http_agent: Any) -> None:
+    script = by_model(
+        {
+            SONNET: reply("No.", stop_reason="refusal", usage={"input_tokens": 70}),
+            HAIKU: Fault.overloaded(),
+        }
+    )
+    fallback = Fallback([HAIKU], on=("refusal", "overloaded"))
+    agent, server = http_agent(script, model=SONNET, capabilities=[fallback])
+    with pytest.raises(OverloadedError) as caught:
+        await agent.run("hi")
+    assert asked(server) == [SONNET, HAIKU]
+    assert caught.value.result is not None
+    assert caught.value.result.usage.input_tokens == 70
+    assert caught.value.result.usage.requests == 1
+    assert caught.value.result.models == []
+    valid(caught.value.result)
+
+
 async def test_a_context_window_stop_falls_back_to_a_larger_model(http_agent: Any) -> None:
     script = by_model(
         {
@@ -317,11 +336,18 @@ async def test_models_are_recorded_and_old_records_still_load() -> None:
     del data["models"]
     assert result_from_json(data).models == []
     response = ModelResponse.from_wire(reply("hi"))
-    sent = ModelResponse(response.content, "end_turn", sent_to=(HAIKU, "anthropic"))
+    sent = ModelResponse(
+        response.content,
+        "end_turn",
+        sent_to=(HAIKU, "anthropic"),
+        dropped_usage=Usage(input_tokens=5, requests=1),
+        dropped_cost=0.25,
+    )
     assert ModelResponse.from_json(sent.to_json()) == sent
     old = response.to_json()
-    del old["sent_to"]
-    assert ModelResponse.from_json(old).sent_to is None
+    for name in ("sent_to", "dropped_usage", "dropped_cost"):
+        del old[name]
+    assert ModelResponse.from_json(old) == response
 
 
 @pytest.mark.parametrize(
