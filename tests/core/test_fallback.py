@@ -373,3 +373,36 @@ async def test_models_are_recorded_and_old_records_still_load() -> None:
 def test_a_fallback_is_checked_when_made(models: Any, on: Any, problem: str) -> None:
     with pytest.raises(ConfigurationError, match=problem):
         Fallback(models, on=on)
+
+
+async def test_a_sub_agent_falls_back_and_the_parent_counts_every_attempt(serve: Any) -> None:
+    ran.clear()
+    worker_server = serve(
+        by_model(
+            {
+                SONNET: reply("Not that.", stop_reason="refusal", usage={"input_tokens": 40}),
+                HAIKU: reply("w is 1", model=HAIKU, usage={"input_tokens": 60}),
+            }
+        )
+    )
+    worker = Agent(
+        provider=AnthropicProvider(worker_server.client()),
+        model=SONNET,
+        name="worker",
+        capabilities=[Fallback([HAIKU], on=("refusal",))],
+    )
+    boss_server = serve(
+        [
+            reply(tool_call("worker", {"prompt": "find w"}), usage={"input_tokens": 10}, model=""),
+            reply("w is 1, says the worker", usage={"input_tokens": 20}, model=""),
+        ]
+    )
+    boss = Agent(
+        provider=AnthropicProvider(boss_server.client()), model=SONNET, tools=[worker.as_tool()]
+    )
+    result = await boss.run("go")
+    assert result.text == "w is 1, says the worker"
+    assert asked(worker_server) == [SONNET, HAIKU]
+    assert result.models == [SONNET, SONNET]  # the boss's own rounds, named by its requests
+    assert result.usage.input_tokens == 10 + 20 + 40 + 60 and result.usage.requests == 4
+    valid(result)
