@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 from .messages import ToolUseBlock
-from .providers.base import BlockDelta, BlockStart, ModelResponse, StreamEvent
+from .providers.base import BlockDelta, BlockStart, MessageStart, ModelResponse, StreamEvent
 from .result import RunResult, SubAgentCall, Usage, sub_agent_path
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ __all__ = (
     "PartialOutput",
     "RequestStarted",
     "ResponseReplaced",
+    "ResponseWatch",
     "RoundFinished",
     "RunFinished",
     "RunStarted",
@@ -281,6 +282,46 @@ Event = Union[  # noqa: UP007 (readable as a list)
     RunFinished,
 ]
 """Any event of a streamed run."""
+
+
+class ResponseWatch:
+    """Watches the streamed events of one round's request for a response that starts over.
+
+    A capability may send the request again (`Retries`, `Fallback`): the next response
+    begins with its `MessageStart` (a provider that sends none begins with block 0), and
+    a response's blocks begin in order. Both a streamed run's turn and a durable run's
+    model step use it to say `ResponseReplaced` where that happens.
+    """
+
+    def __init__(self, round_: int) -> None:
+        """A watch over the responses of round `round_`."""
+        self.round = round_
+        self.attempt = 1
+        """Which response to the round's request is streaming."""
+        self._last_block = -1  # the highest block index the response began
+        self._message_started = False
+
+    def replaced(self, event: StreamEvent) -> ResponseReplaced | None:
+        """The `ResponseReplaced` to report before `event`, or None.
+
+        One is reported when `event` opens another response after one that had begun a
+        block (a response that showed nothing is dropped silently).
+        """
+        again = False
+        if isinstance(event, MessageStart):
+            again = self._message_started or self._last_block >= 0
+            self._message_started = True
+        elif isinstance(event, BlockStart):
+            again = event.index <= self._last_block
+        shown = again and self._last_block >= 0
+        if again:
+            self._last_block = -1
+        if isinstance(event, BlockStart):
+            self._last_block = event.index
+        if not shown:
+            return None
+        self.attempt += 1
+        return ResponseReplaced(self.round, self.attempt)
 
 
 def friendly_event(round_: int, event: StreamEvent, tool_ids: dict[int, str]) -> Event | None:

@@ -26,14 +26,14 @@ from agentloop.events import (
     Event,
     ModelResponded,
     ModelStreamEvent,
-    ResponseReplaced,
+    ResponseWatch,
     ToolCallReady,
     ToolResultEvent,
     friendly_event,
 )
 from agentloop.history import TRUNCATED_MESSAGE, call_of
 from agentloop.messages import ContentBlock, TextBlock, ToolUseBlock
-from agentloop.providers.base import BlockStart, BlockStop, MessageStart, ModelResponse, StreamEvent
+from agentloop.providers.base import BlockStop, ModelResponse, StreamEvent
 from agentloop.registry import CallGroup, ToolRegistry
 from agentloop.result import SubAgentCall
 from agentloop.runstate import CANCELLED_MESSAGE, RunState
@@ -80,9 +80,7 @@ class Turn:
         self.responded = False
         self.streamed: dict[int, tuple[ContentBlock, bool]] = {}  # index -> (block, complete)
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
-        self.last_block = -1  # the highest block index the streaming response began
-        self.message_started = False  # the streaming response sent its MessageStart
-        self.attempt = 1  # which response to the turn's request streams
+        self.watch = ResponseWatch(self.round)  # a response sent again replaces this one
         self.started: set[str] = set()
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
@@ -122,10 +120,13 @@ class Turn:
 
     async def on_event(self, event: StreamEvent) -> None:
         """Report a streamed event and start a tool call whose block just closed."""
-        if self._begins_another_response(event):
-            await self._drop_response()
-        if isinstance(event, BlockStart):
-            self.last_block = event.index
+        replaced = self.watch.replaced(event)
+        if replaced is not None:
+            # No call of the dropped response started (see `request.py`): forget it.
+            self.streamed.clear()
+            self.ids.clear()
+            if self.emit is not None:
+                await self.emit(replaced)
         if self.emit is not None:
             await self.emit(ModelStreamEvent(self.round, event))
         if isinstance(event, BlockStop):
@@ -157,29 +158,6 @@ class Turn:
             friendly = friendly_event(self.round, event, self.ids)
             if friendly is not None:
                 await self.emit(friendly)
-
-    def _begins_another_response(self, event: StreamEvent) -> bool:
-        """Whether `event` opens a response other than the one streaming.
-
-        The request was sent again: a response begins with its `MessageStart` (a
-        provider that sends none begins with block 0), and its blocks begin in order.
-        """
-        if isinstance(event, MessageStart):
-            again = self.message_started or self.last_block >= 0
-            self.message_started = True
-            return again
-        return isinstance(event, BlockStart) and event.index <= self.last_block
-
-    async def _drop_response(self) -> None:
-        """Forget the response streamed so far (no call of it started: see `request.py`)."""
-        shown = self.last_block >= 0
-        self.streamed.clear()
-        self.ids.clear()
-        self.last_block = -1
-        if shown:
-            self.attempt += 1
-            if self.emit is not None:
-                await self.emit(ResponseReplaced(self.round, self.attempt))
 
     def start(self, call: ToolCall) -> None:
         """Run `call` in a task of the turn's group (once)."""

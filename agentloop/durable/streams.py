@@ -17,9 +17,11 @@ the run executes. A durable run is published as items of JSON values, in order:
 `read_events` turns the items back into events: it drops what a superseded attempt still
 publishes after the next one began, says `StepRestarted` where an attempt begins again,
 and derives `TextDelta`, `ThinkingDelta`, `ToolCallStarted` and `ToolInputDelta` from each
-`ModelStreamEvent`, as a plain streamed run does. What a durable stream does not have:
-eager starts (every call starts after its response is whole, so `ToolCallReady` comes
-after `ModelResponded`, with `eager=False`) and `PartialOutput`.
+`ModelStreamEvent`, as a plain streamed run does. A model step whose request a capability
+sent again (`Retries`, `Fallback`) says `ResponseReplaced` before the response that
+replaces the one it was streaming, as a plain streamed run does. What a durable stream
+does not have: eager starts (every call starts after its response is whole, so
+`ToolCallReady` comes after `ModelResponded`, with `eager=False`) and `PartialOutput`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from agentloop.events import (
     OutputReady,
     PartialOutput,
     RequestStarted,
+    ResponseReplaced,
+    ResponseWatch,
     RoundFinished,
     RunFinished,
     RunStarted,
@@ -224,6 +228,7 @@ class StepPublisher:
         self._ready = anyio.Event()
         self._closed = False
         self._group: anyio.abc.TaskGroup | None = None
+        self._watch = ResponseWatch(round_)
 
     def put(self, event: Event) -> None:
         """Publish `event` (a `ToolProgress` reporter may call this from any task)."""
@@ -231,7 +236,14 @@ class StepPublisher:
         self._ready.set()
 
     async def model_event(self, event: StreamEvent) -> None:
-        """Publish a streamed model event (an `OnEvent` for `send`)."""
+        """Publish a streamed model event (an `OnEvent` for `send`).
+
+        A capability that sends the request again within the step (`Retries`,
+        `Fallback`) starts another response: `ResponseReplaced` says so first.
+        """
+        replaced = self._watch.replaced(event)
+        if replaced is not None:
+            self.put(replaced)
         self.put(ModelStreamEvent(self.round, event))
 
     async def __aenter__(self) -> StepPublisher:
@@ -287,6 +299,8 @@ async def read_events(
         for data in item["events"]:
             event = event_from_json(data, output_type)
             yield event
+            if isinstance(event, ResponseReplaced):
+                tool_ids[round_] = {}  # another response streams from its first block
             if isinstance(event, ModelStreamEvent):
                 friendly = friendly_event(event.round, event.event, tool_ids.setdefault(round_, {}))
                 if friendly is not None:

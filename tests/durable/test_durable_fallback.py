@@ -18,7 +18,8 @@ from dbos import DBOS
 
 from agentloop import Agent, AnthropicProvider, Fallback, Retries
 from agentloop.durable.dbos import DurableAgent
-from agentloop.testing import Fault, MessagesServer, reply
+from agentloop.events import ResponseReplaced, TextDelta
+from agentloop.testing import Fault, MessagesServer, reply, text
 
 pytestmark = pytest.mark.durable
 
@@ -77,3 +78,23 @@ async def test_a_refused_response_s_usage_is_counted_on_a_replay_too(
     assert result.usage.input_tokens == 150 and result.usage.requests == 2
     replayed = await durable.cancelled_result("refusal-1")
     assert replayed.usage == result.usage and replayed.cost == result.cost
+
+
+async def test_a_streamed_durable_run_says_which_response_was_replaced(
+    serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    server = serve([Fault.stream_error(reply(text("first try"), text("lost"))), reply("second")])
+    agent = Agent(
+        provider=AnthropicProvider(server.client(), stream=True),
+        name="replaced",
+        capabilities=[Retries(2, backoff=0.0)],
+    )
+    durable = DurableAgent(agent)
+    launch()
+    async with durable.run_stream("hi", run_id="replaced-1") as stream:
+        events = [event async for event in stream]
+    at = events.index(ResponseReplaced(1, 2))
+    assert "".join(e.text for e in events[:at] if isinstance(e, TextDelta)) == "first try"
+    assert "".join(e.text for e in events[at:] if isinstance(e, TextDelta)) == "second"
+    assert stream.result is not None and stream.result.text == "second"
+    assert len(server.model.requests) == 2
