@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import anyio
 from dbos import DBOS
 
+from agentloop.agent import Agent
 from agentloop.calls import ToolCall, ToolDefinition, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher, StepPublisher
@@ -28,9 +29,6 @@ from agentloop.result import RunResult
 from agentloop.resume import plan
 from agentloop.run import Run
 
-if TYPE_CHECKING:
-    from agentloop.durable.dbos import DurableAgent
-
 _log = get_logger()
 
 STOP_ATTRIBUTE = "agentloop.stop"
@@ -41,6 +39,31 @@ STOP_MESSAGE = {"stop": True}
 
 NOT_SENT = {"agentloop": "stopped"}
 """A model step's record when the run was asked to stop before it: no request was sent."""
+
+
+class DurableAgent(Protocol):
+    """What a workflow's execution uses of its `agentloop.durable.dbos.DurableAgent`."""
+
+    agent: Agent[Any]
+    model_step_name: str
+    tool_step_name: str
+
+    def _model_step(
+        self, send: Send, round_: int, writer: Writer | None, sent: set[int]
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    def _tool_step(
+        self,
+        run: Callable[[], Awaitable[ToolResult]],
+        round_: int,
+        writer: Writer | None,
+        call: ToolCall,
+        unknown: bool,
+    ) -> Awaitable[dict[str, Any]]: ...
+
+    def _output_type(self, output_type: Any) -> Any: ...
+
+    def _deps(self, value: Any) -> Any: ...
 
 
 class no_workflow_id:
@@ -106,7 +129,7 @@ class Steps:
 
     def __init__(
         self,
-        durable: DurableAgent[Any],
+        durable: DurableAgent,
         run_id: str,
         streams: bool,
         output_type: Any,
@@ -228,7 +251,7 @@ class Replay:
 
     def __init__(
         self,
-        durable: DurableAgent[Any],
+        durable: DurableAgent,
         recorded: deque[tuple[str, Any, Exception | None]],
         stop: Stop,
     ) -> None:
@@ -280,7 +303,7 @@ class Replay:
 class Execution:
     """One execution of a run's workflow body: the loop, then each wait and resumption."""
 
-    durable: DurableAgent[Any]
+    durable: DurableAgent
     request: Mapping[str, Any]
     effects: Any
     mailbox: Any
