@@ -26,38 +26,50 @@ import json
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any, Generic, NoReturn
+from typing import Any, Generic
 
-import anyio
 from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
 from dbos import error as dbos_errors
 
 from agentloop.agent import Agent
 from agentloop.approval import Decision
 from agentloop.calls import ToolCall, ToolDefinition, ToolResult, sendable
-from agentloop.durable.records import capped, result_from_json, result_to_json
-from agentloop.durable.streams import DurableStream, RunPublisher, StepPublisher, read_events
-from agentloop.effects import OnEvent, Send
+from agentloop.durable.dbos_workflow import (
+    NOT_SENT,
+    STOP_ATTRIBUTE,
+    STOP_MESSAGE,
+    Execution,
+    Mailbox,
+    Replay,
+    Steps,
+    Stop,
+    Writer,
+    no_workflow_id,
+    results_topic,
+    stop_requested,
+    stream_key,
+    waiting_event,
+)
+from agentloop.durable.records import capped, result_from_json
+from agentloop.durable.streams import DurableStream, read_events
+from agentloop.effects import Send
 from agentloop.errors import (
     AgentloopError,
     ConfigurationError,
     DecisionError,
     RecoveryLimitExceeded,
-    ResumeError,
 )
-from agentloop.events import RunFinished, ToolResultEvent
+from agentloop.events import ToolResultEvent
 from agentloop.history import History
 from agentloop.limits import UsageLimits
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, Message
 from agentloop.progress import events_to
-from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import OutputT, RunResult
 from agentloop.resume import plan
-from agentloop.run import Run
 from agentloop.runstate import CANCELLED_MESSAGE
 
 __all__ = ("DurableAgent",)
@@ -68,15 +80,6 @@ _POLL_SECONDS = 0.1
 
 _STREAM_POLL_SECONDS = 0.05
 """How often a reader of a run's events looks for more (on SQLite; Postgres notifies)."""
-
-_STOP = "agentloop.stop"
-"""The workflow attribute `cancel` sets, which the run's steps look at."""
-
-_STOP_MESSAGE = {"stop": True}
-"""What `cancel` sends a run that waits for answers, instead of answers."""
-
-_NOT_SENT = {"agentloop": "stopped"}
-"""A model step's record when the run was asked to stop before it: no request was sent."""
 
 _log = get_logger()
 
@@ -163,10 +166,10 @@ class DurableAgent(Generic[OutputT]):
         """The DBOS step of each tool call."""
 
         async def model_step(
-            send: Send, round_: int, writer: _Writer | None, sent: set[int]
+            send: Send, round_: int, writer: Writer | None, sent: set[int]
         ) -> dict[str, Any]:
-            if await _stop_requested():
-                return _NOT_SENT
+            if await stop_requested():
+                return NOT_SENT
             sent.add(round_)  # this process sent it: the response is not a recorded one
             if writer is None:  # the run does not stream
                 return (await send(None)).to_json()
@@ -177,11 +180,11 @@ class DurableAgent(Generic[OutputT]):
         async def tool_step(
             run: Callable[[], Awaitable[ToolResult]],
             round_: int,
-            writer: _Writer | None,
+            writer: Writer | None,
             call: ToolCall,
             unknown: bool,
         ) -> dict[str, Any]:
-            stopped = await _stop_requested()  # then the run stops before its next request
+            stopped = await stop_requested()  # then the run stops before its next request
             if unknown and not stopped:
                 # The response calling it was recorded by a process whose agent had the
                 # tool: the agent changed between a crash and this recovery.
@@ -210,9 +213,9 @@ class DurableAgent(Generic[OutputT]):
         async def workflow(request: dict[str, Any]) -> dict[str, Any]:
             run_id = DBOS.workflow_id
             assert run_id is not None  # DBOS runs this function as a workflow only
-            stop = _Stop()
-            steps = _Steps(self, run_id, request.get("stream", False), request["output_type"], stop)
-            execution = _Execution(self, request, steps, _Mailbox(run_id), steps.publisher, stop)
+            stop = Stop()
+            steps = Steps(self, run_id, request.get("stream", False), request["output_type"], stop)
+            execution = Execution(self, request, steps, Mailbox(run_id), steps.publisher, stop)
             return await execution.result(run_id)
 
         self._model_step = DBOS.step(name=self.model_step_name)(model_step)
@@ -278,9 +281,9 @@ class DurableAgent(Generic[OutputT]):
         parent = DBOS.workflow_id
         if parent is not None:
             inline_id = parent if run_id is None else run_id
-            stop = _Stop()
-            steps = _Steps(self, inline_id, False, output_type, stop)
-            execution = _Execution(self, request, steps, _Mailbox(inline_id), None, stop)
+            stop = Stop()
+            steps = Steps(self, inline_id, False, output_type, stop)
+            execution = Execution(self, request, steps, Mailbox(inline_id), None, stop)
             return self._decode(await execution.result(inline_id), output_type)
         handle = await self._start(request, run_id)
         return await self._result_of(handle, output_type)
@@ -329,7 +332,7 @@ class DurableAgent(Generic[OutputT]):
             handle = await self._start(request | {"stream": True}, run_id)
         run_id = handle.get_workflow_id()
         items = DBOS.read_stream_async(
-            run_id, _stream_key(run_id), polling_interval_sec=_STREAM_POLL_SECONDS
+            run_id, stream_key(run_id), polling_interval_sec=_STREAM_POLL_SECONDS
         )
         events = read_events(items, self._output_type(output_type))
         try:
@@ -379,7 +382,7 @@ class DurableAgent(Generic[OutputT]):
                 f"deps are recorded with the run, so they must be JSON values ({exc}); "
                 "make live objects with DurableAgent(deps_factory=...)"
             ) from exc
-        with SetWorkflowID(run_id) if run_id is not None else _no_id():
+        with SetWorkflowID(run_id) if run_id is not None else no_workflow_id():
             try:
                 return await DBOS.start_workflow_async(self._workflow, request)
             except dbos_errors.MaxRecoveryAttemptsExceededError as exc:
@@ -472,7 +475,7 @@ class DurableAgent(Generic[OutputT]):
             raise DecisionError(f"results must be JSON values: {exc}") from exc
         plan(waiting.state, decisions, results, self.agent.registry)
         answer = {"results": dict(results or {}), "decisions": dict(decisions or {})}
-        await DBOS.send_async(workflow_id or run_id, answer, topic=_topic(run_id))
+        await DBOS.send_async(workflow_id or run_id, answer, topic=results_topic(run_id))
 
     async def waiting(
         self, run_id: str, *, wait_seconds: float = 0.0, workflow_id: str | None = None
@@ -482,7 +485,7 @@ class DurableAgent(Generic[OutputT]):
         Its `pending` and `approvals` say what the run waits for. `wait_seconds`: seconds to
         wait for a run that has not waited yet to start waiting.
         """
-        key = _event(run_id)
+        key = waiting_event(run_id)
         data = await DBOS.get_event_async(workflow_id or run_id, key, wait_seconds)
         return None if data is None else result_from_json(data)
 
@@ -505,8 +508,8 @@ class DurableAgent(Generic[OutputT]):
         status = await DBOS.get_workflow_status_async(run_id)
         if status is None:
             raise ConfigurationError(f"there is no run {run_id!r}")
-        await DBOS.update_workflow_attributes_async(run_id, {_STOP: True}, merge=True)
-        await DBOS.send_async(run_id, _STOP_MESSAGE, topic=_topic(run_id))
+        await DBOS.update_workflow_attributes_async(run_id, {STOP_ATTRIBUTE: True}, merge=True)
+        await DBOS.send_async(run_id, STOP_MESSAGE, topic=results_topic(run_id))
 
     async def cancelled_result(self, run_id: str) -> RunResult[Any]:
         """The result of a cancelled run: its recorded steps replayed, `stop_reason="cancelled"`.
@@ -526,9 +529,9 @@ class DurableAgent(Generic[OutputT]):
             for s in sorted(steps, key=lambda s: s["function_id"])
             if s["function_name"] in names
         )
-        stop = _Stop()
-        replay = _Replay(self, recorded, stop)
-        data = await _Execution(self, request, replay, replay, None, stop).result(run_id)
+        stop = Stop()
+        replay = Replay(self, recorded, stop)
+        data = await Execution(self, request, replay, replay, None, stop).result(run_id)
         data["stop_reason"] = "cancelled"
         return self._decode(data, request["output_type"])
 
@@ -542,317 +545,3 @@ class DurableAgent(Generic[OutputT]):
 
     def _deps(self, value: Any) -> Any:
         return value if self.deps_factory is None else self.deps_factory(value)
-
-
-class _no_id:
-    """No workflow id given: DBOS makes one."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: Any) -> None:
-        return None
-
-
-def _topic(run_id: str) -> str:
-    return f"agentloop.results:{run_id}"
-
-
-def _event(run_id: str) -> str:
-    return f"agentloop.waiting:{run_id}"
-
-
-async def _stop_requested() -> bool:
-    """Whether `DurableAgent.cancel` asked the run of this step's workflow to stop."""
-    workflow_id = DBOS.workflow_id
-    assert workflow_id is not None  # called in a step
-    status = await DBOS.get_workflow_status_async(workflow_id)
-    return status is not None and bool((status.attributes or {}).get(_STOP))
-
-
-class _Stop:
-    """How the effects stop a run where its record ends or says it stopped (see `cancel`).
-
-    The run is cancelled there, through `scope`, which its `_Execution` runs in.
-    """
-
-    def __init__(self) -> None:
-        self.scope = anyio.CancelScope()
-        self.run: Run[Any] | None = None
-        """The run being driven (a resumed run is a new one)."""
-        self.unsent = False
-        """Whether the run stopped before sending the request of the round it began."""
-
-    async def now(self, *, sent: bool = True) -> NoReturn:
-        """Cancel the run here; `sent`: whether the request of this round was sent."""
-        self.unsent = not sent
-        self.scope.cancel()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable: the scope is cancelled")
-
-
-def _tool_names(request: ModelRequest) -> set[str]:
-    """The names of the tools `request` offers (definitions of any kind)."""
-    names = (t.name if isinstance(t, ToolDefinition) else t.get("name") for t in request.tools)
-    return {name for name in names if isinstance(name, str)}
-
-
-class _Steps:
-    """The effects of a run in a workflow: each one a DBOS step.
-
-    When the run streams, each step publishes its own events, and `publisher` the loop's.
-    """
-
-    def __init__(
-        self,
-        durable: DurableAgent[Any],
-        run_id: str,
-        streams: bool,
-        output_type: Any,
-        stop: _Stop,
-    ) -> None:
-        self.durable = durable
-        self.run_id = run_id
-        self.stop = stop
-        self.writer: _Writer | None = None
-        self.publisher: RunPublisher | None = None
-        if streams:
-            self.writer = _Writer(run_id)
-            self.publisher = RunPublisher(self.writer, durable._output_type(output_type))
-        self.sent: set[int] = set()
-        """The rounds whose request this process sent (not a recorded response)."""
-        self.offered: set[str] = set()
-        """The tools offered with the latest request."""
-        self.recorded = False
-        """Whether the latest response is a recorded one (this run is being recovered)."""
-
-    async def model(
-        self,
-        request: ModelRequest,
-        round_: int,
-        send: Send,
-        stream: OnEvent | None,
-    ) -> ModelResponse:
-        # The step streams to the run's stream, never to the turn: its calls start after
-        # the response, as they do when the recorded response is replayed.
-        writer = self.writer if stream is not None else None
-        data = await self.durable._model_step(send, round_, writer, self.sent)
-        self.offered = _tool_names(request)
-        self.recorded = round_ not in self.sent
-        return await _response(data, self.stop)
-
-    async def tool(
-        self,
-        call: ToolCall,
-        round_: int,
-        run: Callable[[], Awaitable[ToolResult]],
-    ) -> ToolResult:
-        if self.publisher is not None:
-            self.publisher.stepped.add(call.id)
-        unknown = (
-            self.recorded
-            and call.name not in self.offered
-            and call.name not in self.durable.agent.registry
-        )
-        # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run, round_, self.writer, call, unknown)
-        return ToolResult.from_json(await step)
-
-
-async def _response(data: dict[str, Any], stop: _Stop) -> ModelResponse:
-    """The response a model step recorded; the run stops if the step sent no request."""
-    if data == _NOT_SENT:
-        await stop.now(sent=False)
-    return ModelResponse.from_json(data)
-
-
-def _stream_key(run_id: str) -> str:
-    return f"agentloop.events:{run_id}"
-
-
-class _Writer:
-    """Writes the items of a run's events to its DBOS stream, one write at a time.
-
-    The parallel calls of a turn publish at once; one write at a time keeps them from
-    competing for the stream's next offset (on Postgres, a conflict DBOS retries late).
-    A writer serves one execution of the run's workflow (`_Execution`).
-    """
-
-    def __init__(self, run_id: str) -> None:
-        self.key = _stream_key(run_id)
-        self.lock = anyio.Lock()
-        self._attempt: int | None = None
-
-    async def __call__(self, item: dict[str, Any]) -> None:
-        async with self.lock:
-            await DBOS.write_stream_async(self.key, item)
-
-    async def publisher(self, round_: int, step: str) -> StepPublisher:
-        """The publisher of a step's events (called in the step).
-
-        Its attempt is the workflow's: how many times it was executed (recovered) so far.
-        """
-        if self._attempt is None:
-            workflow_id = DBOS.workflow_id
-            assert workflow_id is not None  # called in a step
-            status = await DBOS.get_workflow_status_async(workflow_id)
-            self._attempt = (status.recovery_attempts if status is not None else None) or 1
-        return StepPublisher(self, round_, step, self._attempt)
-
-
-class _Mailbox:
-    """Where a waiting run says what it waits for, and gets the answers (DBOS events, messages)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-
-    async def publish(self, waiting: dict[str, Any] | None) -> None:
-        await DBOS.set_event_async(_event(self.run_id), waiting)
-
-    async def receive(self, seconds: float) -> Any:
-        return await DBOS.recv_async(_topic(self.run_id), timeout_seconds=seconds)
-
-
-class _Replay:
-    """The effects and answers of a run read back from its recorded steps, in their order.
-
-    When the record ends, the run is cancelled there.
-    """
-
-    def __init__(
-        self,
-        durable: DurableAgent[Any],
-        recorded: deque[tuple[str, Any, Exception | None]],
-        stop: _Stop,
-    ) -> None:
-        self.durable = durable
-        self.recorded = recorded
-        self.stop = stop
-
-    async def _next(self, name: str) -> Any:
-        if not self.recorded:
-            await self.stop.now()
-        recorded_name, output, error = self.recorded.popleft()
-        if recorded_name != name:
-            raise ConfigurationError(
-                f"the recorded run does not replay: step {recorded_name} where {name} comes"
-            )
-        if error is not None:
-            raise error
-        return output
-
-    async def model(
-        self,
-        request: ModelRequest,
-        round_: int,
-        send: Send,
-        stream: OnEvent | None,
-    ) -> ModelResponse:
-        return await _response(await self._next(self.durable.model_step_name), self.stop)
-
-    async def tool(
-        self,
-        call: ToolCall,
-        round_: int,
-        run: Callable[[], Awaitable[ToolResult]],
-    ) -> ToolResult:
-        return ToolResult.from_json(await self._next(self.durable.tool_step_name))
-
-    async def publish(self, waiting: dict[str, Any] | None) -> None:
-        return None
-
-    async def receive(self, seconds: float) -> Any:
-        return await self._next("DBOS.recv")
-
-
-@dataclass
-class _Execution:
-    """One execution of a run's workflow body: the loop, then each wait and resumption."""
-
-    durable: DurableAgent[Any]
-    request: Mapping[str, Any]
-    effects: Any
-    mailbox: Any
-    emit: RunPublisher | None
-    stop: _Stop
-
-    async def result(self, run_id: str) -> dict[str, Any]:
-        """Drive the run to its end, or to where it stops; its result as JSON values."""
-        with self.stop.scope:
-            return await self._drive(run_id)
-        return await self._stopped(run_id)
-
-    async def _drive(self, run_id: str) -> dict[str, Any]:
-        durable, request = self.durable, self.request
-        agent = durable.agent
-        output_type = durable._output_type(request["output_type"])
-        deps = durable._deps(request["deps"])
-        limits = request["usage_limits"]
-        result = await self._run(
-            agent.start(
-                history=request["messages"],
-                deps=deps,
-                external_tools=request["external_tools"],
-                usage_limits=None if limits is None else UsageLimits(**limits),
-                output_type=request["output_type"],
-                **self._engine(run_id),
-            )
-        )
-        wait = request["wait"]
-        while wait is not None and result.state is not None:
-            await self.mailbox.publish(result_to_json(result, output_type))
-            answer = await self.mailbox.receive(wait)
-            if answer is None:
-                break
-            if answer == _STOP_MESSAGE:  # `cancel`: it ends as it paused
-                result = replace(result, stop_reason="cancelled")
-                break
-            try:  # checked before the run is told it no longer waits
-                plan(result.state, answer["decisions"], answer["results"], agent.registry)
-            except ResumeError as exc:
-                _log.warning("run.answer_refused", run_id=run_id, error=str(exc))
-                continue
-            await self.mailbox.publish(None)
-            result = await self._run(
-                agent.start(
-                    state=result.state,
-                    decisions=answer["decisions"],
-                    results=answer["results"],
-                    deps=deps,
-                    **self._engine(run_id),
-                )
-            )
-        if wait is not None:
-            await self.mailbox.publish(None)
-        if self.emit is not None:
-            await DBOS.close_stream_async(_stream_key(run_id))
-        return result_to_json(result, output_type)
-
-    def _engine(self, run_id: str) -> dict[str, Any]:
-        """What `Agent.start` needs to run inside this workflow, as `run_id`."""
-        return {
-            "stream": self.emit is not None,
-            "on_event": self.emit,
-            "effects": self.effects,
-            "run_id": run_id,
-        }
-
-    async def _run(self, run: Run[Any]) -> RunResult[Any]:
-        self.stop.run = run
-        async with run:
-            pass
-        return run.result
-
-    async def _stopped(self, run_id: str) -> dict[str, Any]:
-        """The result of the run as it stood where it was stopped, published if it streams."""
-        run = self.stop.run
-        assert run is not None
-        # Its partial result; or, stopped between two runs of the loop (while it waited),
-        # the paused one's.
-        outcome = replace(run.result, stop_reason="cancelled")
-        if self.stop.unsent:  # counted as it began; it is not a request the run made
-            outcome = replace(outcome, rounds=outcome.rounds - 1)
-        if self.emit is not None:
-            await self.emit(RunFinished(outcome))
-            await DBOS.close_stream_async(_stream_key(run_id))
-        return result_to_json(outcome, self.durable._output_type(self.request["output_type"]))

@@ -23,7 +23,8 @@ from urllib.parse import parse_qsl
 
 from agentloop.errors import AgentloopError
 
-from .scripted import Answer, Fault, Paced, RawResponse, Script, ScriptedModel, message_events
+from .message_stream import message_events
+from .scripted import Answer, Fault, Paced, RawResponse, Script, ScriptedModel
 
 __all__ = ("RecordedRequest", "ScriptedHandler", "ScriptedServer")
 

@@ -26,6 +26,7 @@ from agentloop.errors import AgentloopError
 
 from .caching import PromptCache
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
+from .message_stream import message_events
 from .platforms import (
     EVENT_STREAM_TYPE,
     event_stream_chunk,
@@ -33,7 +34,7 @@ from .platforms import (
     messages_request,
     platform_route,
 )
-from .scripted import Answer, Fault, Script, ScriptedModel, message_events
+from .scripted import Answer, Fault, Script, ScriptedModel
 
 __all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
 

@@ -43,7 +43,7 @@ from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.result import RunResult
-from agentloop.run import CANCELLED_MESSAGE
+from agentloop.runstate import CANCELLED_MESSAGE
 from agentloop.testing import MessagesServer, ScriptedProvider, SteppedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable

@@ -1065,14 +1065,14 @@ async def test_streamed_usage_llama_cpp_python_does_not_send_is_unknown_not_zero
     script = [reply(tool_call("echo", {"value": "a"})), reply("done")]
     server = serve_chat(list(script), like="llama-cpp-python")
     agent = agent_over(server, True, compat="llama-cpp-python")
-    limits = UsageLimits(total_tokens=10_000, requests=5)
+    limits = UsageLimits(total_tokens=10_000, tool_calls=5)
     with capture_logs() as logs:
         result = await agent.run("go", usage_limits=limits)
     assert result.text == "done"
     usage = result.usage
     assert (usage.requests, usage.uncounted_requests, usage.total_tokens) == (2, 2, 0)
     assert not usage.tokens_known and result.cost is None
-    assert result.unenforced_limits == ("total_tokens",)  # the request limit still held
+    assert result.unenforced_limits == ("total_tokens",)  # the tool call limit still held
     (warning,) = [e for e in logs if e["event"] == "run.limits_unenforced"]
     assert warning["log_level"] == "warning" and warning["limits"] == ["total_tokens"]
     counted = await agent_over(serve_chat(list(script)), False).run("go", usage_limits=limits)
