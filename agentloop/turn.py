@@ -18,6 +18,7 @@ from typing import Any
 from agentloop.approval import Waiting
 from agentloop.calls import ToolCall, ToolResult, sendable
 from agentloop.context import RunContext
+from agentloop.dynamic import may_start, over_max_uses, uses_of
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import (
     ApprovalRequested,
@@ -83,6 +84,7 @@ class Turn:
         self.calls: dict[str, ToolCall] = {}  # the response's calls, as the model sent them
         self.paused: dict[str, dict[str, Any]] = {}  # sub-agent calls' paused runs, by call
         self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
+        self.ran = uses_of(run.calls)  # the calls of earlier turns that ran, by tool (max_uses)
         self.closed = False
 
     async def play(self, ask: Ask) -> TurnOutcome:
@@ -135,6 +137,7 @@ class Turn:
                     and (tool is None or tool.eager)
                     and (offered is None or call.name in offered)
                     and (left is None or len(self.started) < left)
+                    and may_start(self.registry, call.name, self.ran, self._running(call.name))
                 )
                 if self.emit is not None:
                     self.announced.add(call.id)
@@ -147,6 +150,14 @@ class Turn:
             friendly = friendly_event(self.round, event, self.ids)
             if friendly is not None:
                 await self.emit(friendly)
+
+    def _running(self, name: str) -> int:
+        """How many calls of tool `name` the turn has started."""
+        return sum(
+            1
+            for block, _ in self.streamed.values()
+            if isinstance(block, ToolUseBlock) and block.name == name and block.id in self.started
+        )
 
     def start(self, call: ToolCall) -> None:
         """Run `call` in a task of the turn's group (once)."""
@@ -220,6 +231,8 @@ class Turn:
             **self._by_stop_reason(response),
             **response.call_errors,
         }
+        uses = response.tool_uses
+        errors |= over_max_uses(self.registry, uses, self.ran, errors, self.started)
         run = self.run
         over = run.meter.refused_calls(response, errors, run.external_names, self.started)
         return {**errors, **over}
