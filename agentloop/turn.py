@@ -11,6 +11,7 @@ way, whatever happens (a cut-off block, a failed stream, a cancellation), the tu
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -79,6 +80,7 @@ class Turn:
         self.streamed: dict[int, tuple[ContentBlock, bool]] = {}  # index -> (block, complete)
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
         self.started: set[str] = set()
+        self.running: Counter[str] = Counter()  # the started calls, by tool (max_uses)
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
         self.calls: dict[str, ToolCall] = {}  # the response's calls, as the model sent them
@@ -137,7 +139,7 @@ class Turn:
                     and (tool is None or tool.eager)
                     and (offered is None or call.name in offered)
                     and (left is None or len(self.started) < left)
-                    and may_start(self.registry, call.name, self.ran, self._running(call.name))
+                    and may_start(self.registry, call.name, self.ran, self.running[call.name])
                 )
                 if self.emit is not None:
                     self.announced.add(call.id)
@@ -151,18 +153,11 @@ class Turn:
             if friendly is not None:
                 await self.emit(friendly)
 
-    def _running(self, name: str) -> int:
-        """How many calls of tool `name` the turn has started."""
-        return sum(
-            1
-            for block, _ in self.streamed.values()
-            if isinstance(block, ToolUseBlock) and block.name == name and block.id in self.started
-        )
-
     def start(self, call: ToolCall) -> None:
         """Run `call` in a task of the turn's group (once)."""
         if call.id not in self.started:
             self.started.add(call.id)
+            self.running[call.name] += 1
             assert self.group is not None
             self.group.start(call, self.finished)
 
