@@ -428,6 +428,30 @@ async def test_a_prepare_that_returns_what_cannot_work_ends_the_run(
     valid(raised.value.result)
 
 
+class Broken(Exception):
+    """What a faulty `prepare` raises."""
+
+
+def fails_from_round_two(ctx: RunContext[Any], definition: ToolDefinition) -> ToolDefinition:
+    if ctx.round > 1:
+        raise Broken("prepare failed")
+    return definition
+
+
+async def test_an_exception_raised_by_prepare_ends_the_run_as_itself(http_agent: Any) -> None:
+    ran.clear()
+    flaky = lookup.replace(prepare=fails_from_round_two)
+    agent, server = http_agent([reply(tool_call("lookup", {"key": "k"})), reply("unused")])
+    run = agent.start("go", tools=[flaky])
+    with pytest.raises(Broken, match="prepare failed"):
+        async with run:
+            pass
+    assert len(server.requests) == 1 and ran == ["lookup:k"]
+    assert run.result.stop_reason == "error"
+    assert outputs(run.result) == [("lookup", False, "value of k")]
+    valid(run.result)
+
+
 def one_argument(definition: ToolDefinition) -> ToolDefinition:
     return definition
 
