@@ -181,7 +181,7 @@ class Agent(Generic[OutputT]):
         """A run of this agent, to hold: `async with agent.start(...) as run:` drives it.
 
         Nothing happens until the run is entered (see `Run`, which documents the
-        options: `history`, `deps`, `external_tools`, `session`, `usage_limits`, and
+        options: `history`, `deps`, `tools`, `external_tools`, `session`, `usage_limits`, and
         `state` with `decisions` and `results` to resume a paused run). `run.result` is
         the run's result at any moment, after a cancellation too (docs/runs.md).
 
@@ -216,10 +216,11 @@ class Agent(Generic[OutputT]):
     ) -> RunResult[Any]:
         """Run the model and its tools until the model stops or a limit is reached.
 
-        Takes what `start` takes (`history`, `deps`, `external_tools`, `session`,
-        `usage_limits`, `output_type`; see `RunOptions`). A cancellation around it
-        cancels the run and goes on, without a result: to keep the partial result of a
-        run you may cancel, run it through `start` (docs/runs.md).
+        Takes what `start` takes (`history`, `deps`, `tools` for this run alone,
+        `external_tools`, `session`, `usage_limits`, `output_type`; see `RunOptions`).
+        A cancellation around it cancels the run and goes on, without a result: to keep
+        the partial result of a run you may cancel, run it through `start`
+        (docs/runs.md).
 
         Raises:
             ConfigurationError: the prompt or history is not of a usable type, or
@@ -303,8 +304,10 @@ class Agent(Generic[OutputT]):
                 for every call in `RunResult.approvals`, by tool_use id), `results` (for
                 every call of an external tool, `RunResult.pending`: what it returned, a
                 `ToolError`, or a `tool_result` block), `deps` (handed to tools again;
-                they are not in the state), `session` (the paused run's, which what the
-                resumed run adds is appended to).
+                they are not in the state), `tools` (the tools the paused run was given
+                for itself alone, given again: they are not in the state either),
+                `session` (the paused run's, which what the resumed run adds is
+                appended to).
 
         Raises:
             ResumeError: the state cannot be resumed (`InvalidStateError`,

@@ -149,6 +149,9 @@ class ToolCallRecord:
     """What the model was sent (block content rendered as text)."""
     duration: float
     """Seconds the tool ran."""
+    ran: bool = True
+    """False when the call was answered without running its tool (cut off, refused,
+    denied, cancelled before it started, ...); what a tool's `max_uses` counts."""
 
 
 class SubAgentCall(NamedTuple):

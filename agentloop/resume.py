@@ -139,7 +139,8 @@ def _decided(call: PendingCall, decision: Any, registry: ToolRegistry) -> ToolCa
     if tool is None:
         raise ConfigurationError(
             f"the paused run waits to call '{call.name}', which this agent does not have; "
-            "resume it with an agent configured as the one that ran it"
+            "resume it with an agent configured as the one that ran it (a tool given to "
+            "the run alone is given to resume again: resume(..., tools=[...]))"
         )
     if decision.input is None:
         return original

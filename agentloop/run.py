@@ -30,6 +30,7 @@ from .capabilities.base import Capability, Chain, check_capabilities
 from .compaction import Compaction
 from .config import AgentConfig
 from .context import RunContext
+from .dynamic import announced, is_dynamic, uses_of
 from .effects import CallTasks, Effects, task_group_for
 from .errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
 from .events import (
@@ -52,10 +53,11 @@ from .registry import ToolRegistry, reraise_base_exception
 from .request import build_request, send_request
 from .result import OutputT, RunResult, StopReason, Usage
 from .resume import plan
-from .runstate import RunState, new_state
+from .runstate import RunState, new_state, run_registry
 from .sessions.base import Session, SessionSnapshot
 from .sessions.runs import keeping, load_session
 from .state import PausedRun
+from .tools import Tool
 from .tracing import record_run
 from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
@@ -69,6 +71,7 @@ class RunOptions(TypedDict, total=False):
 
     history: Iterable[Message | Mapping[str, Any]] | None
     deps: Any
+    tools: Iterable[Tool | Callable[..., Any]]
     external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
     session: Session | None
     usage_limits: UsageLimits | None
@@ -81,6 +84,7 @@ class ResumeOptions(TypedDict, total=False):
     decisions: Mapping[str, Any] | None
     results: Mapping[str, Any] | None
     deps: Any
+    tools: Iterable[Tool | Callable[..., Any]]
     session: Session | None
     capabilities: Sequence[Capability]
 
@@ -124,6 +128,7 @@ class Run(Generic[OutputT]):
         output_type: Any = None,
         history: Iterable[Message | Mapping[str, Any]] | None = None,
         deps: Any = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
         external_tools: Sequence[ToolDefinition | Mapping[str, Any]] = (),
         session: Session | None = None,
         usage_limits: UsageLimits | None = None,
@@ -149,6 +154,9 @@ class Run(Generic[OutputT]):
             output_type: This run's output type, instead of the agent's.
             history: Earlier messages (e.g. a previous `RunResult.messages`).
             deps: Any object; tools receive it as `RunContext.deps`.
+            tools: Tools for this run alone, besides the agent's (functions are wrapped
+                with `tool`); a name one of the agent's tools has is refused. A resumed
+                run that used them needs them again (`resume(..., tools=[...])`).
             external_tools: Tools announced to the model that this run does not run:
                 when the model calls one, the run runs the turn's other calls, then ends
                 with `stop_reason="tool_use"`, the calls in `RunResult.pending` and its
@@ -182,6 +190,7 @@ class Run(Generic[OutputT]):
             "prompt": prompt,
             "history": history,
             "deps": deps,
+            "tools": tools,
             "external_tools": external_tools,
             "usage_limits": usage_limits,
             "output_type": output_type,
@@ -322,6 +331,7 @@ class Run(Generic[OutputT]):
         state, decisions, answers = self._paused or (None, None, None)
         if resuming and (start["prompt"] is not None or history is not None):
             raise ConfigurationError("a resumed run continues its state: give no prompt or history")
+        registry = run_registry(self._registry, start["tools"])
         snapshot = None
         if self._session is not None:
             snapshot = await load_session(self._session, history)
@@ -340,8 +350,9 @@ class Run(Generic[OutputT]):
             if isinstance(state, PausedRun):  # answered already (a sub-run, by its parent)
                 paused = state
             else:
-                paused = plan(state, decisions, answers, self._registry)
+                paused = plan(state, decisions, answers, registry)
             run = self._new_state(
+                registry,
                 paused.messages,
                 None,
                 external_tools=paused.external,
@@ -350,6 +361,7 @@ class Run(Generic[OutputT]):
             run.restore(paused)
         else:
             run = self._new_state(
+                registry,
                 history,
                 start["prompt"],
                 external_tools=start["external_tools"],
@@ -363,13 +375,14 @@ class Run(Generic[OutputT]):
 
     def _new_state(
         self,
+        registry: ToolRegistry,
         history: Iterable[Message | Mapping[str, Any]] | None,
         prompt: str | Sequence[ContentBlock] | None,
         **options: Any,
     ) -> RunState:
         return new_state(
             self._config,
-            self._registry,
+            registry,
             self._validators,
             history=history,
             prompt=prompt,
@@ -500,18 +513,24 @@ class Run(Generic[OutputT]):
         return request
 
     async def _tools(self, context: RunContext[Any]) -> list[AnnouncedTool]:
-        """The tools the next request announces: the run's, through its capabilities."""
+        """The tools the next request announces.
+
+        The run's, as each tool's `prepare` and `max_uses` allow this turn (see
+        `agentloop.dynamic`), then through the run's capabilities' `prepare_tools`.
+        """
         state = self._started
-        tools: list[AnnouncedTool] = [
-            *state.registry.definitions(),
-            *state.external,
-        ]
-        chain = state.capabilities
-        if not chain.has("prepare_tools"):
+        chain, dynamic = state.capabilities, is_dynamic(state.registry)
+        if dynamic:
+            definitions = await announced(state.registry, context, uses_of(state.calls))
+        else:
+            definitions = state.registry.definitions()
+        tools: list[AnnouncedTool] = [*definitions, *state.external]
+        if chain.has("prepare_tools"):
+            tools = await chain.prepare_tools(context, tools)
+        elif not dynamic:
             return tools
-        prepared = await chain.prepare_tools(context, tools)
-        state.offered = frozenset(n for t in prepared if (n := wire_tool_name(t)) is not None)
-        return prepared
+        state.offered = frozenset(n for t in tools if (n := wire_tool_name(t)) is not None)
+        return tools
 
     async def _play_turn(self, request: ModelRequest) -> TurnOutcome:
         """Send `request` and answer the calls of its response: one round."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -31,9 +31,10 @@ from .providers.base import ModelResponse, provider_name
 from .registry import ToolRegistry
 from .result import ApprovalRequest, RunResult, StopReason, SubAgentCall, ToolCallRecord, Usage
 from .state import PausedRun, PendingCall, dump_state, waiting_calls
+from .tools import Tool
 from .tracing import Tracing, tracing_for
 
-__all__ = ("CANCELLED_MESSAGE", "RunState", "new_state")
+__all__ = ("CANCELLED_MESSAGE", "RunState", "new_state", "run_registry")
 
 _log = get_logger()
 
@@ -259,7 +260,14 @@ class RunState:
         for call, r in pairs:
             self.calls.append(
                 ToolCallRecord(
-                    self.rounds, r.name, call.input, r.tool_use_id, r.is_error, r.text, r.duration
+                    self.rounds,
+                    r.name,
+                    call.input,
+                    r.tool_use_id,
+                    r.is_error,
+                    r.text,
+                    r.duration,
+                    r.ran,
                 )
             )
 
@@ -377,6 +385,46 @@ def new_state(
         meter=Meter(limits, config.model, table_provider(provider_name(config.provider))),
         output=output,
     )
+
+
+def run_registry(
+    registry: ToolRegistry, tools: Iterable[Tool | Callable[..., Any]] | None
+) -> ToolRegistry:
+    """The tools of one run: the agent's `registry`, and after them `tools`, the run's own.
+
+    Raises:
+        ConfigurationError: `tools` is not a list of tools or functions, or one of them
+            has the name of another tool of the run (the agent's, or the run's own).
+    """
+    if tools is None or isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+        raise ConfigurationError(
+            f"tools must be a list of tools or functions, not {type(tools).__name__}"
+        )
+    added = [t if isinstance(t, Tool) else Tool(t) for t in tools]
+    if not added:
+        return registry
+    combined = ToolRegistry()
+    for tool in registry:
+        combined.register(tool, source=tool.source)
+    for tool in added:
+        theirs = registry.get(tool.name)
+        if theirs is not None:
+            raise ConfigurationError(
+                f"the run's tool {tool.name!r} ({_origin(tool)}) has the name of the agent's "
+                f"tool {theirs.name!r} ({_origin(theirs)}); the model addresses tools by "
+                "name, so rename one (tool.replace(name=...))"
+            )
+        combined.register(tool)
+    return combined
+
+
+def _origin(tool: Tool) -> str:
+    """Where a tool comes from, for an error naming it: its function, and its plugin."""
+    function = tool.function
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    module = getattr(function, "__module__", None)
+    where = f"{module}.{name}" if module else name
+    return where if tool.source is None else f"{where}, from plugin {tool.source!r}"
 
 
 def _output(

@@ -43,11 +43,13 @@ __all__ = (
 STATE_FORMAT = "agentloop.run_state"
 """The `format` field of every run state."""
 
-STATE_VERSION = 2
-"""The state version this agentloop writes (2: waiting calls may hold a sub-run's state)."""
+STATE_VERSION = 3
+"""The state version this agentloop writes (2: waiting calls may hold a sub-run's state;
+3: each logged call says whether it ran)."""
 
-READ_VERSIONS = (1, 2)
-"""The state versions this agentloop reads (a version 1 state has no sub-runs)."""
+READ_VERSIONS = (1, 2, 3)
+"""The state versions this agentloop reads (a version 1 state has no sub-runs; in a
+state before version 3, every logged call is taken to have run)."""
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,7 @@ class _Record(_Strict):
     is_error: bool
     output: str
     duration: float
+    ran: bool = True
 
 
 class _Shape(_Strict):

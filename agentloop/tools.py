@@ -3,7 +3,8 @@
 `@tool` turns a plain function (sync or async) into a `Tool` whose JSON schema comes from
 the signature and docstring (built by `agentloop.schema`); the registry validates a
 call's input against it and runs it with the call's `RunContext`. The values that
-describe a call and its result (`ToolCall`, `ToolResult`) live in `agentloop.calls`.
+describe a call and its result (`ToolCall`, `ToolResult`) live in `agentloop.calls`; what
+a turn announces of a tool with `prepare` or `max_uses`, in `agentloop.dynamic`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = (
     "Tool",
     "ToolCall",
     "ToolDefinition",
+    "ToolPrepare",
     "ToolResult",
     "raw_tools",
     "tool",
@@ -52,6 +54,13 @@ def _is_context(annotation: Any) -> bool:
 
 
 Executor = Callable[[str, dict[str, Any]], "tuple[bool, str] | Awaitable[tuple[bool, str]]"]
+
+ToolPrepare = Callable[
+    [RunContext[Any], ToolDefinition],
+    "ToolDefinition | Awaitable[ToolDefinition | None] | None",
+]
+"""A tool's `prepare(ctx, definition)`, sync or async: the definition to announce this
+turn (`definition` itself, or a changed copy), or None to hide the tool this turn."""
 
 
 def _first_context_param(function: Callable[..., Any]) -> str | None:
@@ -90,6 +99,8 @@ class Tool:
         abandon: bool = True,
         input_schema: Mapping[str, Any] | None = None,
         requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
+        prepare: ToolPrepare | None = None,
+        max_uses: int | None = None,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -112,6 +123,15 @@ class Tool:
                 runs: True, False, or `rule(ctx, input) -> bool` deciding per call (a
                 non-empty string counts as True and is shown as the reason). See
                 `Agent.resume`.
+            prepare: `prepare(ctx, definition)`, sync or async, called before each model
+                request with the turn's `RunContext` and the tool's own definition:
+                returns the definition to announce this turn (the same, or a copy with
+                another description or schema; not another name), or None to hide the
+                tool this turn. A call of a hidden tool is answered `is_error`.
+            max_uses: The most calls of this tool a run may make (a whole number from
+                1): the calls beyond are answered `is_error` without running, and the
+                tool is no longer announced in the run. Calls answered without running
+                (cut off, refused, denied) do not count.
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
@@ -120,6 +140,7 @@ class Tool:
         self.is_async = _is_async(function)
         self.timeout, self.eager, self.abandon = timeout, eager, abandon
         self.requires_approval = requires_approval
+        self.prepare, self.max_uses = prepare, max_uses
         self._check()
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
@@ -164,6 +185,17 @@ class Tool:
                 f"tool {self.name!r}: requires_approval must be True, False or a function "
                 f"(ctx, input) -> bool, not {self.requires_approval!r}"
             )
+        if self.prepare is not None and not _takes_two(self.prepare):
+            raise ConfigurationError(
+                f"tool {self.name!r}: prepare must be a function (ctx, definition) -> "
+                f"definition or None, sync or async, not {self.prepare!r}"
+            )
+        uses = self.max_uses
+        if uses is not None and (isinstance(uses, bool) or not isinstance(uses, int) or uses < 1):
+            raise ConfigurationError(
+                f"tool {self.name!r}: max_uses must be a whole number from 1 (or None for no "
+                f"limit), not {uses!r}"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""
@@ -183,6 +215,8 @@ class Tool:
         requires_approval: bool
         | Callable[[RunContext[Any], dict[str, Any]], bool | str]
         | None = None,
+        prepare: ToolPrepare | None = None,
+        max_uses: int | None = None,
     ) -> Tool:
         """A copy with the given options changed (and no `source`); the rest is kept."""
         new = copy.copy(self)
@@ -193,6 +227,8 @@ class Tool:
         new.abandon = self.abandon if abandon is None else abandon
         if requires_approval is not None:
             new.requires_approval = requires_approval
+        new.prepare = self.prepare if prepare is None else prepare
+        new.max_uses = self.max_uses if max_uses is None else max_uses
         new._check()
         new.source = None
         new.definition = replace(self.definition, name=new.name, description=new.description)
@@ -287,6 +323,19 @@ def _outcome(name: str, outcome: Any) -> str:
     return str(text)
 
 
+def _takes_two(function: Any) -> bool:
+    """Whether `function` is callable with two positional arguments (as far as can be told)."""
+    if not callable(function):
+        return False
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): take it on trust
+        return True
+    return True
+
+
 def _valid_name(name: str) -> bool:
     return 0 < len(name) <= 128 and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
 
@@ -302,6 +351,8 @@ def tool(
     eager: bool = True,
     abandon: bool = True,
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
+    prepare: ToolPrepare | None = None,
+    max_uses: int | None = None,
 ) -> Tool: ...
 
 
@@ -314,6 +365,8 @@ def tool(
     eager: bool = True,
     abandon: bool = True,
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
+    prepare: ToolPrepare | None = None,
+    max_uses: int | None = None,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -327,6 +380,8 @@ def tool(
     eager: bool = True,
     abandon: bool = True,
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
+    prepare: ToolPrepare | None = None,
+    max_uses: int | None = None,
 ) -> Tool | Callable[[F], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
@@ -346,6 +401,10 @@ def tool(
             for the function to return instead of leaving its thread running.
         requires_approval: Whether a call waits for a person's decision before it runs:
             True, or `rule(ctx, input) -> bool` deciding per call (see `Agent.resume`).
+        prepare: `prepare(ctx, definition) -> definition | None`, sync or async: what
+            each turn announces of the tool (a changed definition), or None to hide it.
+        max_uses: The most calls of the tool per run; beyond, calls are answered
+            `is_error` and the tool is hidden.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -354,6 +413,8 @@ def tool(
         "eager": eager,
         "abandon": abandon,
         "requires_approval": requires_approval,
+        "prepare": prepare,
+        "max_uses": max_uses,
     }
     if function is not None:
         return Tool(function, **options)

@@ -13,6 +13,7 @@ streamed: the turn then drops what it had of the earlier response (`ResponseRepl
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from agentloop.approval import Waiting
 from agentloop.calls import ToolCall, ToolResult, sendable
 from agentloop.context import RunContext
+from agentloop.dynamic import may_start, over_max_uses, uses_of
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import (
     ApprovalRequested,
@@ -82,11 +84,13 @@ class Turn:
         self.ids: dict[int, str] = {}  # block index -> tool_use id, while streaming
         self.watch = ResponseWatch(self.round)  # a response sent again replaces this one
         self.started: set[str] = set()
+        self.running: Counter[str] = Counter()  # the started calls, by tool (max_uses)
         self.announced: set[str] = set()  # calls reported ready while streaming
         self.results: dict[str, ToolResult] = {}
         self.calls: dict[str, ToolCall] = {}  # the response's calls, as the model sent them
         self.paused: dict[str, dict[str, Any]] = {}  # sub-agent calls' paused runs, by call
         self.waits: dict[str, Waiting | None] = {}  # the gate's answer, asked once per call
+        self.ran = uses_of(run.calls)  # the calls of earlier turns that ran, by tool (max_uses)
         self.closed = False
 
     async def play(self, ask: Ask) -> TurnOutcome:
@@ -146,6 +150,7 @@ class Turn:
                     and (tool is None or tool.eager)
                     and (offered is None or call.name in offered)
                     and (left is None or len(self.started) < left)
+                    and may_start(self.registry, call.name, self.ran, self.running[call.name])
                 )
                 if self.emit is not None:
                     self.announced.add(call.id)
@@ -163,6 +168,7 @@ class Turn:
         """Run `call` in a task of the turn's group (once)."""
         if call.id not in self.started:
             self.started.add(call.id)
+            self.running[call.name] += 1
             assert self.group is not None
             self.group.start(call, self.finished)
 
@@ -231,6 +237,8 @@ class Turn:
             **self._by_stop_reason(response),
             **response.call_errors,
         }
+        uses = response.tool_uses
+        errors |= over_max_uses(self.registry, uses, self.ran, errors, self.started)
         run = self.run
         over = run.meter.refused_calls(response, errors, run.external_names, self.started)
         return {**errors, **over}

@@ -271,9 +271,10 @@ async def test_a_state_of_version_1_still_resumes(serve: Callable[..., MessagesS
     big = tool_call("refund", {"order": "B2", "amount": 500})
     server = serve([reply(big), reply("Refunded.")])
     paused = await make_agent(server.client()).run("Refund B2")
-    assert paused.state is not None and paused.state["version"] == STATE_VERSION == 2
+    assert paused.state is not None and paused.state["version"] == STATE_VERSION == 3
     pending = [{k: v for k, v in p.items() if k != "run"} for p in paused.state["pending"]]
-    old = forged(paused.state, version=1, pending=pending)
+    calls = [{k: v for k, v in c.items() if k != "ran"} for c in paused.state["tool_calls"]]
+    old = forged(paused.state, version=1, pending=pending, tool_calls=calls)
     final = await make_agent(server.client()).resume(old, decisions={big["id"]: Approve()})
     assert final.text == "Refunded." and ran == [("refund", {"order": "B2", "amount": 500})]
 
@@ -454,7 +455,7 @@ def bad_cases() -> list[Any]:
         p(
             lambda s, i: ({**s, "version": STATE_VERSION + 1}, approve(i)),
             StateVersionError,
-            "version 3; this agentloop reads versions 1, 2",
+            "version 4; this agentloop reads versions 1, 2, 3",
             "newer-version",
         ),
         p(

@@ -13,7 +13,8 @@ the run `RUN_ID` and prints what happened on stdout, one line each:
   read with `run_stream`, its model's answers paced by `paced_script`);
 - `RESULT <json>` and `REQUESTS <n>` (model requests this process sent) at the end.
 
-`DURABLE_MAX_RECOVERY=<n>` gives the durable agent `max_recovery_attempts=n`.
+`DURABLE_MAX_RECOVERY=<n>` gives the durable agent `max_recovery_attempts=n`;
+`DURABLE_MAX_USES=<n>` gives `record` `max_uses=n`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def script(request: dict[str, Any]) -> dict[str, Any]:
         if any(t["name"] == "ask_user" for t in request.get("tools", [])):
             calls.append(tool_call("ask_user", {"question": "Colour?"}, id="toolu_ask"))
         return reply("Recording both.", *calls, usage={"input_tokens": 30, "output_tokens": 7})
+    if not any(t["name"] == "record" for t in request.get("tools", [])):
+        return reply("Recorded what I could.", usage={"input_tokens": 50, "output_tokens": 4})
     return reply("Both recorded.", usage={"input_tokens": 50, "output_tokens": 3})
 
 
@@ -82,11 +85,11 @@ async def record(ctx: RunContext[dict[str, str]], item: str) -> str:
     return result
 
 
-def make_agent(server: MessagesServer, **options: Any) -> Agent:
+def make_agent(server: MessagesServer, max_uses: int | None = None, **options: Any) -> Agent:
     """The app's agent, over the real SDK client talking to `server`."""
     return Agent(
         provider=AnthropicProvider(server.client()),
-        tools=[record],
+        tools=[record if max_uses is None else record.replace(max_uses=max_uses)],
         name="ledger",
         **options,
     )
@@ -110,7 +113,9 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
     streams = os.environ.get("DURABLE_STREAM") == "1"
     async with MessagesServer(paced_script if streams else script) as server:
         recoveries = int(os.environ.get("DURABLE_MAX_RECOVERY", "100"))
-        durable = DurableAgent(make_agent(server), max_recovery_attempts=recoveries)
+        max_uses = os.environ.get("DURABLE_MAX_USES")
+        agent = make_agent(server, None if max_uses is None else int(max_uses))
+        durable = DurableAgent(agent, max_recovery_attempts=recoveries)
         launch()  # recovers a run an earlier process left unfinished
         wait = os.environ.get("DURABLE_WAIT") == "1"
         arguments: dict[str, Any] = {

@@ -184,6 +184,33 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
     assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
 
 
+async def test_a_recovered_run_counts_a_tool_s_uses_as_the_first_process_did(
+    tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
+) -> None:
+    # `record` may run once: a runs (and the process dies in it), b is refused; the
+    # process recovering the run runs a's step again, refuses b again, and hides `record`.
+    crashed = await child(
+        database, "capped-1", tmp_path, until="EFFECT", DURABLE_HANG="a", DURABLE_MAX_USES="1"
+    )
+    assert crashed["EFFECT"] == "a"
+    recovered = await child(database, "capped-1", tmp_path, DURABLE_MAX_USES="1")
+    result = result_from_json(json.loads(recovered["RESULT"]))
+
+    server = serve(app.script)
+    plain_deps = {"ledger": str(tmp_path / "plain.jsonl")}
+    plain = await app.make_agent(server, max_uses=1).run("Record a and b.", deps=plain_deps)
+    assert [t["name"] for t in server.requests[1].get("tools", [])] == []
+    assert result.messages == plain.messages and _log(result) == _log(plain)
+    assert result.text == plain.text == "Recorded what I could."
+    assert [(c.tool_use_id, c.ran) for c in result.tool_calls] == [
+        ("toolu_a", True),
+        ("toolu_b", False),
+    ]
+    assert "may be called once per run" in result.tool_calls[1].output
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert [e["key"] for e in ledger] == ["capped-1:toolu_a"]
+
+
 async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
     tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:
