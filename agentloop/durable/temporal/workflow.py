@@ -31,11 +31,12 @@ from agentloop.durable.streams import RunPublisher
 from agentloop.durable.temporal.results import ERROR_FIELDS
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError
+from agentloop.messages import parse_history
 from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.result import RunResult, ToolCallRecord, Usage
 from agentloop.resume import plan
 from agentloop.run import Run
-from agentloop.state import dump_state
+from agentloop.state import PausedRun
 
 
 class WorkflowOwner(Protocol):
@@ -160,11 +161,13 @@ def _beginning(data: dict[str, Any], run_id: str) -> dict[str, Any]:
             "history": data.get("history"),
             "external_tools": data.get("external_tools", ()),
         }
-    between_rounds = dump_state(
+    # A run between two rounds: no turn waits, so it is given as a `PausedRun` with no
+    # pending calls, which the run continues as it stands.
+    between_rounds = PausedRun(
         run_id=run_id,
         rounds=carry["rounds"],
         usage=Usage(**carry["usage"]),
-        messages=carry["messages"],
+        messages=parse_history(carry["messages"]),
         finished=[],
         pending=[],
         tool_calls=[ToolCallRecord(**c) for c in carry["tool_calls"]],
