@@ -43,7 +43,7 @@ from agentloop.events import RunFinished, ToolResultEvent
 from agentloop.lint import lint_history
 from agentloop.messages import parse_history
 from agentloop.result import RunResult
-from agentloop.run import CANCELLED_MESSAGE
+from agentloop.runstate import CANCELLED_MESSAGE
 from agentloop.testing import MessagesServer, ScriptedProvider, SteppedProvider, reply, tool_call
 
 pytestmark = pytest.mark.durable
@@ -182,6 +182,41 @@ async def test_a_run_killed_mid_tool_is_recovered_with_one_effect_per_key(
     lint_history(parse_history(result.messages))
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
     assert sorted(e["key"] for e in ledger) == ["crash-1:toolu_a", "crash-1:toolu_b"]
+
+
+async def test_a_capability_s_effects_inside_steps_are_recorded_and_never_repeated(
+    tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    # a's step is recorded (with what the capability made of its result); b has made its
+    # effect and hangs inside the capability's call_next: the process dies there.
+    crashed = await child(
+        database, "cap-1", tmp_path, until="EFFECT", DURABLE_HANG="b", DURABLE_CAPABILITY="1"
+    )
+    assert crashed["EFFECT"] == "b"
+    before = [json.loads(line) for line in witness.read_text().splitlines()]
+    assert before == [{"response": 1}, {"result": "toolu_a"}]
+    recovered = await child(database, "cap-1", tmp_path, DURABLE_CAPABILITY="1")
+    assert recovered["REQUESTS"] == "1"
+    # The recovery replays round 1's response and a's result without the capability: its
+    # effects there happened once; b's call and round 2 run, through it, once.
+    seen = [json.loads(line) for line in witness.read_text().splitlines()]
+    assert seen == [*before, {"result": "toolu_b"}, {"response": 2}]
+    result = result_from_json(json.loads(recovered["RESULT"]))
+    # What the capability made of a's result was recorded with its step: nothing is lost.
+    assert [c.output for c in result.tool_calls] == [
+        "recorded a (witnessed)",
+        "recorded b (witnessed)",
+    ]
+
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    plain_deps = {"ledger": str(plain_dir / "ledger.jsonl")}
+    agent = app.make_agent(serve(app.script), capabilities=[app.Witness(str(plain_dir))])
+    plain = await agent.run("Record a and b.", deps=plain_deps)
+    assert result.messages == plain.messages and _log(result) == _log(plain)
+    assert result.usage == plain.usage
+    lint_history(parse_history(result.messages))
 
 
 async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(

@@ -77,7 +77,7 @@ from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
 from agentloop.progress import report_progress  # noqa: E402
 from agentloop.result import RunResult  # noqa: E402
-from agentloop.run import CANCELLED_MESSAGE  # noqa: E402
+from agentloop.runstate import CANCELLED_MESSAGE  # noqa: E402
 from agentloop.testing import (  # noqa: E402
     Fault,
     MessagesServer,
