@@ -68,6 +68,7 @@ if typing.TYPE_CHECKING:
     from .messages import ToolUseBlock as ToolUseBlock
     from .messages import UnknownBlock as UnknownBlock
     from .plugins import PluginManager as PluginManager
+    from .plugins import plugin_capabilities as plugin_capabilities
     from .plugins import plugin_tools as plugin_tools
     from .providers.anthropic import AnthropicProvider as AnthropicProvider
     from .providers.base import Provider as Provider
@@ -161,6 +162,7 @@ _MODULES = {
     "UsageLimits": "limits",
     "hookimpl": "hookspecs",
     "lint_history": "lint",
+    "plugin_capabilities": "plugins",
     "plugin_tools": "plugins",
     "raw_tools": "tools",
     "repair": "repairs",

@@ -1,9 +1,10 @@
-"""The plugin hooks: how installed packages give agentloop their tools and commands.
+"""The plugin hooks: how installed packages give agentloop their tools, capabilities and commands.
 
 Plugins are found through the `agentloop` entry-point group (see `agentloop.plugins`) and
 implement the hooks below with `@agentloop.hookimpl`. Hooks are synchronous and only
-register things; tools run later, in the registry. `agentloop_register_tools` serves
-every agent; the other hooks shape the `agentloop` command (`agentloop.cli`).
+register things; tools run later, in the registry, and capabilities around a run.
+`agentloop_register_tools` and `agentloop_register_capabilities` serve every agent; the
+other hooks shape the `agentloop` command (`agentloop.cli`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,28 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
     Not `firstresult`: every plugin's implementation is called.
 
     :param register: callable that adds one tool to the plugin manager's catalogue.
+    :return: nothing; return values are ignored.
+    """
+
+
+@hookspec
+def agentloop_register_capabilities(register: Callable[..., Any]) -> None:
+    """Register the plugin's capabilities (`agentloop.Capability`), each under a name.
+
+    Called for each plugin whenever a `PluginManager` builds its capability catalogue:
+    the first time capabilities are asked for, and again after further plugins are
+    loaded or registered; never per run. Call `register(name, capability)` for each
+    one: `name` is what `agentloop run --capability NAME` and
+    `PluginManager.select_capabilities` pick it by, and `capability` is a `Capability`
+    instance (shared by every agent that picks it: keep per-run state in `for_run`) or a
+    factory `() -> Capability` called each time an agent picks it (a `Capability`
+    subclass whose constructor takes no arguments is one). The registering plugin is
+    recorded as the capability's source. Not `firstresult`: every plugin's
+    implementation is called. Installing a plugin never adds a capability to a run by
+    itself: a service or the command names the ones it wants.
+
+    :param register: callable that adds one named capability to the plugin manager's
+        catalogue.
     :return: nothing; return values are ignored.
     """
 

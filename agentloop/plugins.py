@@ -1,11 +1,13 @@
-"""Plugin discovery: from installed entry points to a catalogue of tools, before any run.
+"""Plugin discovery: from installed entry points to catalogues of tools and capabilities.
 
-Plugins are found in the `agentloop` entry-point group, asked through the hook in
-`agentloop.hookspecs` for their tools, and kept as a catalogue each agent picks from
-explicitly with `select()`; the tools then run in the registry like any others.
+Plugins are found in the `agentloop` entry-point group, asked through the hooks in
+`agentloop.hookspecs` for their tools and capabilities, and kept as catalogues each agent
+picks from explicitly (`select()`, `select_capabilities()`); the tools then run in the
+registry like any others, the capabilities around the runs that were given them.
 
-An installed plugin never adds a tool to an agent by itself: `select()` with no plugin
-or tool names returns no tools, so installing a package cannot change what a model may do.
+An installed plugin never adds a tool or a capability to an agent by itself: with no
+names, `select()` returns no tools and `select_capabilities()` none, so installing a
+package cannot change what a model may do or what wraps a run.
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import ConfigurationError, DuplicateToolError
+from .capabilities.base import Capability
+from .errors import AgentloopError, ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
 from .logs import get_logger
 from .tools import Tool
 
 __all__ = (
     "ENV_VAR",
+    "PluginCapability",
     "PluginInfo",
     "PluginLoadError",
     "PluginManager",
     "default_manager",
     "installed_plugins",
     "pinned_plugins",
+    "plugin_capabilities",
     "plugin_tools",
 )
 
@@ -72,6 +77,42 @@ class PluginInfo:
     """That distribution's version, when there is one."""
     tools: tuple[str, ...]
     """The names of the tools it registers, in registration order."""
+    capabilities: tuple[str, ...] = ()
+    """The names of the capabilities it registers, in registration order."""
+
+
+@dataclass(frozen=True)
+class PluginCapability:
+    """One capability of the catalogue: its name, its plugin, and what makes it."""
+
+    name: str
+    """The name it is picked by (`--capability NAME`, `select_capabilities`)."""
+    source: str
+    """The plugin that registered it."""
+    given: Capability | Callable[[], Capability]
+    """What the plugin registered: the capability, or a factory making one."""
+
+    def create(self) -> Capability:
+        """The capability for an agent: the one registered, or a new one from the factory.
+
+        Raises:
+            ConfigurationError: the factory failed, or made something that is not a
+                `Capability` (the plugin is named).
+        """
+        if isinstance(self.given, Capability):
+            return self.given
+        where = f"plugin {self.source!r}: capability {self.name!r}"
+        try:
+            made = self.given()
+        except AgentloopError:
+            raise
+        except Exception as exc:
+            raise ConfigurationError(f"{where}: its factory failed: {_describe(exc)}") from exc
+        if not isinstance(made, Capability):
+            raise ConfigurationError(
+                f"{where}: its factory returned {type(made).__name__}, not a Capability"
+            )
+        return made
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,7 @@ class PluginManager:
         self._dists: dict[str, _Dist] = {}
         self._values: dict[str, str] = {}
         self._catalogue: dict[str, Tool] | None = None
+        self._capabilities: dict[str, PluginCapability] | None = None
         self.failures: list[PluginLoadError] = []
         """Plugins that failed to load or to register their tools."""
 
@@ -140,7 +182,7 @@ class PluginManager:
         dist = entry_point.dist
         if dist is not None:
             self._dists[entry_point.name] = _Dist(dist.metadata["Name"], dist.version)
-        self._catalogue = None
+        self._catalogue = self._capabilities = None
         return True
 
     def _fail(self, name: str, value: str, error: str) -> None:
@@ -162,7 +204,7 @@ class PluginManager:
             self._pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:
             raise ConfigurationError(f"cannot register plugin {name!r}: {exc}") from exc
-        self._catalogue = None
+        self._catalogue = self._capabilities = None
 
     # ------------------------------------------------------------------ catalogue
 
@@ -204,6 +246,43 @@ class PluginManager:
                 )
             catalogue[item.name] = item
 
+    def capabilities(self) -> list[PluginCapability]:
+        """Every capability of every loaded plugin, in plugin then registration order.
+
+        Each plugin's hook is called on its own, so each capability's `source` is its
+        plugin's name. A plugin whose hook fails is recorded in `failures` and
+        contributes nothing.
+
+        Raises:
+            ConfigurationError: two plugins register one capability name (both are named).
+        """
+        return list(self._build_capabilities().values())
+
+    def _build_capabilities(self) -> dict[str, PluginCapability]:
+        if self._capabilities is None:
+            catalogue: dict[str, PluginCapability] = {}
+            for name, plugin in self._pm.list_name_plugin():
+                if plugin is None:
+                    continue
+                caller = self._caller_for(plugin, "agentloop_register_capabilities")
+                found: list[PluginCapability] = []
+                try:
+                    caller(register=_CapabilityRegistrar(name, found))
+                except Exception as exc:
+                    why = f"agentloop_register_capabilities: {_describe(exc)}"
+                    self._fail(name, self._values.get(name, ""), why)
+                    continue
+                for item in found:
+                    if item.name in catalogue:
+                        raise ConfigurationError(
+                            f"capability name {item.name!r} is registered by plugin "
+                            f"{catalogue[item.name].source!r} and by plugin {name!r}; "
+                            f"uninstall one or pin the plugins with {ENV_VAR}"
+                        )
+                    catalogue[item.name] = item
+            self._capabilities = catalogue
+        return self._capabilities
+
     def _caller_for(self, plugin: object, hook: str) -> Any:
         """`hook`'s caller restricted to one plugin's implementation."""
         others = [p for _, p in self._pm.list_name_plugin() if p is not plugin]
@@ -244,10 +323,13 @@ class PluginManager:
         return results
 
     def plugins(self) -> list[PluginInfo]:
-        """The loaded plugins with their distribution, version and tool names."""
+        """The loaded plugins with their distribution, version, tool and capability names."""
         by_plugin: dict[str, list[str]] = {}
         for item in self._build().values():
             by_plugin.setdefault(item.source or "", []).append(item.name)
+        capabilities: dict[str, list[str]] = {}
+        for entry in self._build_capabilities().values():
+            capabilities.setdefault(entry.source, []).append(entry.name)
         infos = []
         for name, plugin in self._pm.list_name_plugin():
             dist = self._dists.get(name)
@@ -258,6 +340,7 @@ class PluginManager:
                     dist=dist.name if dist else None,
                     version=dist.version if dist else None,
                     tools=tuple(by_plugin.get(name, ())),
+                    capabilities=tuple(capabilities.get(name, ())),
                 )
             )
         return infos
@@ -292,6 +375,30 @@ class PluginManager:
             chosen = [t for t in chosen if t.name in tools]
         return chosen
 
+    def select_capabilities(self, names: Sequence[str] | None = None) -> list[Capability]:
+        """The capabilities named, in the order given (the first is the outermost).
+
+        With no names this returns `[]` without building the catalogue: a run never gains
+        a capability because a package was installed. A capability registered as a
+        factory is made anew on each call; one registered as an instance is shared.
+
+        ```python
+        agent = Agent(tools=my_tools, capabilities=manager.select_capabilities(["redact"]))
+        ```
+
+        Args:
+            names: Capability names (as registered by the plugins).
+
+        Raises:
+            ConfigurationError: a name is unknown (the message lists what is available),
+                two plugins register one name, or a factory fails.
+        """
+        if not names:
+            return []
+        catalogue = self._build_capabilities()
+        _check_names("capability", names, list(catalogue))
+        return [catalogue[name].create() for name in names]
+
 
 class _Registrar:
     """The `register` callable one plugin's hook receives."""
@@ -325,6 +432,27 @@ class _Registrar:
         new.source = self.plugin
         self.found.append(new)
         return new
+
+
+class _CapabilityRegistrar:
+    """The `register` callable one plugin's `agentloop_register_capabilities` receives."""
+
+    def __init__(self, plugin: str, found: list[PluginCapability]) -> None:
+        self.plugin = plugin
+        self.found = found
+
+    def __call__(self, name: str, capability: Capability | Callable[[], Capability]) -> None:
+        """Add the capability (or the factory making it) `name` for this plugin."""
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise ConfigurationError(
+                f"a capability's name must be a word such as 'redact', not {name!r}"
+            )
+        if not isinstance(capability, Capability) and not callable(capability):
+            raise ConfigurationError(
+                f"capability {name!r}: register a Capability or a function making one, "
+                f"not {type(capability).__name__}"
+            )
+        self.found.append(PluginCapability(name, self.plugin, capability))
 
 
 def _entry_points() -> dict[str, metadata.EntryPoint]:
@@ -415,3 +543,16 @@ def plugin_tools(
         DuplicateToolError: two plugins register one tool name.
     """
     return default_manager().select(plugins=plugins, tools=tools)
+
+
+def plugin_capabilities(names: Sequence[str] | None = None) -> list[Capability]:
+    """Capabilities from installed plugins, by name, in the order given.
+
+    `Agent(capabilities=plugin_capabilities(["redact"]))`. With no names it returns `[]`
+    (see `PluginManager.select_capabilities`).
+
+    Raises:
+        ConfigurationError: a name is unknown (the message lists what is available), two
+            plugins register one name, or a factory fails.
+    """
+    return default_manager().select_capabilities(names)

@@ -247,6 +247,31 @@ class ToolRegistry:
         )
         return result
 
+    async def run_call_through(
+        self, call: ToolCall, ctx: RunContext[Any], capabilities: Chain
+    ) -> ToolResult:
+        """Run one call through `capabilities`' `wrap_tool_call`s, then as `run_call` does.
+
+        A capability's `ToolError` answers the call without running it; an
+        `AgentloopError` goes on (it ends the run); any other failure answers the call
+        with an `is_error` result naming it.
+        """
+
+        async def tool(changed: ToolCall) -> ToolResult:
+            # A capability may change the input; the call keeps its id and name.
+            return await self.run_call(replace(changed, id=call.id), ctx)
+
+        try:
+            return await capabilities.tool_call(ctx.for_call(call), tool)(call)
+        except ToolError as exc:
+            return ToolResult.error(call, exc.message, ran=False)
+        except AgentloopError:
+            raise
+        except Exception as exc:
+            _logger(ctx).exception("capability.failed", tool_use_id=call.id, name=call.name)
+            why = f"Not run: a capability of the run failed ({describe_exception(exc)})."
+            return ToolResult.error(call, why, ran=False)
+
     async def _run(self, call: ToolCall, ctx: RunContext[Any]) -> ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
@@ -399,7 +424,7 @@ class CallGroup:
         bind_call_context(self.context, call)
         run = partial(self.registry.run_call, call, self.context)
         if self.capabilities is not None and self.capabilities.has("wrap_tool_call"):
-            run = partial(self._through_capabilities, call)
+            run = partial(self.registry.run_call_through, call, self.context, self.capabilities)
         try:
             result = await self.context.effects.tool(call, self.context.round, run)
         except BaseException as exc:
@@ -411,32 +436,6 @@ class CallGroup:
             self.cancel()
             return
         await on_result(result)
-
-    async def _through_capabilities(self, call: ToolCall) -> ToolResult:
-        """`call` run through the run's `wrap_tool_call`s (inside the call's effect).
-
-        A capability's `ToolError` answers the call without running it; an
-        `AgentloopError` goes on (it ends the run); any other failure answers the call
-        with an `is_error` result naming it.
-        """
-        assert self.capabilities is not None
-
-        async def tool(changed: ToolCall) -> ToolResult:
-            # A capability may change the input; the call keeps its id and name.
-            return await self.registry.run_call(replace(changed, id=call.id), self.context)
-
-        try:
-            return await self.capabilities.tool_call(self.context.for_call(call), tool)(call)
-        except ToolError as exc:
-            return ToolResult.error(call, exc.message, ran=False)
-        except AgentloopError:
-            raise
-        except Exception as exc:
-            _logger(self.context).exception(
-                "capability.failed", tool_use_id=call.id, name=call.name
-            )
-            why = f"Not run: a capability of the run failed ({describe_exception(exc)})."
-            return ToolResult.error(call, why, ran=False)
 
 
 # -- helpers

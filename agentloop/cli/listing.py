@@ -22,7 +22,7 @@ __all__ = ("plugins_command", "tools_command")
 
 
 def plugins_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
-    """`agentloop plugins`: loaded plugins, those switched off, then failures."""
+    """`agentloop plugins`: loaded plugins (tools, capabilities), those switched off, failures."""
     infos = manager.plugins()
     off = _switched_off(manager)
     if args.json:
@@ -40,7 +40,8 @@ def plugins_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     for info in infos:
         version = f" {info.version}" if info.version else ""
         dist = f" ({info.dist})" if info.dist else ""
-        print(f"{info.name}{version}{dist}: {', '.join(info.tools) or '(no tools)'}")
+        wraps = f"; capabilities: {', '.join(info.capabilities)}" if info.capabilities else ""
+        print(f"{info.name}{version}{dist}: {', '.join(info.tools) or '(no tools)'}{wraps}")
     for name, dist in off.items():
         print(f"{name} ({dist}): installed, switched off by {ENV_VAR}")
     for failure in manager.failures:

@@ -68,6 +68,13 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         help="expose only these tools (repeatable)",
     )
     run.add_argument(
+        "--capability",
+        action="append",
+        dest="capabilities",
+        metavar="NAME",
+        help="wrap the run in this plugin capability (repeatable; the first is the outermost)",
+    )
+    run.add_argument(
         "--require-approval",
         action="append",
         metavar="TOOL",

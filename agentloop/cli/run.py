@@ -1,9 +1,10 @@
 """`agentloop run` and `agentloop serve`: the plugins' setups, the tools, the provider, the run.
 
-`run_command` asks each plugin for its `RunSetup`, picks the exposed tools, builds the
-provider (the API, a Chat Completions server, or a plugin's offline model) and an `Agent`,
-runs it (in the session `--session` names, if any), and prints the report (`report`).
-`serve_with_plugins` hands the same choice of tools and deps to the gateway.
+`run_command` asks each plugin for its `RunSetup`, picks the exposed tools and the
+capabilities `--capability` names, builds the provider (the API, a Chat Completions
+server, or a plugin's offline model) and an `Agent`, runs it (in the session `--session`
+names, if any), and prints the report (`report`). `serve_with_plugins` hands the same
+choice of tools, deps and capabilities to the gateway.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     session = _session(args)
     setups = run_setups(manager, args)
     tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
+    capabilities = manager.select_capabilities(args.capabilities)
     sources = {t.source for t in tools}
     exposed = {name: setup for name, setup in setups.items() if name in sources}
     deps = run_deps(exposed)
@@ -86,6 +88,7 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         tool_timeout=args.timeout,
         max_tokens=args.max_tokens,
         approval_required=set(args.require_approval or ()),
+        capabilities=capabilities,
     )
     result = anyio.run(_run, agent, provider, args.prompt, deps, session)
     if args.json:
@@ -149,7 +152,7 @@ async def _run(
 
 
 def serve_with_plugins(args: argparse.Namespace, *, manager: PluginManager) -> int:
-    """`agentloop serve`: the gateway, with the chosen plugins' tools and their `deps`.
+    """`agentloop serve`: the gateway, with the chosen plugins' tools, deps and capabilities.
 
     Unlike `agentloop run`, a gateway exposes no plugin by default: only what `--plugin`
     and `--tool` name.
@@ -161,7 +164,8 @@ def serve_with_plugins(args: argparse.Namespace, *, manager: PluginManager) -> i
         tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
         sources = {t.source for t in tools}
         deps = run_deps({name: s for name, s in setups.items() if name in sources})
-    return serve_command(args, tools=tools, deps=deps)
+    capabilities = manager.select_capabilities(args.capabilities)
+    return serve_command(args, tools=tools, deps=deps, capabilities=capabilities)
 
 
 def run_setups(manager: PluginManager, args: argparse.Namespace) -> dict[str, RunSetup]:

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from agentloop._wire import random_id
 from agentloop.agent import Agent
+from agentloop.capabilities.base import check_capabilities
 from agentloop.checks import check_count, check_seconds
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.events import ModelResponded
@@ -92,8 +93,9 @@ class Gateway:
 
         Raises:
             ConfigurationError: the store URL or a limit cannot work, a tool requires
-                approval (the gateway has nobody to ask), or `config.durable` names an
-                engine that is not installed.
+                approval (the gateway has nobody to ask), `config.capabilities` is not a
+                list of capabilities, or `config.durable` names an engine that is not
+                installed.
         """
         where = urlsplit(config.upstream)
         if where.scheme not in ("http", "https") or not where.hostname:
@@ -101,6 +103,7 @@ class Gateway:
                 f"the upstream must be an http:// or https:// URL, not {config.upstream!r}"
             )
         self.config = config
+        self.capabilities = check_capabilities(config.capabilities, "capabilities")
         self.registry = ToolRegistry(config.tools)
         asking = [t.name for t in self.registry if t.requires_approval is not False]
         if asking:
@@ -127,6 +130,7 @@ class Gateway:
                 config.durable,
                 store=config.store,
                 registry=self.registry,
+                capabilities=self.capabilities,
                 max_rounds=config.max_rounds,
                 tool_concurrency=config.tool_concurrency,
                 tool_timeout=config.tool_timeout,
@@ -416,6 +420,7 @@ class Gateway:
                 params=params,
                 name="agentloop-gateway",
                 tracer_provider=self.config.tracer_provider,
+                capabilities=self.capabilities,
                 # The client's own markers decide what is cached (sessions.py moves them).
                 cache="off",
             )

@@ -1,10 +1,10 @@
 """The `agentloop serve` command: the gateway on uvicorn.
 
 `add_serve_command` adds the subcommand to the `agentloop` parser; `serve_command` runs
-it: it selects the gateway's tools from the installed plugins (as `agentloop run`
-does), builds a `Gateway` and serves it until SIGTERM or Ctrl-C, letting the requests in
-flight finish first (for at most `SHUTDOWN_GRACE` seconds). Logging is configured by
-the command that calls it (`agentloop`, `python -m agentloop.gateway`).
+it: it selects the gateway's tools and capabilities from the installed plugins (as
+`agentloop run` does), builds a `Gateway` and serves it until SIGTERM or Ctrl-C, letting
+the requests in flight finish first (for at most `SHUTDOWN_GRACE` seconds). Logging is
+configured by the command that calls it (`agentloop`, `python -m agentloop.gateway`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentloop.capabilities.base import Capability
 from agentloop.cli.values import finite_seconds, port, seconds, whole_number
 from agentloop.errors import ConfigurationError
 from agentloop.plugins import default_manager
@@ -71,6 +72,13 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         dest="tools",
         metavar="NAME",
         help="run only these tools (repeatable; within --plugin when both are given)",
+    )
+    serve.add_argument(
+        "--capability",
+        action="append",
+        dest="capabilities",
+        metavar="NAME",
+        help="wrap every run in this plugin capability (repeatable; the first is the outermost)",
     )
     serve.add_argument(
         "--store",
@@ -177,13 +185,18 @@ def _server_class(uvicorn: Any) -> Any:
 
 
 def serve_command(
-    args: argparse.Namespace, *, tools: list[Tool] | None = None, deps: Any = None
+    args: argparse.Namespace,
+    *,
+    tools: list[Tool] | None = None,
+    deps: Any = None,
+    capabilities: list[Capability] | None = None,
 ) -> int:
     """Run the gateway until it is stopped; returns the exit code.
 
     `tools` are the gateway's own tools (by default those `--plugin` / `--tool` select
     from the installed plugins); `deps` is what every run's tools receive (the
-    `agentloop` command builds it from the plugins' options, as for `agentloop run`).
+    `agentloop` command builds it from the plugins' options, as for `agentloop run`);
+    `capabilities` wrap every run (by default those `--capability` names).
     """
     try:
         import uvicorn
@@ -199,8 +212,12 @@ def serve_command(
     try:
         if args.durable_executor_id is not None and not args.durable:
             raise ConfigurationError("--durable-executor-id needs --durable")
-        if tools is None:
-            tools = default_manager().select(plugins=args.plugins, tools=args.tools)
+        if tools is None or capabilities is None:
+            manager = default_manager()
+            if tools is None:
+                tools = manager.select(plugins=args.plugins, tools=args.tools)
+            if capabilities is None:
+                capabilities = manager.select_capabilities(args.capabilities)
         config = GatewayConfig.from_env(
             secret=_read_secret(args.secret_file),
             deps=deps,
@@ -208,6 +225,7 @@ def serve_command(
             store=args.store,
             session_ttl=args.session_ttl,
             tools=tools,
+            capabilities=capabilities,
             max_rounds=args.max_rounds,
             tool_concurrency=args.tool_concurrency,
             tool_timeout=args.tool_timeout,
@@ -235,9 +253,10 @@ def serve_command(
         )
     )
     names = ", ".join(t.name for t in tools) or "none"
+    wrapped = f"; capabilities: {', '.join(args.capabilities)}" if args.capabilities else ""
     print(
         f"agentloop gateway on http://{args.host}:{args.port} -> {args.upstream} "
-        f"(tools: {names}; store: {args.store}"
+        f"(tools: {names}{wrapped}; store: {args.store}"
         f"{'; durable: ' + args.durable if args.durable else ''})",
         file=sys.stderr,
         flush=True,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentloop.capabilities.base import Capability
 from agentloop.errors import ConfigurationError
 from agentloop.tools import Tool
 
@@ -53,6 +54,10 @@ class GatewayConfig:
     """Seconds a stored session is kept after it was last written."""
     tools: Sequence[Tool] = ()
     """The gateway's own tools (run inside the loop, never shown to the client)."""
+    capabilities: Sequence[Capability] = ()
+    """Capabilities wrapping every run the gateway makes (`agentloop.Capability`), the
+    first outermost: what a capability does to a request, a response or one of the
+    gateway's tool calls is what the upstream and the client get."""
     max_rounds: int = 10
     """Most upstream requests for one client request."""
     tool_concurrency: int = 8

@@ -11,10 +11,13 @@ whose run finished gets the recorded answer, with no new upstream request.
 
 What a run records is the conversation and the client's tools; how each model request is
 sent (the model, `max_tokens`, the other fields, the client's credential) is never
-written to the database. The gateway's one durable agent sends its model requests
-through `RequestProvider`, which finds, by the run's id, the agent the gateway built for
-the client's request. A run recovered before its client came back waits for the
-client's retry (at most `attach_wait` seconds) before its next model request.
+written to the database. The gateway's one durable agent finds, by the run's id, the
+agent the gateway built for the client's request: its outermost capability
+(`ClientFields`) gives each model request that request's fields, so the gateway's own
+capabilities, inside it, see and change the request the upstream gets, and its provider
+(`RequestProvider`) sends it with that agent's upstream client. A run recovered before
+its client came back waits for the client's retry (at most `attach_wait` seconds) before
+its next model request.
 
 A run that failed (an upstream error) stays failed in DBOS; the client's retry of that
 request starts a new attempt under the next id (`{run_id}-2`, ...), which goes on from
@@ -25,7 +28,7 @@ way by another version of the gateway (DBOS recovers only its own version's runs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -34,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from agentloop.agent import Agent
+from agentloop.capabilities.base import Capability, NextRequest
+from agentloop.context import RunContext
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.logs import get_logger
 from agentloop.providers.base import ModelRequest, ModelResponse, StreamEvent, StreamingProvider
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "DBOS_FILE",
+    "ClientFields",
     "DBOSRequests",
     "DurableRequests",
     "Finished",
@@ -162,12 +168,11 @@ def open_durable(
 
 
 class RequestProvider:
-    """The durable agent's provider: each model request sent as its client's request says.
+    """The durable agent's provider: each model request sent with its client's upstream client.
 
-    The durable agent builds each request from its own settings; this provider takes
-    the conversation and the tools from it and everything else (model, `max_tokens`,
-    system, the other fields, the upstream client) from the agent the gateway built for
-    the run's request, found by the run's id.
+    It keeps the agent the gateway built for each run's request (`attach`), found by the
+    run's id: `ClientFields` takes the request's fields from it, and this provider sends
+    the request with its provider.
     """
 
     def __init__(self, attach_wait: float) -> None:
@@ -186,7 +191,12 @@ class RequestProvider:
         if self._agents.get(run_id) is agent:
             del self._agents[run_id]
 
-    async def _agent(self, run_id: str) -> Agent[Any]:
+    async def agent_of(self, run_id: str) -> Agent[Any]:
+        """The agent of run `run_id`'s client request, once its client has sent it.
+
+        Raises:
+            ProviderError: the client did not send it within `attach_wait` seconds.
+        """
         agent = self._agents.get(run_id)
         if agent is not None:
             return agent
@@ -204,45 +214,67 @@ class RequestProvider:
         return agent
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Send `request` as the run's client request says."""
-        agent, sent = await self._sent(request)
-        response: ModelResponse = await agent.provider.complete(sent)
+        """Send `request` with the upstream client of the run's client request."""
+        agent = await self._current()
+        response: ModelResponse = await agent.provider.complete(request)
         return response
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
-        """Stream `request` as the run's client request says (when its client streams).
+        """Stream `request` with the run's client's upstream client (when its client streams).
 
         The events go to the run's stream (the model step's `on_event`); a client that
         does not stream has its request sent as one JSON request.
         """
-        agent, sent = await self._sent(request)
+        agent = await self._current()
         if isinstance(agent.provider, StreamingProvider):
-            return await agent.provider.stream(sent, on_event)
-        response: ModelResponse = await agent.provider.complete(sent)
+            return await agent.provider.stream(request, on_event)
+        response: ModelResponse = await agent.provider.complete(request)
         return response
 
-    async def _sent(self, request: ModelRequest) -> tuple[Agent[Any], ModelRequest]:
-        """The agent of the run's client request, and `request` as that request says."""
+    async def _current(self) -> Agent[Any]:
+        """The agent of the client request of the DBOS workflow running here."""
         from dbos import DBOS
 
         run_id = DBOS.workflow_id
         if run_id is None:
             raise ConfigurationError("the gateway's durable agent runs only in DBOS workflows")
-        agent = await self._agent(run_id)
+        return await self.agent_of(run_id)
+
+
+class ClientFields(Capability):
+    """The durable agent's outermost capability: each request as its client's request says.
+
+    The durable agent builds each request from its own settings; this keeps the
+    conversation and the tools, and takes everything else (model, `max_tokens`, system,
+    the other fields) from the agent the gateway built for the run's request.
+    """
+
+    name = "gateway-client-fields"
+
+    def __init__(self, agents: RequestProvider) -> None:
+        """Fields from the agents `agents` keeps, by run id."""
+        self.agents = agents
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        """Send `request` with the fields of the run's client request."""
+        agent = await self.agents.agent_of(ctx.run_id)
+        config = agent.config
         sent = dataclasses.replace(
             request,
             model=agent.model,
-            max_tokens=agent.config.max_tokens,
-            system=agent.config.system,
-            tool_choice=agent.config.tool_choice,
-            thinking=agent.config.thinking,
-            metadata=agent.config.metadata,
-            stop_sequences=agent.config.stop_sequences,
-            params=agent.config.request_params,
+            max_tokens=config.max_tokens,
+            system=config.system,
+            tool_choice=config.tool_choice,
+            thinking=config.thinking,
+            metadata=config.metadata,
+            stop_sequences=config.stop_sequences,
+            params=config.request_params,
         )
-        return agent, sent
+        return await call_next(sent)
 
 
 class DBOSRequests:
@@ -259,13 +291,15 @@ class DBOSRequests:
         deps: Any = None,
         attach_wait: float = 3600.0,
         executor_id: str | None = None,
+        capabilities: Sequence[Capability] = (),
     ) -> None:
         """Runs recorded in the DBOS system database at `url`, with the gateway's tools.
 
         `deps` is what the tools get (it is not recorded); a recovered run waits at most
         `attach_wait` seconds for its client's retry. `executor_id` is this process's in
         the database (DBOS's `local` when None): at start, it recovers the runs a process
-        of that id left under way, and no other's.
+        of that id left under way, and no other's. `capabilities` wrap every run (inside
+        its steps: what they do to a response or a result is recorded with it).
         """
         self.url = url
         self.executor_id = executor_id
@@ -280,6 +314,7 @@ class DBOSRequests:
             tool_timeout=tool_timeout,
             name=NAME,
             cache="off",
+            capabilities=[ClientFields(self.provider), *capabilities],
         )
         self.durable: DurableAgent[Any] | None = None
 

@@ -98,9 +98,11 @@ def agentloop_register_commands(register):
     parser.add_argument("who")
 """
 
-# A plugin with a tool and nothing for the command.
+# A plugin with a tool and two capabilities, and nothing for the command.
 PLAIN = """\
-from agentloop import hookimpl
+from dataclasses import replace
+
+from agentloop import Capability, hookimpl
 
 
 def shout(text: str) -> str:
@@ -108,9 +110,31 @@ def shout(text: str) -> str:
     return text.upper()
 
 
+class Loud(Capability):
+    \"\"\"Every tool result in capitals.\"\"\"
+
+    async def wrap_tool_call(self, ctx, call, call_next):
+        result = await call_next(call)
+        return replace(result, content=result.text.upper())
+
+
+class Mark(Capability):
+    \"\"\"Every tool result marked.\"\"\"
+
+    async def wrap_tool_call(self, ctx, call, call_next):
+        result = await call_next(call)
+        return replace(result, content=result.text + " [marked]")
+
+
 @hookimpl
 def agentloop_register_tools(register):
     register(shout)
+
+
+@hookimpl
+def agentloop_register_capabilities(register):
+    register("loud", Loud)  # a factory: a new one for each agent
+    register("mark", Mark())  # an instance: shared
 """
 
 # A plugin whose command hooks are broken: they must not break the command.
@@ -367,6 +391,42 @@ def test_broken_command_hooks_do_not_break_the_command(
     assert main(["run", "hi", "--json"]) == 0
 
 
+@pytest.mark.parametrize(
+    ("order", "output"),
+    [
+        pytest.param(["loud", "mark"], "HELLO, ADA! [MARKED]", id="loud-outermost"),
+        pytest.param(["mark", "loud"], "HELLO, ADA! [marked]", id="mark-outermost"),
+    ],
+)
+def test_capabilities_named_on_the_command_line_wrap_the_run_in_order(
+    order: list[str], output: str, plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugins.setenv(ENV_VAR, "greeter,plain")
+    named = [word for name in order for word in ("--capability", name)]
+    assert main(["run", "hi", "--offline", "--json", "--tool", "greet", *named]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["tool_calls"][0]["output"] == output
+    # What the model was sent is the changed result.
+    assert result["messages"][2]["content"][0]["content"] == output
+
+
+def test_an_unknown_capability_is_a_usage_error_listing_the_known_ones(
+    plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugins.setenv(ENV_VAR, "greeter,plain")
+    expected = "agentloop: error: unknown capability name(s): nope; available: loud, mark\n"
+    assert main(["run", "hi", "--offline", "--capability", "nope"]) == 2
+    assert capsys.readouterr().err == expected
+    upstream = f"http://127.0.0.1:{closed_port()}"
+    assert main(["serve", "--upstream", upstream, "--capability", "nope"]) == 2
+    assert capsys.readouterr().err == expected
+    plugins.setenv(ENV_VAR, "greeter")
+    assert main(["run", "hi", "--offline", "--capability", "loud"]) == 2
+    assert capsys.readouterr().err == (
+        "agentloop: error: unknown capability name(s): loud; available: none\n"
+    )
+
+
 # --------------------------------------------------------------------------- listing
 
 
@@ -383,6 +443,16 @@ def test_plugins_command(plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         "plain (agentloop-cli-test-plain 0.0.1): installed, switched off by AGENTLOOP_PLUGINS"
         in lines
     )
+    plugins.setenv(ENV_VAR, "greeter,plain")
+    assert main(["plugins", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(p["name"], p["capabilities"]) for p in listed["plugins"]] == [
+        ("greeter", []),
+        ("plain", ["loud", "mark"]),
+    ]
+    assert main(["plugins"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "plain 0.0.1 (agentloop-cli-test-plain): shout; capabilities: loud, mark"
 
 
 def test_plugins_switched_off_are_not_called_missing(

@@ -1,9 +1,10 @@
 """Plugin discovery end to end, with real installed distributions.
 
-The example weather plugin is pip-installed into this environment for the session (and
-removed afterwards unless it was there before); throwaway plugins (one that fails to
-import, one that clashes with the weather tools) are pip-installed into private target
-directories that only the tests that need them put on `sys.path`.
+The example plugins (weather's tools, redact's capability) are pip-installed into this
+environment for the session (and removed afterwards unless they were there before);
+throwaway plugins (one that fails to import, one that clashes with the weather tools, one
+whose tool returns personal data) are pip-installed into private target directories that
+only the tests that need them put on `sys.path`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,24 @@ import pytest
 from structlog.testing import capture_logs
 
 import agentloop
-from agentloop import Agent, ConfigurationError, Tool, tool
+from agentloop import Agent, Capability, ConfigurationError, RunContext, Tool, tool
+from agentloop.calls import ToolCall, ToolResult
+from agentloop.capabilities import NextCall
 from agentloop.errors import DuplicateToolError
-from agentloop.plugins import ENV_VAR, PluginManager, default_manager, plugin_tools
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.plugins import (
+    ENV_VAR,
+    PluginManager,
+    default_manager,
+    plugin_capabilities,
+    plugin_tools,
+)
+from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 ROOT = Path(__file__).resolve().parents[2]
 WEATHER = ROOT / "examples" / "weather_plugin"
 WEATHER_DIST = "agentloop-weather-example"
+REDACT = ROOT / "examples" / "redact_plugin"
+REDACT_DIST = "agentloop-redact-example"
 
 
 def pip(*args: str) -> None:
@@ -52,16 +63,29 @@ def installed(dist: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def weather_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The example plugin, installed into the running environment for the session."""
-    was_there = installed(WEATHER_DIST)
-    source = tmp_path_factory.mktemp("weather") / "weather_plugin"  # builds leave files behind
-    shutil.copytree(WEATHER, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+def install_example(
+    tmp_path_factory: pytest.TempPathFactory, folder: Path, dist: str
+) -> Iterator[None]:
+    """An example plugin, installed into the running environment until the generator ends."""
+    was_there = installed(dist)
+    source = tmp_path_factory.mktemp(dist) / folder.name  # builds leave files behind
+    shutil.copytree(folder, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     pip("install", "--no-deps", str(source))
     yield
     if not was_there:
-        pip("uninstall", "-y", WEATHER_DIST)
+        pip("uninstall", "-y", dist)
+
+
+@pytest.fixture(scope="session")
+def weather_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The example weather plugin, installed into the running environment for the session."""
+    yield from install_example(tmp_path_factory, WEATHER, WEATHER_DIST)
+
+
+@pytest.fixture(scope="session")
+def redact_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The example redact plugin, installed into the running environment for the session."""
+    yield from install_example(tmp_path_factory, REDACT, REDACT_DIST)
 
 
 def make_dist(root: Path, name: str, entry_point: str, module_source: str) -> Path:
@@ -111,14 +135,30 @@ def agentloop_register_tools(register):
 """
 
 
+CONTACTS_MODULE = """\
+import agentloop
+
+
+def contact(name: str) -> str:
+    \"\"\"How to reach a customer, and the card on file.\"\"\"
+    return f"{name}: ada@example.com, card 4111 1111 1111 1111, order 1042"
+
+
+@agentloop.hookimpl
+def agentloop_register_tools(register):
+    register(contact)
+"""
+
+
 @pytest.fixture(scope="session")
 def throwaway_dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Site directories holding a real installed broken plugin and a clashing plugin."""
+    """Site directories holding real installed plugins: broken, clashing, and contacts."""
     root = tmp_path_factory.mktemp("dists")
     sites = {}
     for name, entry_point, source in [
         ("agentloop-broken-example", "broken", BROKEN_MODULE),
         ("agentloop-clash-example", "clash", CLASHING_MODULE),
+        ("agentloop-contacts-example", "contacts", CONTACTS_MODULE),
     ]:
         project = make_dist(root / "src", name, entry_point, source)
         site = root / entry_point
@@ -198,6 +238,65 @@ def test_cli_lists_plugin_tools(weather_installed: None) -> None:
     tools = {t["name"]: t for t in json.loads(done.stdout)}
     assert tools["get_weather"]["plugin"] == "weather"
     assert tools["get_weather"]["input_schema"]["required"] == ["city"]
+
+
+REDACTED = "Ada: [email], card [card ending 1111], order 1042"
+
+
+def test_an_installed_capability_is_discovered_without_code(redact_installed: None) -> None:
+    manager = default_manager()
+    info = {i.name: i for i in manager.plugins()}["redact"]
+    assert (info.dist, info.version, info.module) == (
+        REDACT_DIST,
+        "0.1.0",
+        "agentloop_redact.capability",
+    )
+    assert (info.tools, info.capabilities) == ((), ("redact",))
+    (entry,) = [c for c in manager.capabilities() if c.source == "redact"]
+    assert entry.name == "redact"
+    assert manager.failures == []
+    first, second = (manager.select_capabilities(["redact"])[0] for _ in range(2))
+    assert isinstance(first, agentloop.Capability) and first is not second  # a class: made anew
+
+
+async def test_a_plugin_capability_redacts_what_the_model_is_sent(redact_installed: None) -> None:
+    def contact(name: str) -> str:
+        """How to reach a customer."""
+        return f"{name}: ada@example.com, card 4111 1111 1111 1111, order 1042"
+
+    script = [reply(tool_call("contact", {"name": "Ada"})), reply("Reached.")]
+    with MessagesServer(script) as server:
+        async with server.client() as client:
+            agent = Agent(
+                client=client, tools=[contact], capabilities=plugin_capabilities(["redact"])
+            )
+            result = await agent.run("How do I reach Ada?")
+    answered = server.requests[1]["messages"][-1]["content"][0]
+    assert answered["type"] == "tool_result" and answered["content"] == REDACTED
+    assert result.tool_calls[0].output == REDACTED
+    assert "ada@example.com" not in json.dumps(result.messages)
+
+
+def test_cli_run_with_an_installed_capability(
+    redact_installed: None, throwaway_dists: dict[str, Path]
+) -> None:
+    script = [reply(tool_call("contact", {"name": "Ada"})), reply("Reached.")]
+    command = [sys.executable, "-m", "agentloop", "run", "How do I reach Ada?", "--json"]
+    with MessagesServer(script) as server:
+        done = subprocess.run(
+            [*command, "--plugin", "contacts", "--capability", "redact"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(
+                PYTHONPATH=str(throwaway_dists["contacts"]),
+                ANTHROPIC_API_KEY="sk-ant-test",
+                ANTHROPIC_BASE_URL=server.base_url,
+            ),
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tool_calls"][0]["output"] == REDACTED
+    assert server.requests[1]["messages"][-1]["content"][0]["content"] == REDACTED
 
 
 # --------------------------------------------------------------------------- AGENTLOOP_PLUGINS
@@ -452,3 +551,126 @@ def test_select_unknown_names(
     with pytest.raises(ConfigurationError) as caught:
         two_plugins.select(plugins=plugins, tools=tools)
     assert str(caught.value) == message
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+class Stamp(Capability):
+    """Marks each tool result with its label."""
+
+    def __init__(self, label: str = "stamped") -> None:
+        self.label = label
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        result = await call_next(call)
+        return replace(result, content=f"{result.text} [{self.label}]")
+
+
+class _CapabilityPlugin:
+    """A plugin given in code that registers capabilities: `(name, what)` pairs."""
+
+    def __init__(self, *registered: tuple[Any, Any]) -> None:
+        self.registered = registered
+
+    @agentloop.hookimpl
+    def agentloop_register_capabilities(self, register: Callable[..., Any]) -> None:
+        for name, given in self.registered:
+            register(name, given)
+
+
+def test_capabilities_are_picked_by_name_in_the_order_given() -> None:
+    shared = Stamp("shared")
+    manager = PluginManager()
+    manager.register(_Plugin(ping), "tools")
+    manager.register(_CapabilityPlugin(("shared", shared), ("fresh", Stamp)), "stamps")
+    assert manager.select_capabilities() == [] and manager.select_capabilities([]) == []
+    assert [(c.name, c.source) for c in manager.capabilities()] == [
+        ("shared", "stamps"),
+        ("fresh", "stamps"),
+    ]
+    fresh, again = manager.select_capabilities(["fresh", "shared"])
+    assert isinstance(fresh, Stamp) and fresh.label == "stamped" and again is shared
+    assert manager.select_capabilities(["fresh"])[0] is not fresh  # a factory: made anew
+    info = {i.name: i for i in manager.plugins()}
+    assert (info["stamps"].tools, info["stamps"].capabilities) == ((), ("shared", "fresh"))
+    assert (info["tools"].tools, info["tools"].capabilities) == (("ping",), ())
+
+    provider = ScriptedProvider([reply(tool_call("ping", {})), reply("ok")])
+    outer_first = manager.select_capabilities(["shared", "fresh"])
+    agent = Agent(provider=provider, tools=manager.select(plugins=["tools"]))
+    result = agent.run_sync("go", capabilities=outer_first)
+    assert result.tool_calls[0].output == "pong [stamped] [shared]"
+
+
+def test_an_unknown_capability_name_lists_the_known_ones() -> None:
+    manager = PluginManager()
+    manager.register(_CapabilityPlugin(("b", Stamp), ("a", Stamp)), "stamps")
+    with pytest.raises(ConfigurationError) as caught:
+        manager.select_capabilities(["a", "nope"])
+    assert str(caught.value) == "unknown capability name(s): nope; available: b, a"
+
+
+def test_a_duplicate_capability_name_names_both_plugins_when_capabilities_are_asked_for() -> None:
+    manager = PluginManager()
+    manager.register(_CapabilityPlugin(("stamp", Stamp)), "first")
+    manager.register(_CapabilityPlugin(("stamp", Stamp)), "second")
+    manager.register(_Plugin(ping), "tools")
+    # Runs that name no capability do not build the catalogue: the clash does not stop them.
+    assert manager.select_capabilities() == [] and [t.name for t in manager.tools()] == ["ping"]
+    with pytest.raises(
+        ConfigurationError, match=r"'stamp' is registered by plugin 'first' and by plugin 'second'"
+    ):
+        manager.select_capabilities(["stamp"])
+
+
+@pytest.mark.parametrize(
+    ("registered", "error"),
+    [
+        pytest.param(("", Stamp), "a capability's name must be a word", id="empty-name"),
+        pytest.param((" x", Stamp), "a capability's name must be a word", id="spaced-name"),
+        pytest.param((3, Stamp), "a capability's name must be a word", id="not-a-name"),
+        pytest.param(("x", "Stamp"), "register a Capability or a function making one", id="str"),
+    ],
+)
+def test_a_plugin_registering_a_bad_capability_is_recorded_and_adds_nothing(
+    registered: tuple[Any, Any], error: str
+) -> None:
+    manager = PluginManager()
+    manager.register(_CapabilityPlugin(("good", Stamp), registered), "bad")
+    manager.register(_CapabilityPlugin(("other", Stamp)), "fine")
+    assert [c.name for c in manager.capabilities()] == ["other"]
+    (failure,) = manager.failures
+    assert failure.name == "bad" and error in failure.error
+    assert failure.error.startswith("agentloop_register_capabilities: ConfigurationError")
+
+
+def _broken_factory() -> Capability:
+    raise RuntimeError("no licence key")
+
+
+@pytest.mark.parametrize(
+    ("factory", "error"),
+    [
+        pytest.param(
+            _broken_factory,
+            "plugin 'maker': capability 'x': its factory failed: RuntimeError: no licence key",
+            id="raises",
+        ),
+        pytest.param(
+            lambda: "not one",
+            "plugin 'maker': capability 'x': its factory returned str, not a Capability",
+            id="not-a-capability",
+        ),
+    ],
+)
+def test_a_factory_that_fails_is_a_configuration_error_naming_the_plugin(
+    factory: Callable[[], Any], error: str
+) -> None:
+    manager = PluginManager()
+    manager.register(_CapabilityPlugin(("x", factory)), "maker")
+    with pytest.raises(ConfigurationError) as caught:
+        manager.select_capabilities(["x"])
+    assert str(caught.value) == error

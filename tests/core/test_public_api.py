@@ -92,6 +92,7 @@ PUBLIC = (
     "UsageLimits",
     "hookimpl",
     "lint_history",
+    "plugin_capabilities",
     "plugin_tools",
     "raw_tools",
     "repair",

@@ -15,6 +15,10 @@ the run `RUN_ID` and prints what happened on stdout, one line each:
 
 `DURABLE_MAX_RECOVERY=<n>` gives the durable agent `max_recovery_attempts=n`;
 `DURABLE_MAX_USES=<n>` gives `record` `max_uses=n`.
+`DURABLE_CAPABILITY=1` gives the agent the `Witness` capability, whose effects (a line in
+WORKDIR/witness.jsonl per response and per result it sees) are not keyed: one repeated
+shows. With it, the call that hangs waits for the other call's step to be recorded
+before it says `EFFECT`.
 """
 
 from __future__ import annotations
@@ -23,14 +27,20 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _chaos import until
 
-from agentloop import Agent, AnthropicProvider, RunContext, tool
+from agentloop import Agent, AnthropicProvider, Capability, RunContext, tool
+from agentloop.calls import ToolCall, ToolResult
+from agentloop.capabilities import NextCall, NextRequest
 from agentloop.events import TextDelta
+from agentloop.providers.base import ModelRequest, ModelResponse
 from agentloop.testing import MessagesServer, Paced, reply, tool_call
 
 EXTERNAL = {
@@ -80,9 +90,45 @@ async def record(ctx: RunContext[dict[str, str]], item: str) -> str:
     """Record an item, once per call whatever the retries."""
     result = ledger_once(Path(ctx.deps["ledger"]), ctx.idempotency_key, f"recorded {item}")
     if os.environ.get("DURABLE_HANG") == item:
+        if os.environ.get("DURABLE_CAPABILITY") == "1":
+            await until(partial(others_recorded, ctx.run_id, ctx.tool_use_id))
         print(f"EFFECT {item}", flush=True)
         await anyio.sleep_forever()
     return result
+
+
+async def others_recorded(run_id: str, tool_use_id: str) -> bool:
+    """Whether the steps of the run's calls other than `tool_use_id` are recorded."""
+    from dbos import DBOS
+
+    steps = await DBOS.list_workflow_steps_async(run_id)
+    done = {s["output"].get("tool_use_id") for s in steps if isinstance(s["output"], dict)}
+    return {"toolu_a", "toolu_b"} - {tool_use_id} <= done
+
+
+class Witness(Capability):
+    """Writes a line for each response and each result it sees, and marks the results."""
+
+    def __init__(self, workdir: str) -> None:
+        self.lines = Path(workdir) / "witness.jsonl"
+
+    def write(self, entry: dict[str, Any]) -> None:
+        with self.lines.open("a") as out:
+            out.write(json.dumps(entry) + "\n")
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        response = await call_next(request)
+        self.write({"response": ctx.round})
+        return response
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        result = await call_next(call)
+        self.write({"result": call.id})
+        return replace(result, content=f"{result.text} (witnessed)")
 
 
 def make_agent(server: MessagesServer, max_uses: int | None = None, **options: Any) -> Agent:
@@ -114,7 +160,10 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
     async with MessagesServer(paced_script if streams else script) as server:
         recoveries = int(os.environ.get("DURABLE_MAX_RECOVERY", "100"))
         max_uses = os.environ.get("DURABLE_MAX_USES")
-        agent = make_agent(server, None if max_uses is None else int(max_uses))
+        witness = [Witness(workdir)] if os.environ.get("DURABLE_CAPABILITY") == "1" else []
+        agent = make_agent(
+            server, None if max_uses is None else int(max_uses), capabilities=witness
+        )
         durable = DurableAgent(agent, max_recovery_attempts=recoveries)
         launch()  # recovers a run an earlier process left unfinished
         wait = os.environ.get("DURABLE_WAIT") == "1"

@@ -211,6 +211,41 @@ async def test_a_recovered_run_counts_a_tool_s_uses_as_the_first_process_did(
     assert [e["key"] for e in ledger] == ["capped-1:toolu_a"]
 
 
+async def test_a_capability_s_effects_inside_steps_are_recorded_and_never_repeated(
+    tmp_path: Path, database: str, serve: Callable[..., MessagesServer]
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    # a's step is recorded (with what the capability made of its result); b has made its
+    # effect and hangs inside the capability's call_next: the process dies there.
+    crashed = await child(
+        database, "cap-1", tmp_path, until="EFFECT", DURABLE_HANG="b", DURABLE_CAPABILITY="1"
+    )
+    assert crashed["EFFECT"] == "b"
+    before = [json.loads(line) for line in witness.read_text().splitlines()]
+    assert before == [{"response": 1}, {"result": "toolu_a"}]
+    recovered = await child(database, "cap-1", tmp_path, DURABLE_CAPABILITY="1")
+    assert recovered["REQUESTS"] == "1"
+    # The recovery replays round 1's response and a's result without the capability: its
+    # effects there happened once; b's call and round 2 run, through it, once.
+    seen = [json.loads(line) for line in witness.read_text().splitlines()]
+    assert seen == [*before, {"result": "toolu_b"}, {"response": 2}]
+    result = result_from_json(json.loads(recovered["RESULT"]))
+    # What the capability made of a's result was recorded with its step: nothing is lost.
+    assert [c.output for c in result.tool_calls] == [
+        "recorded a (witnessed)",
+        "recorded b (witnessed)",
+    ]
+
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    plain_deps = {"ledger": str(plain_dir / "ledger.jsonl")}
+    agent = app.make_agent(serve(app.script), capabilities=[app.Witness(str(plain_dir))])
+    plain = await agent.run("Record a and b.", deps=plain_deps)
+    assert result.messages == plain.messages and _log(result) == _log(plain)
+    assert result.usage == plain.usage
+    lint_history(parse_history(result.messages))
+
+
 async def test_a_run_whose_process_keeps_dying_is_given_up_with_a_typed_error(
     tmp_path: Path, database: str, launch: Callable[[], None]
 ) -> None:

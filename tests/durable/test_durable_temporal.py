@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,9 @@ from temporalio.worker import (  # noqa: E402
 )
 from temporalio.workflow import NondeterminismError  # noqa: E402
 
-from agentloop import Agent, Approve, Deny, RunContext, tool  # noqa: E402
+from agentloop import Agent, Approve, Capability, Deny, RunContext, tool  # noqa: E402
+from agentloop.calls import ToolCall, ToolResult  # noqa: E402
+from agentloop.capabilities import NextCall, NextRequest  # noqa: E402
 from agentloop.durable.temporal import (  # noqa: E402
     TemporalAgent,
     TemporalEffects,
@@ -60,6 +63,7 @@ from agentloop.durable.temporal import (  # noqa: E402
     without_sdk_retries,
 )
 from agentloop.errors import (  # noqa: E402
+    AgentloopError,
     AuthenticationError,
     ConfigurationError,
     DecisionError,
@@ -76,6 +80,7 @@ from agentloop.events import (  # noqa: E402
 from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
 from agentloop.progress import report_progress  # noqa: E402
+from agentloop.providers.base import ModelRequest, ModelResponse  # noqa: E402
 from agentloop.result import RunResult  # noqa: E402
 from agentloop.runstate import CANCELLED_MESSAGE  # noqa: E402
 from agentloop.testing import (  # noqa: E402
@@ -445,6 +450,85 @@ async def test_a_history_the_api_would_refuse_fails_the_workflow(
     assert provider.requests == []
     description = await client.get_workflow_handle(id_).describe()
     assert description.status == WorkflowExecutionStatus.FAILED
+
+
+# -- capabilities
+
+
+class Tagging(Capability):
+    """Tags each request's system and each result, noting where it ran; stops at `broken`."""
+
+    def __init__(self) -> None:
+        self.ran_in_activity: list[bool] = []
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        self.ran_in_activity.append(temporalio.activity.in_activity())
+        return await call_next(replace(request, system=f"Round {ctx.round}."))
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        self.ran_in_activity.append(temporalio.activity.in_activity())
+        if call.name == "broken":
+            raise AgentloopError(f"{call.id} must not run")
+        result = await call_next(call)
+        return replace(result, content=f"{result.text} (tagged)")
+
+
+def one_lookup_then(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            return reply(tool_call("lookup", {"key": "a"}, id="toolu_a"))
+        if len(body["messages"]) == 3:
+            return reply(tool_call(name, {"key": "b"}, id="toolu_b"))
+        return reply("Done.")
+
+    return script
+
+
+async def test_the_agents_capabilities_wrap_the_activities_as_in_a_plain_run(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    plain_server, server = serve(one_lookup_then("lookup")), serve(one_lookup_then("lookup"))
+    plain = await Agent(client=plain_server.client(), tools=TOOLS, capabilities=[Tagging()]).run(
+        "Go."
+    )
+    tagging = Tagging()
+    agent = Agent(client=server.client(), tools=TOOLS, capabilities=[tagging])
+    durable = TemporalAgent(agent, name="tagged")
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Go.", run_id=run_id(), task_queue=queue)
+    same_run(result, plain)
+    assert [c.output for c in result.tool_calls] == ["value of a (tagged)", "value of b (tagged)"]
+    systems = [r["system"][0]["text"] for r in server.requests]  # cache-marked by the agent
+    assert systems == ["Round 1.", "Round 2.", "Round 3."]
+    # Each hook ran inside its activity: the worker's, recorded with the activity.
+    assert tagging.ran_in_activity == [True] * 5
+
+
+async def test_a_capability_ending_the_run_in_an_activity_ends_the_workflow_run(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    plain_agent = Agent(
+        client=serve(one_lookup_then("broken")).client(), tools=TOOLS, capabilities=[Tagging()]
+    )
+    with pytest.raises(AgentloopError, match="toolu_b must not run") as plain:
+        await plain_agent.run("Go.")
+    server = serve(one_lookup_then("broken"))
+    agent = Agent(client=server.client(), tools=TOOLS, capabilities=[Tagging()])
+    durable = TemporalAgent(agent, name="stopped")
+    async with durable.worker(client, task_queue=queue):
+        with pytest.raises(AgentloopError, match="toolu_b must not run") as caught:
+            await durable.run(client, "Go.", run_id=run_id(), task_queue=queue)
+    assert len(server.requests) == 2  # the activity failed for good: never retried
+    partial, expected = caught.value.result, plain.value.result
+    assert partial is not None and expected is not None
+    assert partial.messages == expected.messages and partial.stop_reason == expected.stop_reason
+    assert [c.output for c in partial.tool_calls] == [c.output for c in expected.tool_calls]
+    assert partial.tool_calls[0].output == "value of a (tagged)"
+    lint_history(parse_history(partial.messages))
 
 
 # -- waiting for external results; cancellation

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,12 @@ pytest.importorskip(
 
 from support import free_port, serving
 
+from agentloop import Capability, RunContext
+from agentloop.calls import ToolCall, ToolResult
+from agentloop.capabilities import NextCall, NextRequest
 from agentloop.gateway.app import Gateway, GatewayConfig
-from agentloop.testing import Fault, MessagesServer, RecordedRequest
+from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.testing import Fault, MessagesServer, RecordedRequest, reply, tool_call
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "tests" / "gateway_plugin"
@@ -183,3 +187,44 @@ async def gateway_on(config: GatewayConfig | Gateway) -> AsyncIterator[str]:
     gateway = config if isinstance(config, Gateway) else Gateway(config)
     async with serving(gateway.app()) as url:
         yield url
+
+
+NOTE = "Keep the values confidential."
+
+
+class Confidential(Capability):
+    """A capability the gateway's runs are wrapped in: a note added to each request's
+    system prompt, and every `value` in what a gateway tool returns masked."""
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        system = request.system
+        assert system is None or isinstance(system, str), "the tests send a plain system"
+        return await call_next(replace(request, system=f"{system or ''} {NOTE}".strip()))
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        result = await call_next(call)
+        return replace(result, content=result.text.replace("value", "[masked]"))
+
+
+def tool_result_text(body: dict[str, Any]) -> str | None:
+    """The text of the first tool_result of a request's last message, if it has one."""
+    content = body["messages"][-1]["content"]
+    for block in content if isinstance(content, list) else []:
+        if block.get("type") == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, list):
+                return "".join(b.get("text", "") for b in inner)
+            return str(inner)
+    return None
+
+
+def echo_lookup(body: dict[str, Any]) -> Any:
+    """The upstream: calls `lookup` for key "k", then says what the tool answered."""
+    answered = tool_result_text(body)
+    if answered is None:
+        return reply("Looking.", tool_call("lookup", {"key": "k"}))
+    return reply(f"The table says: {answered}")

@@ -29,6 +29,7 @@ from _gateway import (
     dump,
     install_plugin,
     start_gateway,
+    tool_result_text,
     wait_until_healthy,
 )
 from support import free_port
@@ -1048,3 +1049,21 @@ async def test_the_agentloop_command_serves_a_plugin_with_its_options(
         assert (root / "ada" / "memory.md").read_text() == "# Notes\n"
     finally:
         assert served.stop() == 0, served.output()
+
+
+async def test_serve_capability_wraps_the_gateway_tools_calls(
+    upstream: Upstream, site: Path, logs: Path
+) -> None:
+    """`--capability gwmask`: the plugin's capability masks what the gateway's tool returns."""
+    served = start_gateway(upstream.url, site, logs, args=["--capability", "gwmask"])
+    try:
+        upstream.script(reply(tool_call("lookup", {"key": "k"})), reply("Done."))
+        async with served.client() as client:
+            message = await client.messages.create(
+                model="m", max_tokens=50, messages=[{"role": "user", "content": "What is k?"}]
+            )
+        _, second = upstream.bodies
+    finally:
+        assert served.stop() == 0, served.output()
+    assert tool_result_text(second) == "[masked]-of-k"
+    assert texts(message.content) == ["Done."]

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,14 +30,18 @@ import httpx2
 import pytest
 from _gateway import (
     CLIENT_TOOL,
+    NOTE,
+    Confidential,
     GatewayProcess,
     Upstream,
+    echo_lookup,
     gateway_on,
     install_plugin,
     start_gateway,
+    tool_result_text,
 )
 
-from agentloop import tool
+from agentloop import Capability, tool
 from agentloop.errors import ConfigurationError
 from agentloop.gateway.app import GatewayConfig
 from agentloop.gateway.durable import DBOS_FILE, dbos_url
@@ -293,7 +297,10 @@ THINKING = {"type": "thinking", "thinking": "The table first.", "signature": "si
 
 @asynccontextmanager
 async def durable_gateway(
-    tmp: Path, answer: Callable[[dict[str, Any]], Any], calls: list[str]
+    tmp: Path,
+    answer: Callable[[dict[str, Any]], Any],
+    calls: list[str],
+    capabilities: Sequence[Capability] = (),
 ) -> AsyncIterator[tuple[str, MessagesServer]]:
     """A durable gateway served here, with a `lookup` tool that counts its calls."""
 
@@ -309,6 +316,7 @@ async def durable_gateway(
         store=f"sqlite:///{tmp / 'sessions.db'}",
         tools=[lookup],
         durable=f"dbos:sqlite:///{tmp / 'dbos.sqlite'}",
+        capabilities=capabilities,
     )
     try:
         async with gateway_on(config) as url:
@@ -358,6 +366,34 @@ async def test_a_streaming_client_gets_the_same_message_as_a_json_client(tmp_pat
     assert (streamed.id, streamed.stop_reason) == (message.id, message.stop_reason)
     assert streamed.usage.model_dump() == message.usage.model_dump()
     assert raw.headers["agentloop-run-id"].startswith("gw-")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_capability_wraps_each_step_of_a_durable_request(
+    tmp_path: Path, stream: bool
+) -> None:
+    calls: list[str] = []
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 50,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "What is k?"}],
+    }
+    async with durable_gateway(tmp_path, echo_lookup, calls, [Confidential()]) as (url, upstream):
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+        if stream:
+            async with client.messages.stream(**request) as streamed:
+                message = await streamed.get_final_message()
+        else:
+            message = await client.messages.create(**request)
+        await client.close()
+        first, second = upstream.requests
+    assert calls == ["k"]
+    # The capability sees, and changes, the request as the client's fields make it.
+    assert (first["model"], first["max_tokens"], first["system"]) == ("m", 50, f"Be brief. {NOTE}")
+    assert second["system"] == f"Be brief. {NOTE}"
+    assert tool_result_text(second) == "[masked]-of-k"
+    assert texts(message.content)[-1] == "The table says: [masked]-of-k"
 
 
 @pytest.mark.parametrize(

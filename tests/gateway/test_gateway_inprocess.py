@@ -15,7 +15,7 @@ import anthropic
 import anyio
 import httpx2
 import pytest
-from _gateway import gateway_on
+from _gateway import NOTE, Confidential, echo_lookup, gateway_on, tool_result_text
 from support import free_port
 
 from agentloop import tool
@@ -180,6 +180,46 @@ async def test_the_clients_trace_context_reaches_the_run_and_the_upstream(
     chats = [s for s in spans if s.name.startswith("chat ")]
     assert {h.split("-")[2] for h in sent} == {format(c.context.span_id, "016x") for c in chats}
     assert [s.name for s in spans if s.name.startswith("execute_tool")] == ["execute_tool lookup"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_capability_wraps_each_upstream_request_and_gateway_tool_call(
+    stream: bool,
+) -> None:
+    upstream = MessagesServer(echo_lookup).start()
+    config = GatewayConfig(
+        upstream=upstream.base_url, store="memory://", tools=[lookup], capabilities=[Confidential()]
+    )
+    try:
+        async with gateway_on(config) as url:
+            client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-test", max_retries=0)
+            request: dict[str, Any] = {
+                "model": "m",
+                "max_tokens": 50,
+                "system": "Be brief.",
+                "messages": [{"role": "user", "content": "What is k?"}],
+            }
+            if stream:
+                async with client.messages.stream(**request) as streamed:
+                    message = await streamed.get_final_message()
+            else:
+                message = await client.messages.create(**request)
+            await client.close()
+    finally:
+        upstream.stop()
+    # The upstream got the capability's request and the tool's result as it left it ...
+    first, second = upstream.requests
+    assert first["system"] == f"Be brief. {NOTE}"
+    assert tool_result_text(second) == "[masked] of k"
+    # ... and the client the answer to that: its text says what the upstream was given.
+    assert [b.text for b in message.content if b.type == "text"][-1] == (
+        "The table says: [masked] of k"
+    )
+
+
+def test_capabilities_must_be_capabilities() -> None:
+    with pytest.raises(ConfigurationError, match="capabilities: str is not a Capability"):
+        Gateway(GatewayConfig(upstream="http://127.0.0.1:9", capabilities=["redact"]))  # type: ignore[list-item]
 
 
 async def test_an_unreachable_upstream_is_a_502_for_every_route() -> None:

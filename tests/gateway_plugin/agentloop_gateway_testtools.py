@@ -1,4 +1,9 @@
-"""Tools for the gateway tests: a lookup, and a call that waits for the test to let it go."""
+"""Tools for the gateway tests: a lookup, and a call that waits for the test to let it go.
+
+It also ships a capability, `gwmask`, that masks every "value" in what a tool returns.
+"""
+
+from dataclasses import replace
 
 import anyio
 
@@ -18,6 +23,21 @@ async def rendezvous(port: int) -> str:
         while not received.endswith(b"go\n"):
             received += await stream.receive()
     return "released"
+
+
+class Mask(agentloop.Capability):
+    """Masks every "value" in what a gateway tool returns."""
+
+    name = "gwmask"
+
+    async def wrap_tool_call(self, ctx, call, call_next):
+        result = await call_next(call)
+        return replace(result, content=result.text.replace("value", "[masked]"))
+
+
+@agentloop.hookimpl
+def agentloop_register_capabilities(register):
+    register("gwmask", Mask)
 
 
 @agentloop.hookimpl

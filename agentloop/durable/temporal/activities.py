@@ -5,7 +5,10 @@ heartbeat timeout, so that Temporal gives a dead worker's activity to another so
 provider error becomes an `ApplicationError` of its class's name, retried by Temporal (after
 the API's `retry-after`) when retrying can help, and never when it cannot. In a streamed
 run, an activity publishes its events to the run's workflow stream
-(`agentloop.durable.streams`), tagged with the activity's attempt.
+(`agentloop.durable.streams`), tagged with the activity's attempt. The agent's
+capabilities wrap the request and the call here, inside the activity, so what they do is
+part of its recorded outcome; an agentloop error one raises fails the activity for good
+and ends the run.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from temporalio.exceptions import ApplicationError
 from agentloop import errors
 from agentloop.agent import Agent
 from agentloop.calls import ToolCall, ToolResult, sendable
+from agentloop.capabilities.base import Chain
 from agentloop.context import RunContext
 from agentloop.durable.streams import StepPublisher
+from agentloop.durable.temporal.results import ERROR_FIELDS
 from agentloop.durable.temporal.workflow import TOPIC
-from agentloop.errors import ProviderError
+from agentloop.errors import AgentloopError, ProviderError
 from agentloop.events import ToolResultEvent
 from agentloop.progress import events_to
 from agentloop.providers import without_sdk_retries
@@ -72,18 +77,32 @@ async def send_request(durable: ActivityOwner, data: dict[str, Any]) -> dict[str
     In a streamed run, the response's events go to the workflow's stream as they come.
     """
     request = ModelRequest.from_dict(data["request"])
-    provider = durable.provider
+    context = _context(durable, data)
+    capabilities = Chain(durable.agent.config.capabilities, context)
+
+    async def ask(
+        request: ModelRequest, on_event: Callable[[Any], Awaitable[None]] | None
+    ) -> ModelResponse:
+        async def base(request: ModelRequest, *, provider: Provider | None = None) -> ModelResponse:
+            provider = provider or durable.provider
+            if on_event is None or not isinstance(provider, StreamingProvider):
+                return await provider.complete(request)
+            return await provider.stream(request, on_event)
+
+        return await capabilities.request(context, base)(request)
 
     async def send() -> ModelResponse:
-        if not data.get("stream") or not isinstance(provider, StreamingProvider):
-            return await provider.complete(request)
+        if not data.get("stream"):
+            return await ask(request, None)
         async with _publisher(durable, data["round"], "model") as publisher:
-            return await provider.stream(request, publisher.model_event)
+            return await ask(request, publisher.model_event)
 
     try:
         response = await _heartbeating(durable.heartbeat_timeout, send)
     except ProviderError as exc:
         raise _application_error(exc) from exc
+    except AgentloopError as exc:
+        raise _run_ended(exc) from exc
     return response.to_json()
 
 
@@ -94,10 +113,32 @@ async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, An
     """
     call = ToolCall(data["id"], data["name"], data["input"])
     round_ = data["round"]
+    context = _context(durable, data)
+    capabilities = Chain(durable.agent.config.capabilities, context)
+    registry = durable.agent.registry
+
+    async def run() -> ToolResult:
+        if not data.get("stream"):
+            return await registry.run_call_through(call, context, capabilities)
+        async with _publisher(durable, round_, f"tool:{call.id}") as publisher:
+            with events_to(publisher.put):
+                result = await registry.run_call_through(call, context, capabilities)
+            publisher.put(ToolResultEvent.of(round_, sendable(result)))
+        return result
+
+    try:
+        result = await _heartbeating(durable.heartbeat_timeout, run)
+    except AgentloopError as exc:
+        raise _run_ended(exc) from exc
+    return result.to_json()
+
+
+def _context(durable: ActivityOwner, data: dict[str, Any]) -> RunContext[Any]:
+    """The context an activity's capabilities and tool get: the run's id and round."""
     config = durable.agent.config
-    context = RunContext(
+    return RunContext(
         run_id=data["run_id"],
-        round=round_,
+        round=data["round"],
         deps=durable.deps,
         model=config.model,
         provider=config.provider,
@@ -105,18 +146,6 @@ async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, An
         timeout=config.tool_timeout,
         shared_limiter=config.tool_limiter,
     )
-
-    async def run() -> ToolResult:
-        if not data.get("stream"):
-            return await durable.agent.registry.run_call(call, context)
-        async with _publisher(durable, round_, f"tool:{call.id}") as publisher:
-            with events_to(publisher.put):
-                result = await durable.agent.registry.run_call(call, context)
-            publisher.put(ToolResultEvent.of(round_, sendable(result)))
-        return result
-
-    result = await _heartbeating(durable.heartbeat_timeout, run)
-    return result.to_json()
 
 
 @asynccontextmanager
@@ -167,3 +196,15 @@ def _application_error(exc: ProviderError) -> ApplicationError:
         non_retryable=not retried,
         next_retry_delay=None if wait is None else timedelta(seconds=wait),
     )
+
+
+def _run_ended(exc: AgentloopError) -> ApplicationError:
+    """The activity's failure for an agentloop error a capability raised: never retried.
+
+    The workflow raises it again as that error (`run_error`), which ends the run.
+    """
+    fields = {name: getattr(exc, name) for name in ERROR_FIELDS if hasattr(exc, name)}
+    # The workflow knows the classes of `agentloop.errors`: a capability's own subclass
+    # travels as the nearest of them.
+    known = next(c for c in type(exc).__mro__ if getattr(errors, c.__name__, None) is c)
+    return ApplicationError(str(exc), {"fields": fields}, type=known.__name__, non_retryable=True)

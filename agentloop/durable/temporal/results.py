@@ -18,7 +18,7 @@ from agentloop.durable.records import result_from_json
 from agentloop.errors import AgentloopError
 from agentloop.result import RunResult
 
-__all__ = ("ERROR_FIELDS", "result_of")
+__all__ = ("ERROR_FIELDS", "error_of", "result_of")
 
 ERROR_FIELDS = ("status_code", "request_id", "body", "headers", "limit", "bound", "value", "sent")
 """The attributes of an agentloop error that travel with a failed workflow (JSON values)."""
@@ -35,13 +35,22 @@ async def result_of(handle: WorkflowHandle[Any, Any], output_type: Any = str) ->
         cause = exc.cause
         if not isinstance(cause, ApplicationError):
             raise
-        error_class = getattr(errors, cause.type or "", None)
-        if not (isinstance(error_class, type) and issubclass(error_class, AgentloopError)):
+        error = error_of(cause)
+        if error is None:
             raise
         details = cause.details[0] if cause.details else {}
-        details = details if isinstance(details, dict) else {}
-        error = error_class(cause.message, **details.get("fields", {}))
-        partial = details.get("result")
+        partial = details.get("result") if isinstance(details, dict) else None
         error.result = None if partial is None else result_from_json(partial, output_type)
         raise error from exc
     return result_from_json(data, output_type)
+
+
+def error_of(failure: ApplicationError) -> AgentloopError | None:
+    """The agentloop error `failure` is named after, with its fields; None if it names none."""
+    error_class = getattr(errors, failure.type or "", None)
+    if not (isinstance(error_class, type) and issubclass(error_class, AgentloopError)):
+        return None
+    details = failure.details[0] if failure.details else {}
+    details = details if isinstance(details, dict) else {}
+    error: AgentloopError = error_class(failure.message, **details.get("fields", {}))
+    return error

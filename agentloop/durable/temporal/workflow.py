@@ -28,7 +28,7 @@ from agentloop.approval import Approve, Decision, Deny
 from agentloop.calls import ToolCall, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher
-from agentloop.durable.temporal.results import ERROR_FIELDS
+from agentloop.durable.temporal.results import ERROR_FIELDS, error_of
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.messages import parse_history
@@ -209,14 +209,15 @@ class TemporalEffects:
             streams = stream is not None and self.publisher is not None
             data = await workflow.execute_activity(
                 durable.model_activity_name,
-                {"request": request.to_dict(), "round": round_, "stream": streams},
+                {"run_id": workflow.info().workflow_id, "round": round_}
+                | {"request": request.to_dict(), "stream": streams},
                 activity_id=f"model:{round_}",
                 start_to_close_timeout=durable.model_timeout,
                 heartbeat_timeout=durable.heartbeat_timeout,
                 retry_policy=durable.retry_policy,
             )
         except ActivityError as exc:
-            raise _provider_error(exc) from exc
+            raise _model_error(exc) from exc
         return ModelResponse.from_json(data)
 
     async def tool(
@@ -265,6 +266,9 @@ class TemporalEffects:
                 or exc.retry_state == RetryState.CANCEL_REQUESTED
             ):
                 raise asyncio.CancelledError from exc  # stopped: the call has no result
+            ended = _run_error(exc)
+            if ended is not None:
+                raise ended from exc  # a capability ended the run inside the activity
             raise
         return ToolResult.from_json(data)
 
@@ -467,8 +471,23 @@ def _carry(result: RunResult[Any], data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _provider_error(exc: ActivityError) -> ProviderError:
-    """The provider error a failed model activity stands for, as the loop knows it."""
+def _run_error(exc: ActivityError) -> AgentloopError | None:
+    """The agentloop error, other than a provider's, a capability raised in the activity."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError):
+        return None
+    error = error_of(cause)
+    return None if isinstance(error, ProviderError) else error
+
+
+def _model_error(exc: ActivityError) -> AgentloopError:
+    """The error a failed model activity stands for, as the loop knows it.
+
+    A provider's, or the agentloop error a capability ended the run with.
+    """
+    ended = _run_error(exc)
+    if ended is not None:
+        return ended
     cause = exc.cause
     if isinstance(cause, ApplicationError):
         error_class = getattr(errors, cause.type or "", None)

@@ -1,0 +1,1 @@
+"""Example agentloop plugin: a capability keeping personal data in tool results from the model."""
