@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-
-from starlette.responses import Response
+from typing import TYPE_CHECKING, Any
 
 from agentloop._wire import compact_json
 from agentloop.errors import ConfigurationError, HistoryError, MissingAPIKeyError, ProviderError
 from agentloop.logs import get_logger
 
 from .upstream import client_headers
+
+if (
+    TYPE_CHECKING
+):  # the server's dependencies: `agentloop serve` and `agentloop tools` work without them
+    from starlette.responses import Response
 
 __all__ = ("Failure", "Refusal", "answer_failure", "error_body", "json_answer", "store_failure")
 
@@ -49,6 +52,8 @@ def json_answer(
     status: int, data: Any, request_id: str, headers: Mapping[str, str] | None = None
 ) -> Response:
     """A JSON answer whose `request-id` header is `request_id` (unless `headers` say)."""
+    from starlette.responses import Response
+
     return Response(
         compact_json(data),
         status,
