@@ -74,7 +74,9 @@ def test_an_agent_s_request_round_trips() -> None:
     agent = Agent(provider=ScriptedProvider([]), tools=[lookup], system="Be brief.")
     config = agent.config
     state = new_state(config, agent.registry, (), history=None, prompt="hi", deps=None)
-    request = build_request(config, state, state.history.messages, config.request_params)
+    tools = [*state.registry.definitions(), *state.external]
+    messages = state.history.messages
+    request = build_request(config, state, messages, tools, config.request_params)
     assert ModelRequest.from_dict(json.loads(json.dumps(request.to_dict()))) == request
 
 
