@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -42,6 +41,7 @@ from .effects import DIRECT, CallTasks, Effects, task_group_for
 from .errors import AgentloopError, DuplicateToolError, ToolError
 from .logs import get_logger
 from .progress import running_call
+from .slots import DEFAULT_THREAD_LIMIT, Raised, Slots, thread_limiter, uncapped
 from .tools import Tool, describe_validation_error
 from .tracing import Tracing, fail
 
@@ -57,42 +57,6 @@ __all__ = (
 )
 
 _log = get_logger()
-
-DEFAULT_THREAD_LIMIT = 40
-"""Worker threads for sync tools per event loop, unless changed with `thread_limiter()`."""
-
-_THREADS: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("agentloop_threads")
-_UNCAPPED: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
-    "agentloop_uncapped"
-)
-
-
-def thread_limiter() -> anyio.CapacityLimiter:
-    """The event loop's cap on worker threads running sync tools, shared by every run.
-
-    It holds `DEFAULT_THREAD_LIMIT` (40) tokens; set its `total_tokens` to change it
-    (`thread_limiter().total_tokens = 100`, from within the event loop). A run uses it
-    unless its `RunContext.thread_limiter` names another limiter. A call that
-    outlives its timeout keeps its token until its thread returns, so the tokens bound the
-    number of threads that sync tools occupy, abandoned ones included.
-    """
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(DEFAULT_THREAD_LIMIT)
-        _THREADS.set(limiter)
-        return limiter
-
-
-def _uncapped() -> anyio.CapacityLimiter:
-    # anyio takes a token for every worker thread and gives it back when the call is
-    # abandoned; ours are counted by the call's own slots, so anyio gets one that never blocks.
-    try:
-        return _UNCAPPED.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(math.inf)
-        _UNCAPPED.set(limiter)
-        return limiter
 
 
 def ExecutionContext(
@@ -285,7 +249,7 @@ class ToolRegistry:
             return ToolResult.error(call, describe_validation_error(call.name, exc))
         function = tool.bind(arguments, ctx)
         timeout = tool.timeout if tool.timeout is not None else ctx.timeout
-        slots = _Slots()
+        slots = Slots()
         try:
             if ctx.limiter is not None:
                 await slots.take(ctx.limiter)
@@ -301,9 +265,9 @@ class ToolRegistry:
                             value = await function()
                     else:
                         value = await anyio.to_thread.run_sync(
-                            slots.run, function, abandon_on_cancel=tool.abandon, limiter=_uncapped()
+                            slots.run, function, abandon_on_cancel=tool.abandon, limiter=uncapped()
                         )
-                        if isinstance(value, _Raised):
+                        if isinstance(value, Raised):
                             raise value.exc
             except anyio.get_cancelled_exc_class() as exc:
                 if anyio.current_effective_deadline() == -math.inf:
@@ -439,76 +403,6 @@ class CallGroup:
 
 
 # -- helpers
-
-
-class _Slots:
-    """The limiter tokens one call holds, and who gives them back.
-
-    Normally the call does, when it is done. A sync call given up on while its function
-    runs (timed out or cancelled) leaves them to the worker thread, which gives them back
-    on the event loop when the function returns: the call goes on counting against every
-    cap until it has really stopped.
-    """
-
-    __slots__ = ("abandoned", "held", "lock", "running")
-
-    def __init__(self) -> None:
-        self.held: list[anyio.CapacityLimiter] = []
-        self.lock = threading.Lock()
-        self.running = False
-        self.abandoned = False
-
-    async def take(self, limiter: anyio.CapacityLimiter) -> None:
-        """Take a token of `limiter` (this object is the borrower), waiting if none is free."""
-        try:
-            limiter.acquire_on_behalf_of_nowait(self)  # no trip through the event loop
-        except anyio.WouldBlock:
-            await limiter.acquire_on_behalf_of(self)
-        self.held.append(limiter)
-
-    def run(self, function: Callable[[], Any]) -> Any:
-        """In the worker thread: run `function`, unless the call was given up on first."""
-        with self.lock:
-            if self.abandoned:
-                return None
-            self.running = True
-        try:
-            return function()
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                raise
-            # Raised by anyio on the event loop, asyncio would let `SystemExit` escape
-            # it: carry these back as a value, for the call to raise in its task.
-            return _Raised(exc)
-        finally:
-            with self.lock:
-                self.running = False
-                handed_over = self.abandoned
-            if handed_over:
-                try:
-                    anyio.from_thread.run_sync(self._give_back)
-                except RuntimeError:  # the event loop has finished, its limiters with it
-                    pass
-
-    def release(self) -> None:
-        """As the call ends: give the tokens back, or leave them to a thread still running."""
-        with self.lock:
-            self.abandoned = True  # a thread that has not started the function never will
-            if self.running:
-                return
-        self._give_back()
-
-    def _give_back(self) -> None:
-        for limiter in reversed(self.held):
-            limiter.release_on_behalf_of(self)
-        self.held = []
-
-
-@dataclass(frozen=True)
-class _Raised:
-    """A `BaseException` (not an `Exception`) that a sync tool raised in its thread."""
-
-    exc: BaseException
 
 
 def _timed_out(tool: Tool, call: ToolCall, timeout: float, duration: float) -> ToolResult:
