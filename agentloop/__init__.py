@@ -67,6 +67,7 @@ if typing.TYPE_CHECKING:
     from .messages import ToolResultBlock as ToolResultBlock
     from .messages import ToolUseBlock as ToolUseBlock
     from .messages import UnknownBlock as UnknownBlock
+    from .options import RunOptions as RunOptions
     from .plugins import PluginManager as PluginManager
     from .plugins import plugin_capabilities as plugin_capabilities
     from .plugins import plugin_tools as plugin_tools
@@ -81,7 +82,6 @@ if typing.TYPE_CHECKING:
     from .result import ToolCallRecord as ToolCallRecord
     from .result import Usage as Usage
     from .run import Run as Run
-    from .run import RunOptions as RunOptions
     from .sessions import RedisSession as RedisSession
     from .sessions import Session as Session
     from .sessions import SQLiteSession as SQLiteSession
@@ -156,7 +156,7 @@ _MODULES = {
     "UnknownBlock": "messages",
     "Usage": "result",
     "Run": "run",
-    "RunOptions": "run",
+    "RunOptions": "options",
     "AgentConfig": "config",
     "UsageLimitExceeded": "errors",
     "UsageLimits": "limits",

@@ -22,11 +22,12 @@ from .calls import ToolDefinition
 from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
 from .errors import ConfigurationError
 from .messages import ContentBlock
+from .options import ResumeOptions, RunOptions, StartOptions
 from .output import OutputValidator, check_validator
 from .providers.base import Provider
 from .registry import ToolRegistry
 from .result import OutputT, RunResult
-from .run import ResumeOptions, Run, RunOptions, StartOptions, cancelled_on_exit
+from .run import Run, cancelled_on_exit
 from .tools import Tool
 
 __all__ = ("DEFAULT_MODEL", "Agent")

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any, Generic, TypedDict
+from typing import Any, Generic
 
 import anyio
 import anyio.lowlevel
@@ -45,6 +45,7 @@ from .limits import Spent, UsageLimits, check_before_request
 from .lint import lint_history
 from .logs import get_logger
 from .messages import ContentBlock, Message
+from .options import ResumeOptions, RunOptions, StartOptions
 from .output import OutputValidator
 from .partial import PartialOutputs
 from .progress import events_to
@@ -64,41 +65,6 @@ from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 __all__ = ("ResumeOptions", "Run", "RunOptions", "StartOptions", "cancelled_on_exit")
 
 _log = get_logger()
-
-
-class RunOptions(TypedDict, total=False):
-    """What a run may be given besides its prompt and output type (`Agent.run`, ...)."""
-
-    history: Iterable[Message | Mapping[str, Any]] | None
-    deps: Any
-    tools: Iterable[Tool | Callable[..., Any]]
-    external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
-    session: Session | None
-    usage_limits: UsageLimits | None
-    capabilities: Sequence[Capability]
-
-
-class ResumeOptions(TypedDict, total=False):
-    """What `Agent.resume` takes besides the paused run's state."""
-
-    decisions: Mapping[str, Any] | None
-    results: Mapping[str, Any] | None
-    deps: Any
-    tools: Iterable[Tool | Callable[..., Any]]
-    session: Session | None
-    capabilities: Sequence[Capability]
-
-
-class StartOptions(RunOptions, total=False):
-    """What `Agent.start` takes besides `RunOptions`: a resumption, and an engine's hooks."""
-
-    state: Mapping[str, Any] | PausedRun | None
-    decisions: Mapping[str, Any] | None
-    results: Mapping[str, Any] | None
-    stream: bool
-    on_event: Emit | None
-    effects: Effects | None
-    run_id: str | None
 
 
 class Run(Generic[OutputT]):
