@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 import agentloop.hookspecs
+from agentloop.pricing import cost_of
+from agentloop.result import Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -135,6 +137,16 @@ def model_names() -> list[tuple[str, int, str]]:
     return found
 
 
+def lines_naming_a_fallback() -> list[tuple[str, int, str]]:
+    """The lines of the docs, README and examples that give `Fallback` its models."""
+    return [
+        (path.relative_to(ROOT).as_posix(), number, line)
+        for path in MODEL_NAME_SOURCES
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "Fallback(" in line
+    ]
+
+
 def test_the_model_name_pattern() -> None:
     text = "use claude-sonnet-5-5. Or claude-3-5-sonnet-20240620, claude-2.1 and claude-code."
     assert MODEL_NAME.findall(text) == [
@@ -150,7 +162,17 @@ def test_docs_readme_and_examples_name_the_default_model() -> None:
 
     found = model_names()
     assert any(where == "README.md" for where, _, _ in found), "the README names no model"
-    wrong = [f"{where}:{number}: {name}" for where, number, name in found if name != DEFAULT_MODEL]
+    # A fallback names a second model: a real one (with a known price), given to Fallback.
+    second = {
+        (where, number)
+        for where, number, line in lines_naming_a_fallback()
+        if all(cost_of(name, Usage(requests=1)) is not None for name in MODEL_NAME.findall(line))
+    }
+    wrong = [
+        f"{where}:{number}: {name}"
+        for where, number, name in found
+        if name != DEFAULT_MODEL and (where, number) not in second
+    ]
     assert wrong == [], f"model names other than DEFAULT_MODEL = {DEFAULT_MODEL!r}"
 
 
