@@ -20,10 +20,14 @@ if typing.TYPE_CHECKING:
     from .approval import Deny as Deny
     from .calls import ToolDefinition as ToolDefinition
     from .capabilities import Capability as Capability
+    from .capabilities import InputGuardrail as InputGuardrail
+    from .capabilities import OutputGuardrail as OutputGuardrail
+    from .capabilities import ToolGuardrail as ToolGuardrail
     from .config import AgentConfig as AgentConfig
     from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
+    from .errors import GuardrailTripped as GuardrailTripped
     from .errors import HistoryError as HistoryError
     from .errors import ModelRetry as ModelRetry
     from .errors import OutputValidationError as OutputValidationError
@@ -103,12 +107,15 @@ _MODULES = {
     "Deny": "approval",
     "DocumentBlock": "messages",
     "Event": "events",
+    "GuardrailTripped": "errors",
     "HistoryError": "errors",
     "ImageBlock": "messages",
+    "InputGuardrail": "capabilities",
     "Message": "messages",
     "ModelResponded": "events",
     "ModelStreamEvent": "events",
     "OpenAIChatProvider": "providers.openai",
+    "OutputGuardrail": "capabilities",
     "PluginManager": "plugins",
     "Provider": "providers.base",
     "ProviderError": "errors",
@@ -143,6 +150,7 @@ _MODULES = {
     "ToolCallStarted": "events",
     "ToolDefinition": "calls",
     "ToolError": "errors",
+    "ToolGuardrail": "capabilities",
     "ToolInputDelta": "events",
     "ToolResultBlock": "messages",
     "ToolProgress": "events",
