@@ -6,6 +6,7 @@ parallel input check's streamed cases run on every streaming provider (`STREAMIN
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import anyio
@@ -28,6 +29,7 @@ from agentloop import (
 )
 from agentloop.calls import ToolResult
 from agentloop.capabilities import NextRequest
+from agentloop.compaction import clear_old_tool_results
 from agentloop.events import ToolCallReady
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop, ModelRequest, ModelResponse
@@ -346,6 +348,26 @@ async def test_a_parallel_input_guardrail_tripping_mid_stream_runs_no_eager_call
     valid(result)
 
 
+async def test_a_parallel_input_check_dropped_with_a_refused_request_is_asked_again(
+    http_agent: Any,
+) -> None:
+    asked: list[Any] = []
+
+    async def check(ctx: RunContext, prompt: Any) -> None:
+        asked.append(prompt)
+        if len(asked) == 1:
+            await anyio.sleep_forever()  # still checking when the refusal comes back
+
+    agent, server = http_agent(
+        [Fault.prompt_too_long(), reply("done")],
+        history_processors=[clear_old_tool_results(5)],
+        capabilities=[InputGuardrail(check, parallel=True)],
+    )
+    result = await agent.run("hi")
+    assert result.text == "done" and asked == ["hi", "hi"] and len(server.requests) == 2
+    valid(result)
+
+
 # -- output
 
 
@@ -520,6 +542,14 @@ async def test_guardrails_apply_inside_a_sub_agent(http_agent: Any) -> None:
 
 
 # -- configuration
+
+
+def test_guardrail_tripped_pickles_whole() -> None:
+    # A durable engine records a run's error and raises it again in another process.
+    error = GuardrailTripped("No keys.", guardrail="no_keys")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is GuardrailTripped and str(again) == str(error)
+    assert (again.guardrail, again.message, again.result) == ("no_keys", "No keys.", None)
 
 
 @pytest.mark.parametrize(
