@@ -126,9 +126,12 @@ async def test_a_guardrail_is_named_after_its_function(http_agent: Any) -> None:
         return "No keys." if "sk-" in str(prompt) else None
 
     agent, _ = http_agent([], capabilities=[InputGuardrail(no_keys)])
-    with pytest.raises(GuardrailTripped) as caught:
+    with capture_logs() as logs, pytest.raises(GuardrailTripped) as caught:
         await agent.run("sk-123")
     assert caught.value.guardrail == "no_keys"
+    [tripped] = [e for e in logs if e["event"] == "guardrail.tripped"]
+    assert tripped["log_level"] == "warning" and tripped["kind"] == "InputGuardrail"
+    assert (tripped["guardrail"], tripped["message"]) == ("no_keys", "No keys.")
 
 
 async def test_an_input_guardrail_checks_the_last_user_message_of_a_history(
