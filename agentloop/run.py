@@ -286,7 +286,9 @@ class Run(Generic[OutputT]):
         if self._error is not None and not failed and exc_info[1] is None:
             error, self._error = self._error, None
             raise error
-        return handled
+        # The group never saw the body's exception: what it says (trio's says True when
+        # its tasks ended cleanly) must not swallow that exception.
+        return None if failed else handled
 
     def __aiter__(self) -> Run[OutputT]:
         return self
