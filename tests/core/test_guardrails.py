@@ -33,7 +33,7 @@ from agentloop.compaction import clear_old_tool_results
 from agentloop.events import ToolCallReady
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop, ModelRequest, ModelResponse
-from agentloop.testing import Fault, reply, tool_call
+from agentloop.testing import Fault, SteppedProvider, reply, tool_call
 
 STREAMING = ["stepped", "anthropic-sse", "openai-sse"]  # the `streaming_provider` kinds (conftest)
 
@@ -369,6 +369,48 @@ async def test_a_parallel_input_check_dropped_with_a_refused_request_is_asked_ag
     result = await agent.run("hi")
     assert result.text == "done" and asked == ["hi", "hi"] and len(server.requests) == 2
     valid(result)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_parallel_input_guardrail_holds_eager_calls_on_either_backend(backend: str) -> None:
+    async def one_run(verdict: str | None) -> Any:
+        ready = anyio.Event()
+
+        async def hook(n: int, event: Any) -> None:
+            if isinstance(event, BlockStop) and event.block.type == "tool_use":
+                ready.set()
+                if verdict is not None:
+                    await anyio.sleep_forever()  # the stream stays open until the trip
+
+        async def check(ctx: RunContext, prompt: Any) -> str | None:
+            await ready.wait()
+            await anyio.wait_all_tasks_blocked()  # an unchecked call would have run by now
+            before_verdict.extend(ran)
+            return verdict
+
+        before_verdict: list[str] = []
+        script = [reply(tool_call("lookup", {"key": "a"})), reply("done")]
+        agent = Agent(
+            provider=SteppedProvider(script, hook),
+            tools=[lookup],
+            capabilities=[InputGuardrail(check, parallel=True)],
+        )
+        ran.clear()
+        async with agent.run_stream("look a up") as run:
+            async for _ in run:
+                pass
+        assert before_verdict == []
+        return run.result
+
+    async def main() -> None:
+        with anyio.fail_after(10):
+            assert (await one_run(None)).text == "done" and ran == ["a"]
+            with pytest.raises(GuardrailTripped) as caught:
+                await one_run("No.")
+            assert ran == [] and caught.value.result is not None
+            valid(caught.value.result)
+
+    anyio.run(main, backend=backend)
 
 
 # -- output
