@@ -30,7 +30,7 @@ from agentloop import (
 from agentloop.calls import ToolResult
 from agentloop.capabilities import NextRequest
 from agentloop.compaction import clear_old_tool_results
-from agentloop.events import ToolCallReady
+from agentloop.events import ToolCallReady, ToolResultEvent
 from agentloop.messages import parse_history
 from agentloop.providers.base import BlockStop, ModelRequest, ModelResponse
 from agentloop.testing import Fault, SteppedProvider, reply, tool_call
@@ -510,8 +510,11 @@ async def test_a_tool_guardrail_that_trips_after_replaces_the_result(
     script.append(reply("done"))
     guard = ToolGuardrail(after=scan if kind == "sync" else ascan)
     agent, server = http_agent(script, tools=[lookup, secret], capabilities=[guard])
-    result = await agent.run("go")
+    async with agent.start("go") as run:
+        shown = [e.output async for e in run if isinstance(e, ToolResultEvent)]
+    result = run.result
     assert sorted(ran) == ["a", "secret:k"]  # both ran
+    assert sorted(shown) == ["The result held a secret; it was withheld.", "value of a"]
     withheld, looked = result.tool_calls
     assert withheld.is_error and withheld.output == "The result held a secret; it was withheld."
     assert looked.output == "value of a"
