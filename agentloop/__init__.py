@@ -21,11 +21,15 @@ if typing.TYPE_CHECKING:
     from .calls import ToolDefinition as ToolDefinition
     from .capabilities import Capability as Capability
     from .capabilities import Fallback as Fallback
+    from .capabilities import InputGuardrail as InputGuardrail
+    from .capabilities import OutputGuardrail as OutputGuardrail
     from .capabilities import Retries as Retries
+    from .capabilities import ToolGuardrail as ToolGuardrail
     from .config import AgentConfig as AgentConfig
     from .context import RunContext as RunContext
     from .errors import AgentloopError as AgentloopError
     from .errors import ConfigurationError as ConfigurationError
+    from .errors import GuardrailTripped as GuardrailTripped
     from .errors import HistoryError as HistoryError
     from .errors import ModelRetry as ModelRetry
     from .errors import OutputValidationError as OutputValidationError
@@ -107,12 +111,15 @@ _MODULES = {
     "DocumentBlock": "messages",
     "Event": "events",
     "Fallback": "capabilities",
+    "GuardrailTripped": "errors",
     "HistoryError": "errors",
     "ImageBlock": "messages",
+    "InputGuardrail": "capabilities",
     "Message": "messages",
     "ModelResponded": "events",
     "ModelStreamEvent": "events",
     "OpenAIChatProvider": "providers.openai",
+    "OutputGuardrail": "capabilities",
     "PluginManager": "plugins",
     "Provider": "providers.base",
     "ProviderError": "errors",
@@ -148,6 +155,7 @@ _MODULES = {
     "ToolCallStarted": "events",
     "ToolDefinition": "calls",
     "ToolError": "errors",
+    "ToolGuardrail": "capabilities",
     "ToolInputDelta": "events",
     "ToolResultBlock": "messages",
     "ToolProgress": "events",

@@ -76,8 +76,11 @@ class RunContext(Generic[DepsT]):
     effects: Effects = field(default=DIRECT, repr=False)
     """Where each call is performed (see `agentloop.effects`); `DIRECT` runs it here."""
     prompt: str | Sequence[ContentBlock] | None = field(default=None, repr=False)
-    """The run's new user input (what `run(prompt)` was given); None when the run
-    continues a history as it is, or resumes."""
+    """The run's new user input: what `run(prompt)` was given, or for a run given a
+    history and no prompt (as the gateway's and durable runs are), the content of the
+    history's last message if it is the user's, its tool results left out. None when
+    there is none (the history ends with the model's message, or tool results only) and
+    when the run resumes."""
     answers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """In a resumed turn, the caller's answers to the calls the run waited for, by
     tool_use id: a sub-agent's call finds there the sub-run it resumes (`PausedRun`)."""

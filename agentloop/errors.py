@@ -25,6 +25,7 @@ AgentloopError
 │   ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
 │   ├── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
 │   ├── OutputValidationError  the model gave no valid output within `output_retries`
+│   ├── GuardrailTripped       a guardrail refused the run's input or output, or ended it at a call
 │   └── RecoveryLimitExceeded  a durable run's process died too often: its engine gave up on it
 ├── ResumeError                a paused run cannot be resumed as asked; nothing was changed
 │   ├── InvalidStateError      the state is not a run state, or does not hold together
@@ -57,6 +58,7 @@ __all__ = (
     "CreditBalanceError",
     "DecisionError",
     "DuplicateToolError",
+    "GuardrailTripped",
     "HistoryError",
     "InvalidResponseError",
     "InvalidStateError",
@@ -344,6 +346,24 @@ class OutputValidationError(RunError):
         super().__init__(message, result=result)
         self.problems = problems
         """What was wrong with the last try, as the model was (or would have been) told."""
+
+
+class GuardrailTripped(RunError):
+    """A guardrail refused the run's input or output, or ended the run at a tool call.
+
+    See `agentloop.capabilities.guardrails`; a tool guardrail ends the run only when made
+    with `end_run=True`.
+
+    `result` is the partial run (`stop_reason="error"`): its history is valid to send
+    again, and no tool ran after the trip.
+    """
+
+    def __init__(self, message: str, *, guardrail: str, result: RunResult | None = None) -> None:
+        super().__init__(f"guardrail {guardrail!r} tripped: {message}", result=result)
+        self.guardrail = guardrail
+        """The name of the guardrail that tripped."""
+        self.message = message
+        """What it said (or, when its check failed, what went wrong)."""
 
 
 class RecoveryLimitExceeded(RunError):

@@ -44,7 +44,7 @@ from .events import (
 from .limits import Spent, UsageLimits, check_before_request
 from .lint import lint_history
 from .logs import get_logger
-from .messages import ContentBlock, Message
+from .messages import ContentBlock, Message, ToolResultBlock
 from .options import ResumeOptions, RunOptions, StartOptions
 from .output import OutputValidator
 from .partial import PartialOutputs
@@ -162,6 +162,7 @@ class Run(Generic[OutputT]):
             "output_type": output_type,
         }
         self._session = session
+        self._input = prompt  # the run's new user input (see `_prepare`)
         self._capabilities = (
             *config.capabilities,
             *check_capabilities(capabilities, "capabilities"),
@@ -260,7 +261,9 @@ class Run(Generic[OutputT]):
         if self._error is not None and not failed and exc_info[1] is None:
             error, self._error = self._error, None
             raise error
-        return handled
+        # The group never saw the body's exception: what it says (trio's says True when
+        # its tasks ended cleanly) must not swallow that exception.
+        return None if failed else handled
 
     def __aiter__(self) -> Run[OutputT]:
         return self
@@ -334,6 +337,8 @@ class Run(Generic[OutputT]):
                 usage_limits=start["usage_limits"],
                 output_type=start["output_type"],
             )
+            if start["prompt"] is None:  # the input came in the history (a gateway's, DBOS's)
+                self._input = _new_input(run.history.messages)
         if self._run_id is not None or self._effects is not None:
             run.perform_with(self._effects or run.effects, self._run_id or run.id)
         self._snapshot = snapshot
@@ -570,7 +575,7 @@ class Run(Generic[OutputT]):
             log=state.log.bind(round=round_),
             tracing=state.tracing,
             effects=state.effects,
-            prompt=self._start["prompt"],
+            prompt=self._input,
         )
 
     def _check_failures(self, results: Sequence[ToolResult]) -> None:
@@ -583,6 +588,21 @@ class Run(Generic[OutputT]):
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=self._started.result("tool_error"),
             )
+
+
+def _new_input(messages: Sequence[Message]) -> str | Sequence[ContentBlock] | None:
+    """What the user says last in `messages`, a history given without a prompt.
+
+    The last message's content when it is the user's, its tool results left out (they
+    answer the model; they are not the user's words); None when nothing is left.
+    """
+    if not messages or messages[-1].role != "user":
+        return None
+    content = messages[-1].content
+    if isinstance(content, str):
+        return content or None
+    said = tuple(b for b in content if not isinstance(b, ToolResultBlock))
+    return said or None
 
 
 @asynccontextmanager

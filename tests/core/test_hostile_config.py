@@ -35,7 +35,11 @@ BAD_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value"), BAD_OPTIONS, ids=[f"{n}={v!r}" if type(v) is not object else f"{n}=object()" for n, v in BAD_OPTIONS])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    BAD_OPTIONS,
+    ids=[f"{n}={v!r}" if type(v) is not object else f"{n}=object()" for n, v in BAD_OPTIONS],
+)
 def test_a_bad_option_is_refused_at_construction(name: str, value: Any) -> None:
     options: dict[str, Any] = {"provider": ScriptedProvider([]), name: value}
     with pytest.raises(ConfigurationError, match=name if name != "provider" else "complete"):

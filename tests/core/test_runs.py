@@ -187,6 +187,29 @@ async def test_an_exception_in_the_block_cancels_the_run_and_goes_on_as_itself(
     assert_cancelled_partial(run.result)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_runs_error_and_the_blocks_own_go_on_as_themselves_on_either_backend(
+    backend: str,
+) -> None:
+    class Mine(Exception):
+        pass
+
+    async def main() -> None:
+        script = [reply(tool_call("echo", {"value": "a"})), Fault.server_error(), reply("hi")]
+        async with MessagesServer(script) as server:
+            agent = Agent(client=server.client(), tools=[echo])
+            with pytest.raises(ServerError):  # raised while iterating, then through the block
+                async with agent.start("go") as run:
+                    async for _ in run:
+                        pass
+            assert run.result.stop_reason == "error"
+            with pytest.raises(Mine):
+                async with agent.start("go"):
+                    raise Mine
+
+    anyio.run(main, backend=backend)
+
+
 async def test_a_run_is_driven_once_and_read_only_once_started(serve: Any) -> None:
     server = serve([reply("one")])
     run = Agent(client=server.client()).start("go")
