@@ -22,13 +22,14 @@ from .messages import (
     Message,
     TextBlock,
     ThinkingBlock,
+    ToolResultBlock,
     ToolUseBlock,
     dump_history,
     parse_history,
 )
 from .providers.base import ModelResponse
 
-__all__ = ("TRUNCATED_MESSAGE", "History", "call_of", "not_an_object")
+__all__ = ("TRUNCATED_MESSAGE", "History", "call_of", "last_user_input", "not_an_object")
 
 
 TRUNCATED_MESSAGE = (
@@ -287,3 +288,18 @@ def _prompt_blocks(prompt: Any) -> list[ContentBlock]:
             ) from exc
         return list(parsed[0].blocks)
     return blocks
+
+
+def last_user_input(messages: Sequence[Message]) -> str | Sequence[ContentBlock] | None:
+    """What the user says last in `messages`, a history given without a prompt.
+
+    The last message's content when it is the user's, its tool results left out (they
+    answer the model; they are not the user's words); None when nothing is left.
+    """
+    if not messages or messages[-1].role != "user":
+        return None
+    content = messages[-1].content
+    if isinstance(content, str):
+        return content or None
+    said = tuple(b for b in content if not isinstance(b, ToolResultBlock))
+    return said or None

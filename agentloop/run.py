@@ -41,10 +41,10 @@ from .events import (
     RunFinished,
     RunStarted,
 )
+from .history import last_user_input
 from .limits import Spent, UsageLimits, check_before_request
 from .lint import lint_history
-from .logs import get_logger
-from .messages import ContentBlock, Message, ToolResultBlock
+from .messages import ContentBlock, Message
 from .options import ResumeOptions, RunOptions, StartOptions
 from .output import OutputValidator
 from .partial import PartialOutputs
@@ -63,8 +63,6 @@ from .tracing import record_run
 from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
 
 __all__ = ("ResumeOptions", "Run", "RunOptions", "StartOptions", "cancelled_on_exit")
-
-_log = get_logger()
 
 
 class Run(Generic[OutputT]):
@@ -338,7 +336,7 @@ class Run(Generic[OutputT]):
                 output_type=start["output_type"],
             )
             if start["prompt"] is None:  # the input came in the history (a gateway's, DBOS's)
-                self._input = _new_input(run.history.messages)
+                self._input = last_user_input(run.history.messages)
         if self._run_id is not None or self._effects is not None:
             run.perform_with(self._effects or run.effects, self._run_id or run.id)
         self._snapshot = snapshot
@@ -588,21 +586,6 @@ class Run(Generic[OutputT]):
                 f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
                 result=self._started.result("tool_error"),
             )
-
-
-def _new_input(messages: Sequence[Message]) -> str | Sequence[ContentBlock] | None:
-    """What the user says last in `messages`, a history given without a prompt.
-
-    The last message's content when it is the user's, its tool results left out (they
-    answer the model; they are not the user's words); None when nothing is left.
-    """
-    if not messages or messages[-1].role != "user":
-        return None
-    content = messages[-1].content
-    if isinstance(content, str):
-        return content or None
-    said = tuple(b for b in content if not isinstance(b, ToolResultBlock))
-    return said or None
 
 
 @asynccontextmanager
