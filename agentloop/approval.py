@@ -95,7 +95,11 @@ class Gate:
         self.approval_required = approval_required
 
     def check(self, call: ToolCall, ctx: RunContext[Any]) -> Waiting | None:
-        """Whether `call` waits, and why; None: it runs. `ctx` is the call's context."""
+        """Whether `call` waits, and why; None: it runs.
+
+        `ctx` is the turn's context: a rule that is a function gets the call's
+        (`ctx.for_call(call)`), made only then.
+        """
         if call.name in self.external_names:
             return Waiting("external", f"'{call.name}' is an external tool: the caller runs it")
         tool = self.registry.get(call.name) if self.registry is not None else None
@@ -111,8 +115,9 @@ class Gate:
             tool.validate(call.input)
         except ValidationError:
             return None  # answered with what is wrong, without running: nothing to approve
+        call_ctx = ctx.for_call(call)
         for policy, whose in policies:
-            reason = _ask(policy, ctx, call.input, whose)
+            reason = _ask(policy, call_ctx, call.input, whose)
             if reason is not None:
                 return Waiting("approval", reason)
         return None

@@ -192,7 +192,8 @@ class ToolRegistry:
         the caller propagates, and so does a tool's `BaseException` that is not an
         `Exception` (`SystemExit`, `KeyboardInterrupt`, ...).
         """
-        ctx = ctx.for_call(call)
+        if ctx.tool_use_id != call.id:  # through `run_call_through`, it names the call already
+            ctx = ctx.for_call(call)
         if ctx.tracing is None:
             result = await self._run(call, ctx)
         else:
@@ -220,13 +221,14 @@ class ToolRegistry:
         `AgentloopError` goes on (it ends the run); any other failure answers the call
         with an `is_error` result naming it.
         """
+        ctx = ctx.for_call(call)
 
         async def tool(changed: ToolCall) -> ToolResult:
             # A capability may change the input; the call keeps its id and name.
             return await self.run_call(replace(changed, id=call.id), ctx)
 
         try:
-            return await capabilities.tool_call(ctx.for_call(call), tool)(call)
+            return await capabilities.tool_call(ctx, tool)(call)
         except ToolError as exc:
             return ToolResult.error(call, exc.message, ran=False)
         except AgentloopError:

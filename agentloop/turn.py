@@ -219,7 +219,7 @@ class Turn:
         if call.error is not None:
             return None
         if call.id not in self.waits:
-            self.waits[call.id] = self.run.gate.check(call, self.context.for_call(call))
+            self.waits[call.id] = self.run.gate.check(call, self.context)
         return self.waits[call.id]
 
     async def _announce_wait(self, call: ToolCall) -> None:
