@@ -28,6 +28,7 @@ from .messages import (
     ToolUseBlock,
     json_problem,
 )
+from .result import Spent
 
 __all__ = (
     "AnnouncedTool",
@@ -129,6 +130,10 @@ class ToolResult:
     paused: dict[str, Any] | None = None
     """The state of a run the call started that paused (a sub-agent's, see `CallPaused`):
     then the call has no answer yet, and waits with that run for its caller."""
+    spent: Spent | None = None
+    """What was spent on the run's behalf while the call ran (a sub-run, a capability's
+    own requests: `RunContext.add_usage`), which the run counts when it takes the
+    result, so a durable run that records the result records it too. None: nothing."""
 
     def to_json(self) -> dict[str, Any]:
         """The result as plain JSON values; `from_json` turns them back into an equal one.
@@ -136,7 +141,7 @@ class ToolResult:
         How a result is recorded outside the process (a durable run's step, a paused run).
         """
         content = self.content
-        data = {
+        data: dict[str, Any] = {
             "tool_use_id": self.tool_use_id,
             "name": self.name,
             "content": content if not isinstance(content, list) else [b.to_wire() for b in content],
@@ -144,6 +149,8 @@ class ToolResult:
             "duration": self.duration,
             "ran": self.ran,
         }
+        if self.spent is not None:
+            data["spent"] = self.spent.to_json()
         return data if self.paused is None else data | {"paused": self.paused}
 
     @classmethod
@@ -162,6 +169,7 @@ class ToolResult:
             paused = data.get("paused")  # absent from what an earlier version recorded
             if paused is not None and not isinstance(paused, dict):
                 raise TypeError(f"paused is a {type(paused).__name__}")
+            spent = data.get("spent")
             return cls(
                 str(data["tool_use_id"]),
                 str(data["name"]),
@@ -170,9 +178,16 @@ class ToolResult:
                 duration=float(data["duration"]),
                 ran=bool(data["ran"]),
                 paused=paused,
+                spent=None if spent is None else Spent.from_json(spent),
             )
-        except (KeyError, TypeError, ValidationError) as exc:
+        except (KeyError, TypeError, AttributeError, ValidationError) as exc:
             raise ValueError(f"not a recorded tool result: {exc}"[:500]) from exc
+
+    def with_spent(self, spent: Spent) -> ToolResult:
+        """This result, also carrying what was `spent` while the call ran (see `spent`)."""
+        if spent.nothing:
+            return self
+        return replace(self, spent=spent if self.spent is None else self.spent + spent)
 
     @classmethod
     def from_block(cls, block: ToolResultBlock, name: str) -> ToolResult:

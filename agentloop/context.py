@@ -9,8 +9,9 @@ request, an MCP server's sampling) counts it with `add_usage`, explicitly.
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -18,16 +19,19 @@ import anyio
 from typing_extensions import TypeVar
 
 from .effects import DIRECT, Effects
+from .limits import Meter
 from .result import Usage
 
 if TYPE_CHECKING:
     from .calls import ToolCall
-    from .limits import Breach, Meter, Spent, UsageLimits
+    from .limits import Breach, Spent, UsageLimits
     from .messages import ContentBlock
     from .providers.base import Provider
     from .tracing import Tracing
 
-__all__ = ("DepsT", "RunContext")
+__all__ = ("DepsT", "RunContext", "counted_apart")
+
+T = TypeVar("T")
 
 # The default lets a plugin author write a bare `ctx: RunContext` under `mypy --strict`.
 DepsT = TypeVar("DepsT", default=Any)
@@ -133,3 +137,29 @@ class RunContext(Generic[DepsT]):
         summary does): a request past the limit must not be sent.
         """
         return self.meter.before_request() if self.meter is not None else None
+
+
+async def counted_apart(
+    ctx: RunContext[Any], effect: Callable[[RunContext[Any]], Awaitable[T]]
+) -> tuple[T, Spent]:
+    """Run one effect (a model request, a call) counting what it spends apart.
+
+    A durable run records an effect's outcome and, recovering, replays the record
+    without running the effect again; a Temporal activity runs it in another process.
+    So what a capability's own request or a sub-run spends inside the effect must ride
+    on its outcome (`ModelResponse.extra_usage`, `ToolResult.spent`) for the run to count
+    it once, live or replayed. `effect` gets `ctx` counting on a copy of the run's meter
+    (limits still see the run's totals as they were when it began, plus its own
+    spending; a context with no meter gets one), and what the copy counted is returned
+    with the outcome. An effect that raises leaves no outcome to carry it: what it spent
+    is counted on `ctx` at once.
+    """
+    meter = copy.copy(ctx.meter) if ctx.meter is not None else Meter(None, ctx.model)
+    at_start = meter.spent
+    try:
+        outcome = await effect(replace(ctx, meter=meter))
+    except BaseException:
+        spent = meter.spent - at_start
+        ctx.add_usage(spent.usage, spent.cost, tool_calls=spent.tool_calls)
+        raise
+    return outcome, meter.spent - at_start

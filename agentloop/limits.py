@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .checks import check_count
 from .errors import ConfigurationError, UsageLimitExceeded
 from .pricing import add_costs, cost_of, table_provider
-from .result import Usage
+from .result import Spent, Usage
 
 if TYPE_CHECKING:
     from .providers.base import ModelRequest, ModelResponse, Provider
@@ -225,19 +225,6 @@ def price(usage: Usage, model: str) -> float | None:
     return cost_of(model, usage, provider=None)
 
 
-@dataclass(frozen=True)
-class Spent:
-    """What a run spent: tokens, dollars (None: unknown), tool calls."""
-
-    usage: Usage = field(default_factory=Usage)
-    cost: float | None = 0.0
-    tool_calls: int = 0
-
-    def __sub__(self, other: Spent) -> Spent:
-        cost = None if self.cost is None or other.cost is None else self.cost - other.cost
-        return Spent(self.usage - other.usage, cost, self.tool_calls - other.tool_calls)
-
-
 @dataclass
 class Meter:
     """One run's spending (tokens, dollars, tool calls) against its limits.
@@ -289,11 +276,11 @@ class Meter:
     def add(self, response: ModelResponse) -> None:
         """Count one response of the run: its tokens and their price.
 
-        With what the responses dropped for it spent (`ModelResponse.dropped_usage`).
+        With what the responses dropped for it spent (`ModelResponse.extra_usage`).
         """
         self.add_usage(
-            response.usage + response.dropped_usage,
-            add_costs(self.price_of(response), response.dropped_cost),
+            response.usage + response.extra_usage,
+            add_costs(self.price_of(response), response.extra_cost),
         )
 
     def add_usage(self, usage: Usage, cost: float | None, tool_calls: int = 0) -> None:
@@ -368,8 +355,8 @@ class Meter:
             return {}
         cost = self.cost
         if cost is not None:
-            cost = add_costs(cost, add_costs(self.price_of(response), response.dropped_cost))
-        usage = self.usage + response.usage + response.dropped_usage
+            cost = add_costs(cost, add_costs(self.price_of(response), response.extra_cost))
+        usage = self.usage + response.usage + response.extra_usage
         breach = _over(self.limits, usage, self.tool_calls + len(ids), cost)
         if breach is None:
             self.count_calls(len(ids))

@@ -36,7 +36,7 @@ from .calls import (
     to_content,
 )
 from .capabilities.base import Chain
-from .context import RunContext
+from .context import RunContext, counted_apart
 from .effects import DIRECT, CallTasks, Effects, task_group_for
 from .errors import AgentloopError, DuplicateToolError, ToolError
 from .logs import get_logger
@@ -388,11 +388,25 @@ class CallGroup:
     ) -> None:
         # The task works on a copy of its parent's context: the binding ends with it.
         bind_call_context(self.context, call)
-        run = partial(self.registry.run_call, call, self.context)
-        if self.capabilities is not None and self.capabilities.has("wrap_tool_call"):
-            run = partial(self.registry.run_call_through, call, self.context, self.capabilities)
+        capabilities = self.capabilities
+        if capabilities is not None and not capabilities.has("wrap_tool_call"):
+            capabilities = None
+
+        async def run_here(ctx: RunContext[Any]) -> ToolResult:
+            if capabilities is None:
+                return await self.registry.run_call(call, ctx)
+            return await self.registry.run_call_through(call, ctx, capabilities)
+
+        async def run() -> ToolResult:
+            # What a sub-run or a capability spends inside the call rides on its result.
+            result, spent = await counted_apart(self.context, run_here)
+            return result.with_spent(spent)
+
         try:
             result = await self.context.effects.tool(call, self.context.round, run)
+            if result.spent is not None:
+                spent = result.spent
+                self.context.add_usage(spent.usage, spent.cost, tool_calls=spent.tool_calls)
         except BaseException as exc:
             stops = isinstance(exc, AgentloopError)  # a capability ended the run
             if not stops and isinstance(exc, (Exception, *_cancellations())):

@@ -15,7 +15,7 @@ from typing import Any
 
 from .calls import ToolDefinition
 from .config import AgentConfig
-from .context import RunContext
+from .context import RunContext, counted_apart
 from .effects import OnEvent
 from .errors import ConfigurationError, ProviderError
 from .messages import Message, ToolUseBlock
@@ -87,7 +87,11 @@ async def send_request(
                 return response
             return replace(response, sent_to=(request.model, provider_name(target)))
 
-        return await state.capabilities.request(ctx, base)(request)
+        # What a capability spends of its own around the request rides on the response.
+        response, spent = await counted_apart(
+            ctx, lambda ctx: state.capabilities.request(ctx, base)(request)
+        )
+        return response.with_spent(spent)
 
     if state.tracing is None:
         response = await state.effects.model(request, state.rounds, send, on_event)

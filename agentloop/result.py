@@ -8,7 +8,7 @@ them (`AgentloopError.result`), stream events hand them over, and providers repo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, Literal, NamedTuple, Union
 
 from typing_extensions import TypeVar
@@ -17,6 +17,7 @@ __all__ = (
     "ApprovalRequest",
     "OutputT",
     "RunResult",
+    "Spent",
     "StopReason",
     "SubAgentCall",
     "ToolCallRecord",
@@ -128,6 +129,46 @@ class Usage:
             + self.cache_creation_input_tokens
             + self.cache_read_input_tokens
         )
+
+
+_USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a run spent: tokens, dollars (None: unknown), tool calls."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = 0.0
+    tool_calls: int = 0
+
+    def __add__(self, other: Spent) -> Spent:
+        cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        return Spent(self.usage + other.usage, cost, self.tool_calls + other.tool_calls)
+
+    def __sub__(self, other: Spent) -> Spent:
+        cost = None if self.cost is None or other.cost is None else self.cost - other.cost
+        return Spent(self.usage - other.usage, cost, self.tool_calls - other.tool_calls)
+
+    @property
+    def nothing(self) -> bool:
+        """No tokens and no calls (a None cost then says only that the price was unknown)."""
+        return self.usage == Usage() and self.tool_calls == 0 and self.cost in (0.0, None)
+
+    def to_json(self) -> dict[str, Any]:
+        """As plain JSON values (how a durable run records it with a call's result)."""
+        return {"usage": asdict(self.usage), "cost": self.cost, "tool_calls": self.tool_calls}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Spent:
+        """What `to_json` wrote.
+
+        Raises:
+            KeyError, TypeError: `data` is not what `to_json` writes.
+        """
+        usage = {k: v for k, v in data["usage"].items() if k in _USAGE_FIELDS}
+        cost = data["cost"]
+        return cls(Usage(**usage), None if cost is None else float(cost), int(data["tool_calls"]))
 
 
 def _count(value: Any) -> int:

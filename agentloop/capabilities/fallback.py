@@ -5,7 +5,7 @@ first, then each fallback in turn, on the same provider or on another (a Chat Co
 one included), until one answers. The request is the same each time (the history, the
 tools, the options), with the fallback's model named in it. The run keeps the response
 that answered, with the usage and cost of every response it did not keep
-(`ModelResponse.dropped_usage`, counted by the run and recorded with the response by a
+(`ModelResponse.extra_usage`, counted by the run and recorded with the response by a
 durable run), and names the model of each round in `RunResult.models`.
 """
 
@@ -20,7 +20,7 @@ from agentloop.logs import get_logger
 from agentloop.pricing import add_costs
 from agentloop.providers import provider_for
 from agentloop.providers.base import ModelRequest, ModelResponse, Provider
-from agentloop.result import Usage
+from agentloop.result import Spent, Usage
 
 from .base import Capability, NextRequest
 from .conditions import ERRORS, Condition, check_conditions, failed, refused
@@ -125,14 +125,10 @@ class Fallback(Capability):
                 continue
             why = refused(response, self.on)
             if last or why is None or response.tool_uses:
-                return replace(
-                    response,
-                    dropped_usage=response.dropped_usage + dropped,
-                    dropped_cost=add_costs(response.dropped_cost, dropped_cost),
-                )
-            dropped += response.usage + response.dropped_usage
+                return response.with_spent(Spent(dropped, dropped_cost))
+            dropped += response.usage + response.extra_usage
             price = None if ctx.meter is None else ctx.meter.price_of(response)
-            dropped_cost = add_costs(dropped_cost, add_costs(price, response.dropped_cost))
+            dropped_cost = add_costs(dropped_cost, add_costs(price, response.extra_cost))
             log.warning("model.fallback", model=model, fallback=tries[number][1], reason=why)
         raise AssertionError("unreachable: the last model's outcome is returned or raised")
 

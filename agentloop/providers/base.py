@@ -12,7 +12,7 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol, Union, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
@@ -28,7 +28,8 @@ from agentloop.messages import (
     dump_history,
     parse_history,
 )
-from agentloop.result import Usage
+from agentloop.pricing import add_costs
+from agentloop.result import Spent, Usage
 
 __all__ = (
     "BlockDelta",
@@ -227,13 +228,15 @@ class ModelResponse:
     named and the provider's name (`provider_name`). The run prices the response as
     that model, and names it in `RunResult.models` when the response names none. None:
     the run's own model and provider."""
-    dropped_usage: Usage = field(default_factory=Usage)
-    """What the responses a capability dropped for this one used (a fallback's refused
-    responses): the run counts it with this response, so a durable run that records
-    this response records it too."""
-    dropped_cost: float | None = 0.0
-    """What those dropped responses cost in US dollars, each at its own model's prices
-    (None: unknown)."""
+    extra_usage: Usage = field(default_factory=Usage)
+    """What was spent on the run's behalf while this response was asked for, besides its
+    own usage: the responses a capability dropped for it (a fallback's refused ones) and
+    a capability's own requests (`RunContext.add_usage` in `wrap_request`). The run
+    counts it with this response, so a durable run that records this response records
+    it too."""
+    extra_cost: float | None = 0.0
+    """What that cost in US dollars, each request at its own model's prices (None:
+    unknown)."""
 
     @classmethod
     def from_wire(cls, body: Any) -> ModelResponse:
@@ -292,9 +295,16 @@ class ModelResponse:
             "call_errors": dict(self.call_errors),
             "headers": dict(self.headers),
             "sent_to": None if self.sent_to is None else list(self.sent_to),
-            "dropped_usage": asdict(self.dropped_usage),
-            "dropped_cost": self.dropped_cost,
+            "extra_usage": asdict(self.extra_usage),
+            "extra_cost": self.extra_cost,
         }
+
+    def with_spent(self, spent: Spent) -> ModelResponse:
+        """This response, also carrying what was `spent` besides it (see `extra_usage`)."""
+        if spent.nothing:
+            return self
+        usage, cost = self.extra_usage + spent.usage, add_costs(self.extra_cost, spent.cost)
+        return replace(self, extra_usage=usage, extra_cost=cost)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ModelResponse:
@@ -305,7 +315,7 @@ class ModelResponse:
         """
         try:
             usage = {k: v for k, v in data["usage"].items() if k in _USAGE_FIELDS}
-            dropped = {k: v for k, v in data.get("dropped_usage", {}).items() if k in _USAGE_FIELDS}
+            extra = {k: v for k, v in data.get("extra_usage", {}).items() if k in _USAGE_FIELDS}
             return cls(
                 content=_CONTENT.validate_python(data["content"]),
                 stop_reason=data["stop_reason"],
@@ -319,8 +329,8 @@ class ModelResponse:
                 headers=data["headers"],
                 # These three are absent from what an earlier version recorded.
                 sent_to=_sent_to(data.get("sent_to")),
-                dropped_usage=Usage(**dropped),
-                dropped_cost=data.get("dropped_cost", 0.0),
+                extra_usage=Usage(**extra),
+                extra_cost=data.get("extra_cost", 0.0),
             )
         except (KeyError, TypeError, ValueError, AttributeError, ValidationError) as exc:
             raise InvalidResponseError(f"not a recorded response: {exc}"[:500]) from exc

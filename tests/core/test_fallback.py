@@ -340,12 +340,12 @@ async def test_models_are_recorded_and_old_records_still_load() -> None:
         response.content,
         "end_turn",
         sent_to=(HAIKU, "anthropic"),
-        dropped_usage=Usage(input_tokens=5, requests=1),
-        dropped_cost=0.25,
+        extra_usage=Usage(input_tokens=5, requests=1),
+        extra_cost=0.25,
     )
     assert ModelResponse.from_json(sent.to_json()) == sent
     old = response.to_json()
-    for name in ("sent_to", "dropped_usage", "dropped_cost"):
+    for name in ("sent_to", "extra_usage", "extra_cost"):
         del old[name]
     assert ModelResponse.from_json(old) == response
 

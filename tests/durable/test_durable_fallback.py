@@ -1,8 +1,9 @@
-"""`Fallback` and `Retries` in a DBOS run: what they do is part of the model request's step.
+"""`Fallback`, `Retries` and a capability's own requests in a DBOS run: part of the step.
 
 The fallback's requests are made inside the step, so the step records the response that
 was kept (with where it was sent), and a replay from the record asks no model again and
-ends with the same models, usage and cost.
+ends with the same models, usage and cost. What any capability spends of its own inside a
+request or a call rides on the step's outcome, so a replay counts it too.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloo
 
 from dbos import DBOS
 
-from agentloop import Agent, AnthropicProvider, Fallback, Retries
+from agentloop import Agent, AnthropicProvider, Capability, Fallback, Retries, RunContext, tool
+from agentloop.calls import ToolCall, ToolResult
+from agentloop.capabilities import NextCall, NextRequest
 from agentloop.durable.dbos import DurableAgent
 from agentloop.events import ResponseReplaced, TextDelta
-from agentloop.testing import Fault, MessagesServer, reply, text
+from agentloop.providers.base import ModelRequest, ModelResponse
+from agentloop.result import Usage
+from agentloop.testing import Fault, MessagesServer, reply, text, tool_call
 
 pytestmark = pytest.mark.durable
 
@@ -98,3 +103,60 @@ async def test_a_streamed_durable_run_says_which_response_was_replaced(
     assert "".join(e.text for e in events[at:] if isinstance(e, TextDelta)) == "second"
     assert stream.result is not None and stream.result.text == "second"
     assert len(server.model.requests) == 2
+
+
+# -- a capability's own requests
+
+
+CHECK = Usage(input_tokens=100, output_tokens=10, requests=1)
+
+
+class Moderating(Capability):
+    """Checks each request and each result with a request of its own (counted, not sent)."""
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        ctx.add_usage(CHECK, 0.001)
+        return await call_next(request)
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        result = await call_next(call)
+        ctx.add_usage(CHECK, 0.002)
+        return result
+
+
+@tool
+async def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+async def test_a_capability_s_own_requests_are_counted_once_live_and_on_a_replay(
+    serve: Callable[..., MessagesServer], launch: Callable[[], None]
+) -> None:
+    script = [reply(tool_call("lookup", {"key": "a"}), tool_call("lookup", {"key": "b"}))]
+    script.append(reply("Done."))
+    bare = Agent(provider=AnthropicProvider(serve(list(script)).client()), tools=[lookup])
+    unchecked = await bare.run("hi")
+    plain = await Agent(
+        provider=AnthropicProvider(serve(list(script)).client()),
+        tools=[lookup],
+        capabilities=[Moderating()],
+    ).run("hi")
+    # four checks: one per request, one per call
+    assert plain.usage == unchecked.usage + CHECK + CHECK + CHECK + CHECK
+    agent = Agent(
+        provider=AnthropicProvider(serve(list(script)).client()),
+        name="moderated",
+        tools=[lookup],
+        capabilities=[Moderating()],
+    )
+    durable = DurableAgent(agent)
+    launch()
+    result = await durable.run("hi", run_id="moderated-1")
+    assert result.usage == plain.usage and result.cost == plain.cost
+    replayed = await durable.cancelled_result("moderated-1")
+    assert replayed.usage == plain.usage and replayed.cost == plain.cost

@@ -9,7 +9,9 @@ import pytest
 
 from agentloop import tool
 from agentloop.durable.records import capped, result_from_json, result_to_json
+from agentloop.limits import Spent
 from agentloop.messages import ImageBlock, TextBlock
+from agentloop.result import Usage
 from agentloop.testing import reply, tool_call
 from agentloop.tools import ToolResult
 
@@ -112,3 +114,12 @@ def test_blocks_are_kept_whole_in_order_then_the_next_text_is_cut() -> None:
     kept = capped(ToolResult("toolu_1", "shot", [image, image]), 600)
     assert isinstance(kept.content, list)
     assert [b.type for b in kept.content] == ["text"]
+
+
+@pytest.mark.parametrize("cost", [0.003, None])
+def test_what_a_call_spent_survives_its_result_s_json(cost: float | None) -> None:
+    spent = Spent(Usage(input_tokens=100, output_tokens=10, requests=1), cost, tool_calls=2)
+    result = ToolResult("toolu_1", "ask", "ok").with_spent(spent)
+    recorded = json.loads(json.dumps(result.to_json()))
+    assert ToolResult.from_json(recorded) == result and result.spent == spent
+    assert "spent" not in ToolResult("toolu_1", "ask", "ok").with_spent(Spent()).to_json()

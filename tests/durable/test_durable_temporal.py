@@ -81,7 +81,7 @@ from agentloop.lint import lint_history  # noqa: E402
 from agentloop.messages import parse_history  # noqa: E402
 from agentloop.progress import report_progress  # noqa: E402
 from agentloop.providers.base import ModelRequest, ModelResponse  # noqa: E402
-from agentloop.result import RunResult  # noqa: E402
+from agentloop.result import RunResult, Usage  # noqa: E402
 from agentloop.runstate import CANCELLED_MESSAGE  # noqa: E402
 from agentloop.testing import (  # noqa: E402
     Fault,
@@ -506,6 +506,39 @@ async def test_the_agents_capabilities_wrap_the_activities_as_in_a_plain_run(
     assert systems == ["Round 1.", "Round 2.", "Round 3."]
     # Each hook ran inside its activity: the worker's, recorded with the activity.
     assert tagging.ran_in_activity == [True] * 5
+
+
+class Moderating(Capability):
+    """Checks each request and each result with a request of its own (counted, not sent)."""
+
+    async def wrap_request(
+        self, ctx: RunContext[Any], request: ModelRequest, call_next: NextRequest
+    ) -> ModelResponse:
+        ctx.add_usage(Usage(input_tokens=100, output_tokens=10, requests=1), 0.001)
+        return await call_next(request)
+
+    async def wrap_tool_call(
+        self, ctx: RunContext[Any], call: ToolCall, call_next: NextCall
+    ) -> ToolResult:
+        result = await call_next(call)
+        ctx.add_usage(Usage(input_tokens=100, output_tokens=10, requests=1), 0.002)
+        return result
+
+
+async def test_a_capability_s_own_requests_in_activities_count_in_the_run(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    plain_agent = Agent(
+        client=serve(one_lookup_then("lookup")).client(), tools=TOOLS, capabilities=[Moderating()]
+    )
+    plain = await plain_agent.run("Go.")
+    assert plain.usage.requests == 3 + 5  # three responses; three requests and two calls checked
+    server = serve(one_lookup_then("lookup"))
+    agent = Agent(client=server.client(), tools=TOOLS, capabilities=[Moderating()])
+    durable = TemporalAgent(agent, name="moderated")
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Go.", run_id=run_id(), task_queue=queue)
+    assert result.usage == plain.usage and result.cost == plain.cost
 
 
 async def test_a_capability_ending_the_run_in_an_activity_ends_the_workflow_run(

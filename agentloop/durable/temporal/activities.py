@@ -27,7 +27,7 @@ from agentloop import errors
 from agentloop.agent import Agent
 from agentloop.calls import ToolCall, ToolResult, sendable
 from agentloop.capabilities.base import Chain
-from agentloop.context import RunContext
+from agentloop.context import RunContext, counted_apart
 from agentloop.durable.streams import StepPublisher
 from agentloop.durable.temporal.results import ERROR_FIELDS
 from agentloop.durable.temporal.workflow import TOPIC
@@ -89,7 +89,11 @@ async def send_request(durable: ActivityOwner, data: dict[str, Any]) -> dict[str
                 return await provider.complete(request)
             return await provider.stream(request, on_event)
 
-        return await capabilities.request(context, base)(request)
+        # What a capability spends of its own rides on the response to the workflow.
+        response, spent = await counted_apart(
+            context, lambda ctx: capabilities.request(ctx, base)(request)
+        )
+        return response.with_spent(spent)
 
     async def send() -> ModelResponse:
         if not data.get("stream"):
@@ -117,12 +121,19 @@ async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, An
     capabilities = Chain(durable.agent.config.capabilities, context)
     registry = durable.agent.registry
 
+    async def run_here() -> ToolResult:
+        # What a sub-run or a capability spends inside the call rides on its result.
+        result, spent = await counted_apart(
+            context, lambda ctx: registry.run_call_through(call, ctx, capabilities)
+        )
+        return result.with_spent(spent)
+
     async def run() -> ToolResult:
         if not data.get("stream"):
-            return await registry.run_call_through(call, context, capabilities)
+            return await run_here()
         async with _publisher(durable, round_, f"tool:{call.id}") as publisher:
             with events_to(publisher.put):
-                result = await registry.run_call_through(call, context, capabilities)
+                result = await run_here()
             publisher.put(ToolResultEvent.of(round_, sendable(result)))
         return result
 
