@@ -20,7 +20,7 @@ from agentloop.testing import ChatCompletionsServer, MessagesServer
 ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
 
 # Property tests that do not set their own example count take it from the profile:
-# "quick" by default (the whole of tests/test_contract.py well under a minute), "long"
+# "quick" by default (the whole of tests/core/test_contract.py well under a minute), "long"
 # for a local hunt (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
 settings.register_profile(
     "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]

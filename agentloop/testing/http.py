@@ -332,8 +332,10 @@ class ScriptedServer:
     def start(self: _S) -> _S:
         """Start serving in a background thread."""
         if self._thread is None:
+            # `stop` waits up to one poll for the loop to notice: a test suite starts and
+            # stops a server per test, so the poll is short.
             self._thread = threading.Thread(
-                target=partial(self._httpd.serve_forever, poll_interval=0.02),
+                target=partial(self._httpd.serve_forever, poll_interval=0.005),
                 name=f"agentloop-{type(self).__name__}",
                 daemon=True,
             )

@@ -3,6 +3,7 @@ always there, every call is answered, and the history is always valid to send ag
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -15,7 +16,9 @@ from agentloop import Agent, lint_history, tool
 from agentloop.messages import parse_history
 from agentloop.testing import SteppedProvider, reply, tool_call
 
-TRIALS = 300
+# Moments tried per backend: a modest number by default, many more in the long profile
+# of the property tests (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
+TRIALS = 1000 if os.environ.get("AGENTLOOP_HYPOTHESIS_PROFILE") == "long" else 100
 
 
 @tool
