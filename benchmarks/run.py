@@ -74,21 +74,41 @@ def server_process() -> Iterator[str]:
         process.wait(timeout=10)
 
 
+BASELINE = "agentloop_baseline"
+"""The `agentloop` contender on another source tree of agentloop (`--baseline DIR`)."""
+
+
+def worker_command(contender: str, baseline: Path | None) -> list[str]:
+    """The command of a worker process for `contender`."""
+    if contender != BASELINE or baseline is None:
+        return [sys.executable, "-m", "benchmarks.worker", "--contender", contender]
+    # The same contender code, with `agentloop` (and only it) imported from the other tree:
+    # a folder holding a link to its package goes first on the path.
+    shadow = Path(tempfile.gettempdir()) / f"agentloop-baseline-{abs(hash(str(baseline)))}"
+    if not (shadow / "agentloop").exists():
+        shadow.mkdir(exist_ok=True)
+        (shadow / "agentloop").symlink_to(baseline.resolve() / "agentloop")
+    code = f"import sys; sys.path.insert(0, {str(shadow)!r}); "
+    code += "from benchmarks.worker import main; main()"
+    return [sys.executable, "-c", code, "--contender", "agentloop"]
+
+
 def run_worker(
-    scenario: Scenario, contender: str, base_url: str, runs: int, profile: Path | None
+    scenario: Scenario,
+    contender: str,
+    base_url: str,
+    runs: int,
+    profile: Path | None,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
     """Run one contender on one scenario in a fresh process (a warm-up, then `runs` timed
     runs); return its records."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         command = [
-            sys.executable,
-            "-m",
-            "benchmarks.worker",
+            *worker_command(contender, baseline),
             "--scenario",
             scenario.name,
-            "--contender",
-            contender,
             "--base-url",
             base_url,
             "--runs",
@@ -145,7 +165,12 @@ def primary(scenario: Scenario, runs: list[dict[str, Any]]) -> tuple[str, list[f
 
 
 def measure(
-    scenario: Scenario, contenders: Sequence[str], base_url: str, runs: int, profile: bool
+    scenario: Scenario,
+    contenders: Sequence[str],
+    base_url: str,
+    runs: int,
+    profile: bool,
+    baseline: Path | None = None,
 ) -> list[Row]:
     """Every contender's `runs` repetitions, interleaved, each in a fresh process."""
     ready = [c for c in contenders if available(c) is None]
@@ -158,7 +183,7 @@ def measure(
             if part is not None:
                 PROFILES.mkdir(exist_ok=True)
             started = time.perf_counter()
-            result = run_worker(scenario, contender, base_url, 1, part)
+            result = run_worker(scenario, contender, base_url, 1, part, baseline)
             result["elapsed"] = time.perf_counter() - started
             results[contender].append(result)
             record = result["runs"][0]
@@ -473,6 +498,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, help="timed runs per pair (default: per scenario)")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed runs")
     parser.add_argument("--write", action="store_true", help="write RESULTS.md for a subset too")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a source tree of another agentloop (a git worktree of an older commit): "
+        f"measured as `{BASELINE}` beside `agentloop`, interleaved",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows: list[Row] = []
@@ -484,8 +515,10 @@ def main(argv: list[str] | None = None) -> None:
             contenders = [
                 c for c in scenario.contenders if not args.contender or c in args.contender
             ]
+            if args.baseline is not None and "agentloop" in contenders:
+                contenders.insert(contenders.index("agentloop") + 1, BASELINE)
             runs = args.runs or scenario.runs
-            rows += measure(scenario, contenders, base_url, runs, args.profile)
+            rows += measure(scenario, contenders, base_url, runs, args.profile, args.baseline)
     elapsed = time.perf_counter() - started
     command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(rows, command.strip(), elapsed)
