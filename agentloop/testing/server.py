@@ -35,6 +35,7 @@ from .platforms import (
     platform_route,
 )
 from .scripted import Answer, Fault, Script, ScriptedModel
+from .server_tools import request_problem
 
 __all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
 
@@ -124,6 +125,10 @@ class _MessagesHandler(ScriptedHandler):
             self._json(200, {"input_tokens": count_tokens(request)})
             return
         owner.record(seen, arrived)
+        problem = request_problem(request, _betas(seen))
+        if problem is not None:
+            self._json(400, _error_body("invalid_request_error", problem))
+            return
         self.answer_from_script(request, stream=bool(request.get("stream")))
 
     def do_GET(self) -> None:
@@ -141,6 +146,15 @@ class _MessagesHandler(ScriptedHandler):
             self._json(200, found[0])
         else:
             self._json(404, _error_body("not_found_error", f"model: {name}"))
+
+
+def _betas(seen: RecordedRequest) -> list[str]:
+    """The betas a request asks for: its `anthropic-beta` header (Bedrock: in the body)."""
+    header = seen.headers.get("anthropic-beta", "")
+    body = seen.body if isinstance(seen.body, Mapping) else {}
+    return [b.strip() for b in header.split(",") if b.strip()] + list(
+        body.get("anthropic_beta") or ()
+    )
 
 
 def count_tokens(body: Mapping[str, Any]) -> int:
