@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from agentloop import (
     CodeExecution,
     ConfigurationError,
     ProviderError,
+    Tool,
+    ToolDefinition,
     ToolSearch,
     WebFetch,
     WebSearch,
@@ -19,6 +22,7 @@ from agentloop import (
     tool,
 )
 from agentloop.messages import parse_history
+from agentloop.providers.base import ModelRequest
 from agentloop.testing import (
     ChatCompletionsServer,
     code_execution_result,
@@ -225,3 +229,20 @@ def test_a_newer_version_and_its_extra_fields_are_sent_as_given() -> None:
     }
     assert search.betas == ()
     assert WebFetch(beta="my-beta").betas == ("my-beta",)
+
+
+def test_a_tool_whose_schema_the_api_defines_is_announced_by_its_type() -> None:
+    defined = ToolDefinition("memory", "Memory.", {"type": "object"}, type="memory_20250818")
+    assert defined.to_wire() == {"type": "memory_20250818", "name": "memory"}
+    request = ModelRequest(model="m", messages=[], max_tokens=1, tools=[defined])
+    assert ModelRequest.from_dict(request.to_dict()).tools == [defined]
+
+
+async def test_chat_completions_announces_such_a_tool_as_a_function() -> None:
+    memory = Tool(lambda input: "ok", name="memory", input_schema={"type": "object"})
+    memory.definition = replace(memory.definition, type="memory_20250818")
+    async with ChatCompletionsServer(["done"]) as server:
+        await Agent(client=server.client(), tools=[memory]).run("hi")
+    (announced,) = server.requests[0]["tools"]
+    assert announced["function"]["name"] == "memory"
+    assert announced["function"]["parameters"] == {"type": "object"}
