@@ -25,6 +25,7 @@ from agentloop.messages import parse_history
 from agentloop.providers.base import ModelRequest
 from agentloop.testing import (
     ChatCompletionsServer,
+    ScriptedProvider,
     code_execution_result,
     reply,
     server_tool_use,
@@ -246,3 +247,9 @@ async def test_chat_completions_announces_such_a_tool_as_a_function() -> None:
     (announced,) = server.requests[0]["tools"]
     assert announced["function"]["name"] == "memory"
     assert announced["function"]["parameters"] == {"type": "object"}
+
+
+async def test_a_server_tool_given_to_one_run_is_refused_with_a_clear_message() -> None:
+    agent = Agent(provider=ScriptedProvider(["never"]))
+    with pytest.raises(ConfigurationError, match="WebSearch is a server tool: give it to Agent"):
+        await agent.run("hi", tools=[WebSearch()])  # type: ignore[list-item]
