@@ -21,8 +21,9 @@ from agentloop.hookspecs import RunSetup
 from .config import CortexConfig, persona_problem
 from .demo import demo_provider
 from .memory_demo import memory_demo_provider
+from .memory_store import MemoryStore
 from .memory_tool import MEMORY_TOOL
-from .store import FILENAMES, CortexStore
+from .store import FILENAMES
 from .tools import TOOLS
 
 __all__ = (
@@ -223,13 +224,20 @@ def check_root(config: CortexConfig) -> None:
 
 
 def format_files(config: CortexConfig) -> str:
-    """The persona's directory, then each cortex file's text under a header with its size."""
+    """The persona's directory, then each cortex file's text under a header with its size.
+
+    Other files of the folder (made with the memory tool) follow the three cortex files.
+    """
     parts = [f"directory: {persona_directory(config)}"]
     try:
-        store = CortexStore(config)
+        store = MemoryStore(config)
     except ToolError as exc:
         return f"{parts[0]}\n(cannot read the files: {exc.message})"
-    for name in FILENAMES:
+    try:
+        others = [e.name for e in store.entries() if e.name not in FILENAMES]
+    except ToolError:
+        others = []  # each cortex file below says what stops it being read
+    for name in (*FILENAMES, *others):
         try:
             content = store.read(name)
         except ToolError as exc:

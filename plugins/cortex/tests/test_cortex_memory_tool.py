@@ -171,7 +171,13 @@ def test_memory_tool_flag_runs_the_offline_demo_through_memory(
 def test_memory_tool_flag_sends_the_memory_tool_in_place_of_the_cortex_tools(
     offline: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = [reply(memory("create", path="/memories/soul.md", file_text="Calm.\n")), "ok"]
+    script = [
+        reply(
+            memory("create", path="/memories/soul.md", file_text="Calm.\n"),
+            memory("create", path="/memories/plans.md", file_text="Sail."),
+        ),
+        "ok",
+    ]
     with MessagesServer(script) as server:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
@@ -179,7 +185,9 @@ def test_memory_tool_flag_sends_the_memory_tool_in_place_of_the_cortex_tools(
     request = server.requests[0]
     assert "/memories" in request["system"][0]["text"]
     assert [(t["type"], t["name"]) for t in request["tools"]] == [("memory_20250818", "memory")]
-    assert "--- soul.md (6 bytes)\nCalm." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--- soul.md (6 bytes)\nCalm." in out
+    assert out.index("--- relationship.md") < out.index("--- plans.md (5 bytes)\nSail.")
     assert (offline / "cortex" / "bo" / "soul.md").read_text() == "Calm.\n"
 
 
