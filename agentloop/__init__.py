@@ -86,6 +86,11 @@ if typing.TYPE_CHECKING:
     from .result import ToolCallRecord as ToolCallRecord
     from .result import Usage as Usage
     from .run import Run as Run
+    from .server_tools import CodeExecution as CodeExecution
+    from .server_tools import ServerTool as ServerTool
+    from .server_tools import ToolSearch as ToolSearch
+    from .server_tools import WebFetch as WebFetch
+    from .server_tools import WebSearch as WebSearch
     from .sessions import RedisSession as RedisSession
     from .sessions import Session as Session
     from .sessions import SQLiteSession as SQLiteSession
@@ -175,6 +180,11 @@ _MODULES = {
     "raw_tools": "tools",
     "repair": "repairs",
     "tool": "tools",
+    "CodeExecution": "server_tools",
+    "ServerTool": "server_tools",
+    "ToolSearch": "server_tools",
+    "WebFetch": "server_tools",
+    "WebSearch": "server_tools",
 }
 
 __all__ = tuple(sorted(_MODULES))

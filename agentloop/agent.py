@@ -28,6 +28,7 @@ from .providers.base import Provider
 from .registry import ToolRegistry
 from .result import OutputT, RunResult
 from .run import Run, cancelled_on_exit
+from .server_tools import ServerTool, check_announced
 from .tools import Tool
 
 __all__ = ("DEFAULT_MODEL", "Agent")
@@ -51,7 +52,7 @@ class Agent(Generic[OutputT]):
         *,
         provider: Provider | None = None,
         client: Any = None,
-        tools: Iterable[Tool | Callable[..., Any]] | ToolRegistry = (),
+        tools: Iterable[Tool | ServerTool | Callable[..., Any]] | ToolRegistry = (),
         output_type: type[OutputT] | types.UnionType | None = None,
         **options: Unpack[AgentOptions],
     ) -> None:
@@ -63,7 +64,9 @@ class Agent(Generic[OutputT]):
             client: An SDK client to send with: `anthropic.AsyncAnthropic` (or another
                 client class of the SDK: Bedrock, Vertex, ...) or `openai.AsyncOpenAI`
                 (Chat Completions, see `OpenAIChatProvider`); ignored with `provider`.
-            tools: Tools (functions are wrapped with `tool`), or a ready `ToolRegistry`.
+            tools: Tools (functions are wrapped with `tool`) and tools the API runs
+                itself (`WebSearch`, `WebFetch`, `CodeExecution`, `ToolSearch`), or a
+                ready `ToolRegistry`.
             output_type: What a run ends with, validated, as `result.output` (see
                 `AgentConfig.output_type`); the final text by default.
             **options: The other options: `system`, `max_rounds`, `tool_concurrency`,
@@ -81,15 +84,24 @@ class Agent(Generic[OutputT]):
             from .providers import provider_for
 
             provider = provider_for(client)
+        listed = () if isinstance(tools, ToolRegistry) else list(tools)
+        server_tools = [t for t in listed if isinstance(t, ServerTool)]
         self.config = AgentConfig(
             provider=provider,
             model=model,
             output_type=str if output_type is None else output_type,
+            server_tools=server_tools,
             **options,
         )
         """The agent's options, checked (see `AgentConfig`)."""
-        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        """The agent's tools."""
+        self.registry = (
+            tools
+            if isinstance(tools, ToolRegistry)
+            else ToolRegistry(t for t in listed if not isinstance(t, ServerTool))
+        )
+        """The agent's tools (those it runs itself; `config.server_tools` the others)."""
+        deferred = [t.name for t in self.registry if t.defer_loading]
+        check_announced(self.registry.names, deferred, self.config.request_params)
         required = self.config.approval_required
         if isinstance(required, frozenset) and (
             unknown := sorted(required - set(self.registry.names))

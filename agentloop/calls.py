@@ -54,9 +54,16 @@ class ToolDefinition:
     input_schema: dict[str, Any]
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Further wire fields sent with the definition (e.g. `cache_control`)."""
+    type: str | None = None
+    """For a tool whose schema the Messages API defines and its models are trained on
+    (the memory tool's `memory_20250818`): the `type` announced in place of the
+    description and schema, which a provider without such tools (Chat Completions)
+    still announces."""
 
     def to_wire(self) -> dict[str, Any]:
         """The Anthropic `tools[]` entry."""
+        if self.type is not None:
+            return {"type": self.type, "name": self.name, **self.extra}
         return {
             "name": self.name,
             "description": self.description,

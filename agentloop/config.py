@@ -22,6 +22,7 @@ from .limits import UsageLimits, check_provider
 from .output import OutputMode, OutputSchema, output_schema
 from .providers.base import Provider
 from .providers.caching import CacheSetting, cache_marker
+from .server_tools import ServerTool, server_request_params
 
 __all__ = ("DEFAULT_MODEL", "AgentConfig", "AgentOptions", "schema_of")
 
@@ -145,6 +146,10 @@ class AgentConfig:
     """Middleware around every run (`agentloop.capabilities`): guardrails, fallback,
     retries, your own. The first is the outermost; a run's own `capabilities=` come
     inside these."""
+    server_tools: Sequence[ServerTool] = ()
+    """Tools the API runs itself (`WebSearch`, `WebFetch`, `CodeExecution`,
+    `ToolSearch`), from `Agent(tools=[...])`: announced after the function tools of
+    every request, with the beta headers their versions need."""
 
     def __post_init__(self) -> None:
         """Check every option; refuse a value that cannot work with `ConfigurationError`."""
@@ -180,17 +185,19 @@ class AgentConfig:
         object.__setattr__(
             self, "capabilities", check_capabilities(self.capabilities, "capabilities")
         )
+        _server_tools(self.server_tools, self.provider)
+        object.__setattr__(self, "server_tools", tuple(self.server_tools))
         cache_marker(self.cache)
         self.output_schema  # noqa: B018 (refuses an output type it cannot describe)
         self.request_params  # noqa: B018 (refuses context management it cannot send)
 
     @property
     def request_params(self) -> dict[str, Any]:
-        """`params`, with `context_management` and the betas it needs added."""
-        params = self.params or {}
-        if self.context_management is None:
-            return dict(params)
-        return context_management_params(self.context_management, params)
+        """`params`, with `context_management`, the server tools and the betas they need."""
+        params = dict(self.params or {})
+        if self.context_management is not None:
+            params = context_management_params(self.context_management, params)
+        return server_request_params(self.server_tools, params)
 
     @property
     def cache_marker(self) -> dict[str, Any] | None:
@@ -221,6 +228,21 @@ def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         *most, last = (repr(a) for a in allowed)
         raise ConfigurationError(f"{name} must be {', '.join(most)} or {last}, not {value!r}")
+
+
+def _server_tools(tools: Sequence[ServerTool], provider: Provider) -> None:
+    """Refuse server tools a request cannot carry.
+
+    The same name twice is refused, and any on Chat Completions (which has none).
+    """
+    names = [t.tool_name for t in tools]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigurationError(f"server tool {', '.join(twice)} is given more than once")
+    if tools and getattr(provider, "name", "") == "openai":
+        raise ConfigurationError(
+            "server tools (web search, code execution, ...) are a Messages API feature; "
+            "Chat Completions has none"
+        )
 
 
 def _instance(name: str, value: Any, kind: type, shown: str) -> None:

@@ -158,3 +158,6 @@ class RunSetup:
     check: Callable[[RunResult], str | None] | None = None
     """Looks at a finished run and returns why it failed at the plugin's job (printed as
     one error line, exit 1), or None when it did not."""
+    tools: Sequence[Tool] | None = None
+    """The tools the plugin exposes in this run in place of those it registered, when
+    one of its options chose another set (None: the registered ones)."""

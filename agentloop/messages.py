@@ -89,12 +89,35 @@ class ImageBlock(_Block):
     type: Literal["image"] = "image"
     source: dict[str, Any]
 
+    @classmethod
+    def from_file_id(cls, file_id: str) -> ImageBlock:
+        """The image uploaded through the Files API as `file_id` (see `agentloop.files`)."""
+        return cls(source={"type": "file", "file_id": file_id})
+
 
 class DocumentBlock(_Block):
     """A document (PDF, plain text, custom content); `source` is kept as sent."""
 
     type: Literal["document"] = "document"
     source: dict[str, Any]
+
+    @classmethod
+    def from_file_id(
+        cls, file_id: str, *, title: str | None = None, citations: bool = False
+    ) -> DocumentBlock:
+        """The document uploaded through the Files API as `file_id` (see `agentloop.files`).
+
+        Args:
+            file_id: The id the upload returned (`file_...`).
+            title: A title the model sees with the document.
+            citations: Whether the model may cite passages of it.
+        """
+        fields: dict[str, Any] = {"source": {"type": "file", "file_id": file_id}}
+        if title is not None:
+            fields["title"] = title
+        if citations:
+            fields["citations"] = {"enabled": True}
+        return cls(**fields)
 
 
 class ThinkingBlock(_Block):

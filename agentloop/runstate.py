@@ -30,6 +30,7 @@ from .pricing import table_provider
 from .providers.base import ModelResponse, provider_name
 from .registry import ToolRegistry
 from .result import ApprovalRequest, RunResult, StopReason, SubAgentCall, ToolCallRecord, Usage
+from .server_tools import ServerTool
 from .state import PausedRun, PendingCall, dump_state, waiting_calls
 from .tools import Tool
 from .tracing import Tracing, tracing_for
@@ -400,7 +401,13 @@ def run_registry(
         raise ConfigurationError(
             f"tools must be a list of tools or functions, not {type(tools).__name__}"
         )
-    added = [t if isinstance(t, Tool) else Tool(t) for t in tools]
+    listed = list(tools)
+    if server := [type(t).__name__ for t in listed if isinstance(t, ServerTool)]:
+        raise ConfigurationError(
+            f"{', '.join(server)} is a server tool: give it to Agent(tools=[...]), "
+            "whose requests announce it, not to one run"
+        )
+    added = [t if isinstance(t, Tool) else Tool(t) for t in listed]
     if not added:
         return registry
     combined = ToolRegistry()

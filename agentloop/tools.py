@@ -101,6 +101,7 @@ class Tool:
         requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
+        defer_loading: bool = False,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -132,6 +133,8 @@ class Tool:
                 1): the calls beyond are answered `is_error` without running, and the
                 tool is no longer announced in the run. Calls answered without running
                 (cut off, refused, denied) do not count.
+            defer_loading: Whether the API keeps the tool out of the model's context
+                until a tool search (`ToolSearch`) finds it: for agents with many tools.
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
@@ -141,6 +144,7 @@ class Tool:
         self.timeout, self.eager, self.abandon = timeout, eager, abandon
         self.requires_approval = requires_approval
         self.prepare, self.max_uses = prepare, max_uses
+        self.defer_loading = defer_loading
         self._check()
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
@@ -157,7 +161,8 @@ class Tool:
         else:
             self.input_schema = dict(input_schema)
             self._context_param = _first_context_param(function)
-        self.definition = ToolDefinition(self.name, self.description, self.input_schema)
+        extra = {"defer_loading": True} if defer_loading else {}
+        self.definition = ToolDefinition(self.name, self.description, self.input_schema, extra)
         self.__doc__ = function.__doc__
         self.__name__ = self.name
 
@@ -196,6 +201,11 @@ class Tool:
                 f"tool {self.name!r}: max_uses must be a whole number from 1 (or None for no "
                 f"limit), not {uses!r}"
             )
+        if not isinstance(self.defer_loading, bool):
+            raise ConfigurationError(
+                f"tool {self.name!r}: defer_loading must be True or False, "
+                f"not {self.defer_loading!r}"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""
@@ -217,6 +227,7 @@ class Tool:
         | None = None,
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
+        defer_loading: bool | None = None,
     ) -> Tool:
         """A copy with the given options changed (and no `source`); the rest is kept."""
         new = copy.copy(self)
@@ -229,9 +240,15 @@ class Tool:
             new.requires_approval = requires_approval
         new.prepare = self.prepare if prepare is None else prepare
         new.max_uses = self.max_uses if max_uses is None else max_uses
+        new.defer_loading = self.defer_loading if defer_loading is None else defer_loading
         new._check()
         new.source = None
-        new.definition = replace(self.definition, name=new.name, description=new.description)
+        extra = {k: v for k, v in self.definition.extra.items() if k != "defer_loading"}
+        if new.defer_loading:
+            extra["defer_loading"] = True
+        new.definition = replace(
+            self.definition, name=new.name, description=new.description, extra=extra
+        )
         new.__name__ = new.name
         return new
 
@@ -353,6 +370,7 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    defer_loading: bool = False,
 ) -> Tool: ...
 
 
@@ -367,6 +385,7 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    defer_loading: bool = False,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -382,6 +401,7 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    defer_loading: bool = False,
 ) -> Tool | Callable[[F], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
@@ -405,6 +425,8 @@ def tool(
             each turn announces of the tool (a changed definition), or None to hide it.
         max_uses: The most calls of the tool per run; beyond, calls are answered
             `is_error` and the tool is hidden.
+        defer_loading: Keep the tool out of the model's context until a tool search
+            (`ToolSearch`, given beside it) finds it.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -415,6 +437,7 @@ def tool(
         "requires_approval": requires_approval,
         "prepare": prepare,
         "max_uses": max_uses,
+        "defer_loading": defer_loading,
     }
     if function is not None:
         return Tool(function, **options)

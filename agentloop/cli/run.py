@@ -195,7 +195,8 @@ def choose_tools(
     """The tools a run exposes: the chosen plugins' tools, narrowed by `tools`.
 
     With neither, the plugins whose setup has `exposed_by_default`; with `tools` but no
-    `plugins`, tools are picked by name from every plugin.
+    `plugins`, tools are picked by name from every plugin. A chosen plugin whose setup
+    names its `tools` for this run exposes those instead.
     """
     if plugins is None and tools is None:
         plugins = [name for name, setup in setups.items() if setup.exposed_by_default]
@@ -203,7 +204,21 @@ def choose_tools(
     failed = [f for f in manager.failures if plugins is not None and f.name in plugins]
     if failed:
         raise ConfigurationError(f"plugin {failed[0].name!r} failed: {failed[0].error}")
-    return chosen
+    exposed: list[Tool] = []
+    for item in chosen:
+        setup = setups.get(item.source or "")
+        if setup is None or setup.tools is None:
+            exposed.append(item)
+        elif item.source not in {t.source for t in exposed}:
+            exposed += [_from_plugin(t, item.source) for t in setup.tools]
+    return exposed
+
+
+def _from_plugin(item: Tool, plugin: str | None) -> Tool:
+    """A copy of `item` recorded as the tool of `plugin`."""
+    copy = item.replace()
+    copy.source = plugin
+    return copy
 
 
 def run_deps(exposed: Mapping[str, RunSetup]) -> dict[str, Any] | None:

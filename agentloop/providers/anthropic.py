@@ -49,7 +49,7 @@ from .base import (
 )
 from .caching import with_breakpoints
 
-__all__ = ("AnthropicProvider", "api_output_schema")
+__all__ = ("AnthropicProvider", "api_output_schema", "translate_error")
 
 _PATH = "/v1/messages"
 
@@ -510,3 +510,11 @@ def _translate(exc: anthropic.APIError) -> errors.ProviderError:
         request_id=getattr(exc, "request_id", None),
         headers=_lower(response.headers) if response is not None else None,
     )
+
+
+def translate_error(exc: anthropic.APIError) -> errors.ProviderError:
+    """The agentloop error for an SDK error of a call other than a message request.
+
+    A file upload, for one: the same mapping the provider's requests use.
+    """
+    return _translate(exc)

@@ -11,7 +11,9 @@ Scripts hold messages (`reply(...)`), exact HTTP answers (`RawResponse`), failur
 (`Fault.rate_limited(retry_after=0.2)`, `Fault.dropped()`, `Fault.stream_error(...)`, ...)
 and messages streamed with real pauses (`Paced(reply(...), block_delay=0.25)`).
 `MessagesServer(script, prompt_cache=True)` bills each request as Anthropic's prompt
-caching would (`PromptCache`).
+caching would (`PromptCache`). Server tools are scripted with `server_tool_use(...)` and
+their results (`web_search_result`, `web_fetch_result`, `code_execution_result`,
+`tool_search_result`).
 """
 
 from .caching import PromptCache as PromptCache
@@ -28,6 +30,11 @@ from .scripted import text as text
 from .scripted import tool_call as tool_call
 from .server import MessagesServer as MessagesServer
 from .server import sse_events as sse_events
+from .server_tools import code_execution_result as code_execution_result
+from .server_tools import server_tool_use as server_tool_use
+from .server_tools import tool_search_result as tool_search_result
+from .server_tools import web_fetch_result as web_fetch_result
+from .server_tools import web_search_result as web_search_result
 from .stepped import SteppedProvider as SteppedProvider
 from .structured import schema_reply as schema_reply
 
@@ -43,9 +50,14 @@ __all__ = (
     "ScriptedModel",
     "ScriptedProvider",
     "SteppedProvider",
+    "code_execution_result",
     "reply",
     "schema_reply",
+    "server_tool_use",
     "sse_events",
     "text",
     "tool_call",
+    "tool_search_result",
+    "web_fetch_result",
+    "web_search_result",
 )

@@ -126,10 +126,18 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def _headers(self) -> dict[str, str]:
         return {k.lower(): v for k, v in self.headers.items()}
 
-    def answer_from_script(self, request: Mapping[str, Any], *, stream: bool) -> None:
-        """Hand `request` (in the Messages API shape) to the script; act its answer out."""
+    def answer_from_script(
+        self, request: Mapping[str, Any], *, stream: bool, allow_file_sources: bool = False
+    ) -> None:
+        """Hand `request` (in the Messages API shape) to the script; act its answer out.
+
+        `allow_file_sources`: the request came under the Files beta.
+        """
+        model = self.server.owner.model
         try:
-            answer = self.billed(request, self.server.owner.model.respond(request))
+            answer = self.billed(
+                request, model.respond(request, allow_file_sources=allow_file_sources)
+            )
         except AgentloopError as exc:
             self._json(400, self.error_body("invalid_request_error", str(exc)))
             return

@@ -455,8 +455,10 @@ class ScriptedModel:
         """Every request body received, in order."""
         self._counter = itertools.count(1)
 
-    def check(self, body: Mapping[str, Any]) -> list[Message]:
+    def check(self, body: Mapping[str, Any], *, allow_file_sources: bool = False) -> list[Message]:
         """Lint a request body's history as the API would; return the parsed messages.
+
+        `file` sources are allowed when the request was sent under the Files beta.
 
         Besides the history rules, the body's cache breakpoints must follow the API's
         rules (`caching.breakpoints`): at most `MAX_CACHE_MARKERS` in all (tools, system,
@@ -469,13 +471,14 @@ class ScriptedModel:
                 messages,
                 thinking=body.get("thinking"),
                 tool_choice=body.get("tool_choice"),
+                allow_file_sources=allow_file_sources,
             )
             check_output_config(body)
             breakpoints(body)
         return messages
 
-    def respond(self, body: Mapping[str, Any]) -> Answer:
-        """The response to one request body.
+    def respond(self, body: Mapping[str, Any], *, allow_file_sources: bool = False) -> Answer:
+        """The response to one request body (sent under the Files beta: `allow_file_sources`).
 
         Returns wire JSON for a message, or the script's `RawResponse`, `Fault` or `Paced`
         item as it is, for the server to act out.
@@ -484,7 +487,7 @@ class ScriptedModel:
             HistoryError: the request's history breaks an API rule.
             ScriptExhausted: the script has no response left.
         """
-        self.check(body)
+        self.check(body, allow_file_sources=allow_file_sources)
         with self._lock:
             self.requests.append(dict(body))
             number = next(self._counter)

@@ -7,7 +7,8 @@ paths of the Bedrock and Vertex AI clients are answered too, each in its own wir
 (`platforms`), so every client class of the SDK can be tested against it. It runs
 in a background thread, so tests under any event loop (or none) can use it, and it lints
 every request's history, answering a broken one with the 400 `invalid_request_error` the
-real API would send.
+real API would send. Its Files API (`files`) keeps uploads in memory, for requests under
+the Files beta to refer to.
 
 Scripts can also hold `Fault`s (error statuses with `retry-after`, dropped connections,
 slow, malformed or broken responses) and `Paced` messages (streamed with real pauses,
@@ -23,8 +24,10 @@ from urllib.parse import parse_qsl
 
 from agentloop._wire import compact_json
 from agentloop.errors import AgentloopError
+from agentloop.files import FILES_BETA
 
 from .caching import PromptCache
+from .files import FILES_PATH, FileStore, file_problem, files_answer
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
 from .message_stream import message_events
 from .platforms import (
@@ -35,6 +38,7 @@ from .platforms import (
     platform_route,
 )
 from .scripted import Answer, Fault, Script, ScriptedModel
+from .server_tools import request_problem
 
 __all__ = ("DEFAULT_MODELS", "MessagesServer", "RecordedRequest", "count_tokens", "sse_events")
 
@@ -87,6 +91,27 @@ class _MessagesHandler(ScriptedHandler):
         """The first-party paths and the Bedrock and Vertex AI ones."""
         return path in self.routes or platform_route(path) is not None
 
+    def do_POST(self) -> None:
+        """A Files API upload (multipart), or a Messages API request."""
+        if not self.path.startswith(FILES_PATH):
+            super().do_POST()
+            return
+        length = int(self.headers.get("content-length") or 0)
+        self._files("POST", self.rfile.read(length))
+
+    def do_DELETE(self) -> None:
+        """Delete an uploaded file."""
+        self._files("DELETE", b"")
+
+    def _files(self, method: str, body: bytes) -> None:
+        """Answer a Files API request from the server's `files`."""
+        path = self.path.partition("?")[0]
+        headers = self._headers()
+        owner = cast("MessagesServer", self.server.owner)
+        owner.record(RecordedRequest(path, {}, headers, None))
+        betas = _betas(RecordedRequest(path, {}, headers, None))
+        self._json(*files_answer(owner.files, method, path, headers, body, betas))
+
     def stream(self, events: Events, message: dict[str, Any]) -> list[tuple[float, bytes]]:
         """Each event as an SSE event (a Bedrock frame on Bedrock's path)."""
         if self.event_stream:
@@ -124,11 +149,24 @@ class _MessagesHandler(ScriptedHandler):
             self._json(200, {"input_tokens": count_tokens(request)})
             return
         owner.record(seen, arrived)
-        self.answer_from_script(request, stream=bool(request.get("stream")))
+        betas = _betas(seen)
+        problem = request_problem(request, betas)
+        files = FILES_BETA in betas
+        if problem is None and files:
+            problem = file_problem(request, cast("MessagesServer", owner).files)
+        if problem is not None:
+            self._json(400, _error_body("invalid_request_error", problem))
+            return
+        self.answer_from_script(
+            request, stream=bool(request.get("stream")), allow_file_sources=files
+        )
 
     def do_GET(self) -> None:
         """Answer `GET /v1/models` and `GET /v1/models/{id}` from the server's models."""
         path, _, query = self.path.partition("?")
+        if path.startswith(FILES_PATH):
+            self._files("GET", b"")
+            return
         owner = self.server.owner
         owner.record(RecordedRequest(path, dict(parse_qsl(query)), self._headers(), None))
         models = [_model(name) for name in cast("MessagesServer", owner).models]
@@ -141,6 +179,15 @@ class _MessagesHandler(ScriptedHandler):
             self._json(200, found[0])
         else:
             self._json(404, _error_body("not_found_error", f"model: {name}"))
+
+
+def _betas(seen: RecordedRequest) -> list[str]:
+    """The betas a request asks for: its `anthropic-beta` header (Bedrock: in the body)."""
+    header = seen.headers.get("anthropic-beta", "")
+    body = seen.body if isinstance(seen.body, Mapping) else {}
+    return [b.strip() for b in header.split(",") if b.strip()] + list(
+        body.get("anthropic_beta") or ()
+    )
 
 
 def count_tokens(body: Mapping[str, Any]) -> int:
@@ -230,6 +277,8 @@ class MessagesServer(ScriptedServer):
             else (PromptCache() if prompt_cache else None)
         )
         """The cache that bills each request, or None (usage then comes from the script)."""
+        self.files = FileStore()
+        """The files uploaded to its Files API (`client.beta.files`)."""
 
     def client(self, **options: Any) -> Any:
         """An `anthropic.AsyncAnthropic` pointed at this server (no retries by default).

@@ -20,10 +20,14 @@ from agentloop.hookspecs import RunSetup
 
 from .config import CortexConfig, persona_problem
 from .demo import demo_provider
-from .store import FILENAMES, CortexStore
+from .memory_demo import memory_demo_provider
+from .memory_store import MemoryStore
+from .memory_tool import MEMORY_TOOL
+from .store import FILENAMES
 from .tools import TOOLS
 
 __all__ = (
+    "MEMORY_SYSTEM_PROMPT",
     "SYSTEM_PROMPT",
     "WRITE_TOOLS",
     "CortexRun",
@@ -41,10 +45,24 @@ SYSTEM_PROMPT = (
 )
 """The system prompt of an `agentloop run` exposing the cortex tools, without `--system`."""
 
+MEMORY_SYSTEM_PROMPT = (
+    "Your memory folder, /memories, outlives this conversation: memory.md, soul.md and "
+    "relationship.md live there. View it when it may help, and keep it up to date with "
+    "the memory tool when you learn something worth keeping."
+)
+"""The system prompt of an `agentloop run --memory-tool`, without `--system`."""
+
 WRITE_TOOLS = ("write_file", "append_file", "replace_in_file")
 """The cortex tools that change a file."""
 
-_TOOL_NAMES = frozenset(t.name for t in TOOLS)
+_TOOL_NAMES = frozenset({*(t.name for t in TOOLS), MEMORY_TOOL.name})
+
+
+def _writes(name: str, input: Any) -> bool:
+    """Whether a cortex call changes a file (a memory command other than `view`)."""
+    if name == MEMORY_TOOL.name:
+        return isinstance(input, dict) and input.get("command") != "view"
+    return name in WRITE_TOOLS
 
 
 # --------------------------------------------------------------------------- hooks
@@ -53,20 +71,26 @@ _TOOL_NAMES = frozenset(t.name for t in TOOLS)
 @hookimpl
 def agentloop_run_options(parser: argparse.ArgumentParser) -> None:
     """Add `--persona` and `--cortex-root` to `agentloop run`."""
-    _add_options(parser.add_argument_group("cortex plugin"))
+    _add_options(parser.add_argument_group("cortex plugin"), run=True)
 
 
 @hookimpl
 def agentloop_run_setup(args: argparse.Namespace) -> RunSetup:
-    """Expose the cortex tools by default, with their deps, prompt, demo and report."""
+    """Expose the cortex tools by default, with their deps, prompt, demo and report.
+
+    With `--memory-tool`, Claude's memory tool over the persona's folder stands in for
+    the four cortex tools.
+    """
     run = CortexRun(args.cortex_root, args.persona)
+    memory = bool(getattr(args, "memory_tool", False))
     return RunSetup(
         exposed_by_default=True,
         deps=run.deps,
-        system=SYSTEM_PROMPT,
-        offline_model=demo_provider,
+        system=MEMORY_SYSTEM_PROMPT if memory else SYSTEM_PROMPT,
+        offline_model=memory_demo_provider if memory else demo_provider,
         report=run.report,
         check=run.check,
+        tools=(MEMORY_TOOL,) if memory else None,
     )
 
 
@@ -79,7 +103,7 @@ def agentloop_register_commands(register: Callable[..., argparse.ArgumentParser]
     _add_options(command)
 
 
-def _add_options(group: Any) -> None:
+def _add_options(group: Any, *, run: bool = False) -> None:
     group.add_argument("--persona", default="default", help="cortex persona (default: default)")
     group.add_argument(
         "--cortex-root",
@@ -88,6 +112,13 @@ def _add_options(group: Any) -> None:
         metavar="DIR",
         help="directory holding one subdirectory per persona (default: ./cortex)",
     )
+    if run:
+        group.add_argument(
+            "--memory-tool",
+            action="store_true",
+            help="give the model Claude's memory tool (/memories is the persona's folder) "
+            "instead of the cortex tools",
+        )
 
 
 def show_command(args: argparse.Namespace) -> int:
@@ -133,7 +164,7 @@ class CortexRun:
         call it made failed (a file it could not read).
         """
         calls = [call for call in result.tool_calls if call.name in _TOOL_NAMES]
-        writes = [call for call in calls if call.name in WRITE_TOOLS]
+        writes = [call for call in calls if _writes(call.name, call.input)]
         tried = writes or calls
         if not tried or not all(call.is_error for call in tried):
             return None
@@ -193,13 +224,20 @@ def check_root(config: CortexConfig) -> None:
 
 
 def format_files(config: CortexConfig) -> str:
-    """The persona's directory, then each cortex file's text under a header with its size."""
+    """The persona's directory, then each cortex file's text under a header with its size.
+
+    Other files of the folder (made with the memory tool) follow the three cortex files.
+    """
     parts = [f"directory: {persona_directory(config)}"]
     try:
-        store = CortexStore(config)
+        store = MemoryStore(config)
     except ToolError as exc:
         return f"{parts[0]}\n(cannot read the files: {exc.message})"
-    for name in FILENAMES:
+    try:
+        others = [e.name for e in store.entries() if e.name not in FILENAMES]
+    except ToolError:
+        others = []  # each cortex file below says what stops it being read
+    for name in (*FILENAMES, *others):
         try:
             content = store.read(name)
         except ToolError as exc:

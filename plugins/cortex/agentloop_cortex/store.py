@@ -131,7 +131,7 @@ class CortexStore:
 
     def path(self, filename: str) -> Path:
         """Where `filename` lives (after checking it is an allowed name)."""
-        return self.directory / _check_name(filename)
+        return self.directory / self._name(filename)
 
     def read(self, filename: str) -> str:
         """The text of `filename`; "" when it does not exist yet.
@@ -139,7 +139,7 @@ class CortexStore:
         Bytes that are not valid UTF-8 (only possible if the file was edited by hand)
         read as U+FFFD.
         """
-        name = _check_name(filename)
+        name = self._name(filename)
         with self._os_errors("read", name):
             pfd = self._open_persona(create=False)
             if pfd is None:
@@ -156,21 +156,21 @@ class CortexStore:
         A change made with a `key` happens once: made again with the same key it changes
         nothing and returns the first time's `Change` (so for `append` and `replace`).
         """
-        name = _check_name(filename)
+        name = self._name(filename)
         data = self._encode(content, "content")
         self._check_size(name, len(data))
         return self._change(name, lambda old: data, key)
 
     def append(self, filename: str, content: str, *, key: str | None = None) -> Change:
         """Add `content` at the end of `filename` (creating it if needed), as given."""
-        name = _check_name(filename)
+        name = self._name(filename)
         data = self._encode(content, "content")
         self._check_size(name, len(data))
         return self._change(name, lambda old: (old or b"") + data, key)
 
     def replace(self, filename: str, old: str, new: str, *, key: str | None = None) -> Change:
         """Replace the one occurrence of `old` in `filename` with `new`."""
-        name = _check_name(filename)
+        name = self._name(filename)
         self._encode(old, "old")
         self._encode(new, "new")
         if old == "":
@@ -200,7 +200,7 @@ class CortexStore:
 
     def versions(self, filename: str) -> list[Path]:
         """The kept previous versions of `filename`, oldest first."""
-        name = _check_name(filename)
+        name = self._name(filename)
         with self._os_errors("list the versions of", name), ExitStack() as fds:
             pfd = self._open_persona(create=False)
             if pfd is None:
@@ -219,6 +219,10 @@ class CortexStore:
         return [self.directory / HISTORY_DIR / name / entry for _, _, entry in entries]
 
     # ------------------------------------------------------------------ checks
+
+    def _name(self, filename: object) -> str:
+        """`filename` if this store may read and write it (the three cortex files)."""
+        return _check_name(filename)
 
     def _label(self, relative: str) -> str:
         """A path as error messages show it: relative to the root."""
@@ -394,8 +398,10 @@ class CortexStore:
             remove(pfd, tmp)
             raise
 
-    def _commit(self, pfd: int, name: str, data: bytes, previous: bytes | None) -> None:
+    def _commit(self, pfd: int, name: str, data: bytes | None, previous: bytes | None) -> None:
         """Make `name` hold `data`, first adding `previous` (unless None) to its history.
+
+        With `data` None the file is deleted instead, its content kept the same way.
 
         Everything that needs space comes before the rename that makes the change: the new
         content and the previous version are written to temporary files and fsynced, the
@@ -410,8 +416,9 @@ class CortexStore:
         sfd: int | None = None
         try:
             with ExitStack() as fds, ExitStack() as undo:
-                tmp = write_temp(pfd, f".{name}{TMP_PREFIX}", data)
-                undo.callback(remove, pfd, tmp)
+                tmp = None if data is None else write_temp(pfd, f".{name}{TMP_PREFIX}", data)
+                if tmp is not None:
+                    undo.callback(remove, pfd, tmp)
                 if previous is not None:
                     history_label = self._label(HISTORY_DIR)
                     hfd = open_dir(pfd, HISTORY_DIR, create=True, label=history_label, undo=undo)
@@ -428,7 +435,10 @@ class CortexStore:
                     os.rename(version_tmp, entry, src_dir_fd=sfd, dst_dir_fd=sfd)
                     undo.callback(remove, sfd, entry)
                     os.fsync(sfd)
-                os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+                if tmp is None:
+                    os.unlink(name, dir_fd=pfd)
+                else:
+                    os.replace(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
                 # The change is made: nothing may undo it now.
                 undo.pop_all()
                 # Best effort from here on. The new content is already fsynced; should the
