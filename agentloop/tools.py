@@ -101,6 +101,8 @@ class Tool:
         requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
+        deps: Any = None,
+        deps_factory: Callable[[], Any] | None = None,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -132,6 +134,13 @@ class Tool:
                 1): the calls beyond are answered `is_error` without running, and the
                 tool is no longer announced in the run. Calls answered without running
                 (cut off, refused, denied) do not count.
+            deps: The tool's own `RunContext.deps`, given instead of the run's: what a
+                plugin gives its tools (a plugin's tools see the plugin's deps, the
+                application's tools the run's). None: the run's `deps`.
+            deps_factory: Makes the tool's own `RunContext.deps` (instead of `deps`),
+                called with no arguments at each call, inside the call (a sync tool's in
+                its worker thread), so a failure is the call's `is_error` result. To
+                share one object across calls, return a cached one.
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
@@ -141,6 +150,7 @@ class Tool:
         self.timeout, self.eager, self.abandon = timeout, eager, abandon
         self.requires_approval = requires_approval
         self.prepare, self.max_uses = prepare, max_uses
+        self.deps, self.deps_factory = deps, deps_factory
         self._check()
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
@@ -196,6 +206,16 @@ class Tool:
                 f"tool {self.name!r}: max_uses must be a whole number from 1 (or None for no "
                 f"limit), not {uses!r}"
             )
+        if self.deps_factory is not None and not callable(self.deps_factory):
+            raise ConfigurationError(
+                f"tool {self.name!r}: deps_factory must be a function making the tool's deps, "
+                f"not {self.deps_factory!r} (give an object as deps=)"
+            )
+        if self.deps_factory is not None and self.deps is not None:
+            raise ConfigurationError(
+                f"tool {self.name!r}: give deps (the object) or deps_factory (a function "
+                "making it), not both"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly, as if undecorated."""
@@ -217,8 +237,14 @@ class Tool:
         | None = None,
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
+        deps: Any = None,
+        deps_factory: Callable[[], Any] | None = None,
     ) -> Tool:
-        """A copy with the given options changed (and no `source`); the rest is kept."""
+        """A copy with the given options changed (and no `source`); the rest is kept.
+
+        Giving `deps` or `deps_factory` replaces both (a service giving a plugin's tools
+        its own data: `t.replace(deps=...)`).
+        """
         new = copy.copy(self)
         new.name = self.name if name is None else name
         new.description = self.description if description is None else description
@@ -229,6 +255,8 @@ class Tool:
             new.requires_approval = requires_approval
         new.prepare = self.prepare if prepare is None else prepare
         new.max_uses = self.max_uses if max_uses is None else max_uses
+        if deps is not None or deps_factory is not None:
+            new.deps, new.deps_factory = deps, deps_factory
         new._check()
         new.source = None
         new.definition = replace(self.definition, name=new.name, description=new.description)
@@ -251,9 +279,27 @@ class Tool:
     def bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
         """The call of the function with validated `arguments`, ready to run.
 
-        `ctx` is the call's context, passed to a function that takes one. `arguments`
-        (from `validate`) is used up.
+        `ctx` is the call's context, passed to a function that takes one, with the tool's
+        own `deps` when it has some. `arguments` (from `validate`) is used up.
         """
+        factory = self.deps_factory
+        if factory is None:
+            own = ctx if self.deps is None else replace(ctx, deps=self.deps)
+            return self._bind(arguments, own)
+        # The factory runs inside the call, so its failure is the call's, like the tool's.
+        if self.is_async:
+
+            async def call_async() -> Any:
+                return await self._bind(arguments, replace(ctx, deps=factory()))()
+
+            return call_async
+
+        def call() -> Any:
+            return self._bind(arguments, replace(ctx, deps=factory()))()
+
+        return call
+
+    def _bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
         if self._model is None:
             if self._context_param is not None:
                 return partial(self.function, ctx, arguments)
@@ -353,6 +399,8 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
 ) -> Tool: ...
 
 
@@ -367,6 +415,8 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -382,6 +432,8 @@ def tool(
     requires_approval: bool | Callable[[RunContext[Any], dict[str, Any]], bool | str] = False,
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
 ) -> Tool | Callable[[F], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
@@ -405,6 +457,8 @@ def tool(
             each turn announces of the tool (a changed definition), or None to hide it.
         max_uses: The most calls of the tool per run; beyond, calls are answered
             `is_error` and the tool is hidden.
+        deps: The tool's own `RunContext.deps`, instead of the run's (None: the run's).
+        deps_factory: Makes the tool's own deps at each call, instead of `deps`.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -415,6 +469,8 @@ def tool(
         "requires_approval": requires_approval,
         "prepare": prepare,
         "max_uses": max_uses,
+        "deps": deps,
+        "deps_factory": deps_factory,
     }
     if function is not None:
         return Tool(function, **options)
