@@ -16,10 +16,10 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, overload
+from typing import Any, Generic, overload
 
 from pydantic import BaseModel, ValidationError
-from typing_extensions import TypeVar
+from typing_extensions import ParamSpec, TypeVar
 
 from .calls import (
     CallPaused,
@@ -46,7 +46,10 @@ __all__ = (
     "wire_tool_name",
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+# The decorated function's parameters and return type, kept by `@tool`; the defaults let
+# a bare `Tool` mean any tool under `mypy --strict`.
+P = ParamSpec("P", default=...)
+R = TypeVar("R", default=Any)
 
 
 def _is_context(annotation: Any) -> bool:
@@ -81,16 +84,19 @@ def _is_async(function: Callable[..., Any]) -> bool:
     )
 
 
-class Tool:
+class Tool(Generic[P, R]):
     """A callable the model may use: a name, a description, a JSON schema and a function.
 
     Build one with `@tool` (or `Tool(function)`); the registry validates input against the
-    signature, injects the `RunContext`, and runs sync functions in worker threads.
+    signature, injects the `RunContext`, and runs sync functions in worker threads. It is
+    generic in the function's parameters and return type, so calling it directly (in a
+    test) is type-checked as a call of the function: `Tool[[str], int]`; a bare `Tool` is
+    any tool.
     """
 
     def __init__(
         self,
-        function: Callable[..., Any],
+        function: Callable[P, R],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -217,7 +223,7 @@ class Tool:
                 "making it), not both"
             )
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the underlying function directly, as if undecorated."""
         return self.function(*args, **kwargs)
 
@@ -239,7 +245,7 @@ class Tool:
         max_uses: int | None = None,
         deps: Any = None,
         deps_factory: Callable[[], Any] | None = None,
-    ) -> Tool:
+    ) -> Tool[P, R]:
         """A copy with the given options changed (and no `source`); the rest is kept.
 
         Giving `deps` or `deps_factory` replaces both (a service giving a plugin's tools
@@ -300,16 +306,17 @@ class Tool:
         return call
 
     def _bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
+        function: Callable[..., Any] = self.function  # called with the model's input
         if self._model is None:
             if self._context_param is not None:
-                return partial(self.function, ctx, arguments)
-            return partial(self.function, arguments)
+                return partial(function, ctx, arguments)
+            return partial(function, arguments)
         if self._context_param is not None:
             arguments[self._context_param] = ctx
         if self._positional:
             args = [arguments.pop(name) for name in self._positional]
-            return partial(self.function, *args, **arguments)
-        return partial(self.function, **arguments)
+            return partial(function, *args, **arguments)
+        return partial(function, **arguments)
 
 
 def raw_tools(definitions: Sequence[Mapping[str, Any]], executor: Executor) -> list[Tool]:
@@ -388,7 +395,7 @@ def _valid_name(name: str) -> bool:
 
 @overload
 def tool(
-    function: F,
+    function: Callable[P, R],
     /,
     *,
     name: str | None = None,
@@ -401,7 +408,7 @@ def tool(
     max_uses: int | None = None,
     deps: Any = None,
     deps_factory: Callable[[], Any] | None = None,
-) -> Tool: ...
+) -> Tool[P, R]: ...
 
 
 @overload
@@ -417,11 +424,11 @@ def tool(
     max_uses: int | None = None,
     deps: Any = None,
     deps_factory: Callable[[], Any] | None = None,
-) -> Callable[[F], Tool]: ...
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
-    function: F | None = None,
+    function: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -434,14 +441,15 @@ def tool(
     max_uses: int | None = None,
     deps: Any = None,
     deps_factory: Callable[[], Any] | None = None,
-) -> Tool | Callable[[F], Tool]:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
     The docstring becomes the description (parameter sections in Google, NumPy or Sphinx
     style become parameter descriptions), the signature becomes the JSON schema
     (`Literal` -> `enum`, defaults, pydantic models, TypedDicts,
     `Annotated[..., Field(description=...)]`), and a parameter typed `RunContext` is
-    injected rather than shown to the model.
+    injected rather than shown to the model. The `Tool` keeps the function's signature:
+    calling it directly is type-checked and returns what the function returns.
 
     Args:
         function: The function, when used bare.
@@ -475,7 +483,7 @@ def tool(
     if function is not None:
         return Tool(function, **options)
 
-    def decorate(fn: F) -> Tool:
+    def decorate(fn: Callable[..., Any]) -> Tool:
         return Tool(fn, **options)
 
     return decorate
