@@ -13,12 +13,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import httpx2
 import pytest
-from support import free_port, wait_healthy_url
+from support import free_port
 
 from agentloop.plugins import ENV_VAR
 from agentloop.testing import MessagesServer, reply, tool_call
@@ -151,6 +153,21 @@ def test_a_tools_exception_is_one_line_and_v_shows_the_traceback(
     assert "return a / b" in verbose.stderr
 
 
+def wait_until_healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Poll `url`/healthz until it answers 200; fail if the process exits or 60 s pass."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"agentloop serve exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx2.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.05)  # polling a real condition, with a deadline
+    pytest.fail(f"agentloop serve did not become healthy:\n{log.read_text()}")
+
+
 @pytest.fixture
 def gateway(site: Path, tmp_path: Path) -> Iterator[tuple[str, MessagesServer]]:
     """`agentloop serve --plugin acme` in front of a `MessagesServer`, healthy."""
@@ -165,7 +182,7 @@ def gateway(site: Path, tmp_path: Path) -> Iterator[tuple[str, MessagesServer]]:
                 command, cwd=tmp_path, env=environment(site, tmp_path), stdout=log, stderr=log
             )
         try:
-            wait_healthy_url(f"http://127.0.0.1:{port}")
+            wait_until_healthy(process, f"http://127.0.0.1:{port}", tmp_path / "serve.log")
             yield f"http://127.0.0.1:{port}", upstream
         finally:
             process.send_signal(signal.SIGTERM)
