@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 
 from .calls import ToolDefinition
 from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
+from .context import DepsT
 from .errors import ConfigurationError
 from .messages import ContentBlock
 from .options import ResumeOptions, RunOptions, StartOptions
@@ -38,12 +39,14 @@ RunOutputT = TypeVar("RunOutputT")
 Prompt = str | Sequence[ContentBlock] | None
 
 
-class Agent(Generic[OutputT]):
+class Agent(Generic[DepsT, OutputT]):
     """Runs the model and its tools until the model is done.
 
     One `Agent` holds configuration only (`agent.config`, `agent.registry`); every run
-    keeps its own state. It is generic in the type of its runs' `result.output`
-    (`Agent[Forecast]` for `output_type=Forecast`).
+    keeps its own state. It is generic in the type of the `deps` its runs take and in the
+    type of their `result.output`: `Agent(deps_type=Shop, output_type=Forecast)` is an
+    `Agent[Shop, Forecast]`, whose `run(deps=...)` a type checker holds to a `Shop`. With
+    neither, it is an `Agent[Any, str]`.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Agent(Generic[OutputT]):
         provider: Provider | None = None,
         client: Any = None,
         tools: Iterable[Tool | ServerTool | Callable[..., Any]] | ToolRegistry = (),
+        deps_type: type[DepsT] | None = None,
         output_type: type[OutputT] | types.UnionType | None = None,
         **options: Unpack[AgentOptions],
     ) -> None:
@@ -67,6 +71,10 @@ class Agent(Generic[OutputT]):
             tools: Tools (functions are wrapped with `tool`) and tools the API runs
                 itself (`WebSearch`, `WebFetch`, `CodeExecution`, `ToolSearch`), or a
                 ready `ToolRegistry`.
+            deps_type: The type of the `deps` every run takes (`run(deps=...)`), which
+                the tools read as `RunContext[DepsType]`: a type checker holds the runs'
+                `deps` to it, and a run given `deps` of another class is refused with a
+                `ConfigurationError` before it starts. None: any `deps`.
             output_type: What a run ends with, validated, as `result.output` (see
                 `AgentConfig.output_type`); the final text by default.
             **options: The other options: `system`, `max_rounds`, `tool_concurrency`,
@@ -102,6 +110,8 @@ class Agent(Generic[OutputT]):
         """The agent's tools (those it runs itself; `config.server_tools` the others)."""
         deferred = [t.name for t in self.registry if t.defer_loading]
         check_announced(self.registry.names, deferred, self.config.request_params)
+        self.deps_type = deps_type
+        """The type of its runs' `deps` (None: any)."""
         required = self.config.approval_required
         if isinstance(required, frozenset) and (
             unknown := sorted(required - set(self.registry.names))
@@ -169,7 +179,11 @@ class Agent(Generic[OutputT]):
 
     @overload
     def start(
-        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[StartOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: None = None,
+        **options: Unpack[StartOptions[DepsT]],
     ) -> Run[OutputT]: ...
     @overload
     def start(
@@ -177,7 +191,7 @@ class Agent(Generic[OutputT]):
         prompt: Prompt = None,
         *,
         output_type: type[RunOutputT],
-        **options: Unpack[StartOptions],
+        **options: Unpack[StartOptions[DepsT]],
     ) -> Run[RunOutputT]: ...
     @overload
     def start(
@@ -185,11 +199,15 @@ class Agent(Generic[OutputT]):
         prompt: Prompt = None,
         *,
         output_type: types.UnionType,
-        **options: Unpack[StartOptions],
+        **options: Unpack[StartOptions[DepsT]],
     ) -> Run[Any]: ...
 
     def start(
-        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[StartOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: Any = None,
+        **options: Unpack[StartOptions[DepsT]],
     ) -> Run[Any]:
         """A run of this agent, to hold: `async with agent.start(...) as run:` drives it.
 
@@ -205,27 +223,59 @@ class Agent(Generic[OutputT]):
         print(run.result.text, run.usage)
         ```
         """
+        self._check_deps(options.get("deps"))
         return Run(
             self.config, self.registry, self._validators, prompt, output_type=output_type, **options
         )
+
+    def _check_deps(self, deps: object) -> None:
+        """Refuse `deps` that are not of the agent's `deps_type` (when that is a class)."""
+        expected = self.deps_type
+        if deps is None or expected is None or not isinstance(expected, type):
+            return
+        try:
+            fits = isinstance(deps, expected)
+        except TypeError:  # a Protocol that is not runtime-checkable, say: not checkable
+            return
+        if not fits:
+            raise ConfigurationError(
+                f"deps must be a {expected.__qualname__} (the agent's deps_type), "
+                f"not {type(deps).__qualname__}"
+            )
 
     # -- thin layers over `start`
 
     @overload
     async def run(
-        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: None = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[OutputT]: ...
     @overload
     async def run(
-        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: type[RunOutputT],
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[RunOutputT]: ...
     @overload
     async def run(
-        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: types.UnionType,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[Any]: ...
 
     async def run(
-        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: Any = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[Any]:
         """Run the model and its tools until the model stops or a limit is reached.
 
@@ -253,39 +303,71 @@ class Agent(Generic[OutputT]):
 
     @overload
     def run_sync(
-        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: None = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[OutputT]: ...
     @overload
     def run_sync(
-        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: type[RunOutputT],
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[RunOutputT]: ...
     @overload
     def run_sync(
-        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: types.UnionType,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[Any]: ...
 
     def run_sync(
-        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: Any = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> RunResult[Any]:
         """`run()` for scripts and notebooks without a running event loop (same arguments)."""
         return anyio.run(partial(self.run, prompt, output_type=output_type, **options))
 
     @overload
     def run_stream(
-        self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: None = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> AbstractAsyncContextManager[Run[OutputT]]: ...
     @overload
     def run_stream(
-        self, prompt: Prompt = None, *, output_type: type[RunOutputT], **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: type[RunOutputT],
+        **options: Unpack[RunOptions[DepsT]],
     ) -> AbstractAsyncContextManager[Run[RunOutputT]]: ...
     @overload
     def run_stream(
-        self, prompt: Prompt = None, *, output_type: types.UnionType, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: types.UnionType,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> AbstractAsyncContextManager[Run[Any]]: ...
 
     @asynccontextmanager
     async def run_stream(
-        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[RunOptions]
+        self,
+        prompt: Prompt = None,
+        *,
+        output_type: Any = None,
+        **options: Unpack[RunOptions[DepsT]],
     ) -> AsyncIterator[Run[Any]]:
         """`start()`, streamed, as a block: leaving it before the run ends cancels the run.
 
@@ -300,7 +382,7 @@ class Agent(Generic[OutputT]):
             yield run
 
     async def resume(
-        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions]
+        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions[DepsT]]
     ) -> RunResult[Any]:
         """Continue a run that ended with calls waiting, from its `RunResult.state`.
 
@@ -335,7 +417,7 @@ class Agent(Generic[OutputT]):
 
     @asynccontextmanager
     async def resume_stream(
-        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions]
+        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions[DepsT]]
     ) -> AsyncIterator[Run[Any]]:
         """`resume()` as a stream of events, as `run_stream()` is to `run()`.
 
@@ -347,7 +429,7 @@ class Agent(Generic[OutputT]):
             yield run
 
     def _resuming(
-        self, state: Mapping[str, Any] | None, options: ResumeOptions, *, stream: bool
+        self, state: Mapping[str, Any] | None, options: ResumeOptions[DepsT], *, stream: bool
     ) -> Run[Any]:
         """The run that continues a paused one (from `state`, or the one in its session)."""
         # Answers are always given (none is an empty set), so the run resumes, and a

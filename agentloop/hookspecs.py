@@ -41,7 +41,12 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
     registered; never per run. Call
     `register(function_or_tool)` for each tool; `register` accepts what `@tool` accepts
     (a plain function, a `Tool`, or the keyword options `name=`, `description=`,
-    `timeout=`, `eager=`). The registering plugin is recorded as the tool's source.
+    `timeout=`, `eager=`, `deps=`, `deps_factory=`). `deps=` (an object) or
+    `deps_factory=` (a function of no arguments making it at each call) is what the tool
+    gets as `RunContext.deps` instead of the run's, so the plugin's tools work the same
+    under `agentloop run`, `agentloop serve` and in a service; a service may still give
+    them other deps with `tool.replace(deps=...)`. The registering plugin is recorded as
+    the tool's source.
     Not `firstresult`: every plugin's implementation is called.
 
     :param register: callable that adds one tool to the plugin manager's catalogue.

@@ -7,10 +7,11 @@ Typed dicts, so that `Agent`'s entry points (`agentloop.agent`) pass them on to 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Generic, TypedDict
 
 from .calls import ToolDefinition
 from .capabilities.base import Capability
+from .context import DepsT
 from .effects import Effects
 from .limits import UsageLimits
 from .messages import Message
@@ -22,11 +23,14 @@ from .turn import Emit
 __all__ = ("ResumeOptions", "RunOptions", "StartOptions")
 
 
-class RunOptions(TypedDict, total=False):
-    """What a run may be given besides its prompt and output type (`Agent.run`, ...)."""
+class RunOptions(TypedDict, Generic[DepsT], total=False):
+    """What a run may be given besides its prompt and output type (`Agent.run`, ...).
+
+    Generic in the type of `deps`, which is the agent's `deps_type`.
+    """
 
     history: Iterable[Message | Mapping[str, Any]] | None
-    deps: Any
+    deps: DepsT
     tools: Iterable[Tool | Callable[..., Any]]
     external_tools: Sequence[ToolDefinition | Mapping[str, Any]]
     session: Session | None
@@ -34,18 +38,18 @@ class RunOptions(TypedDict, total=False):
     capabilities: Sequence[Capability]
 
 
-class ResumeOptions(TypedDict, total=False):
+class ResumeOptions(TypedDict, Generic[DepsT], total=False):
     """What `Agent.resume` takes besides the paused run's state."""
 
     decisions: Mapping[str, Any] | None
     results: Mapping[str, Any] | None
-    deps: Any
+    deps: DepsT
     tools: Iterable[Tool | Callable[..., Any]]
     session: Session | None
     capabilities: Sequence[Capability]
 
 
-class StartOptions(RunOptions, total=False):
+class StartOptions(RunOptions[DepsT], total=False):
     """What `Agent.start` takes besides `RunOptions`: a resumption, and an engine's hooks."""
 
     state: Mapping[str, Any] | PausedRun | None

@@ -415,8 +415,15 @@ class _Registrar:
         description: str | None = None,
         timeout: float | None = None,
         eager: bool | None = None,
+        deps: Any = None,
+        deps_factory: Callable[[], Any] | None = None,
     ) -> Tool:
-        """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`."""
+        """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`.
+
+        `deps` (or `deps_factory`, making it at each call) is what the tool gets as
+        `RunContext.deps` instead of the run's: the plugin's own, wherever it runs.
+        """
+        options = (name, description, timeout, eager, deps, deps_factory)
         if not isinstance(item, Tool):
             new = Tool(
                 item,
@@ -424,11 +431,20 @@ class _Registrar:
                 description=description,
                 timeout=timeout,
                 eager=True if eager is None else eager,
+                deps=deps,
+                deps_factory=deps_factory,
             )
-        elif name is None and description is None and timeout is None and eager is None:
+        elif all(option is None for option in options):
             new = copy.copy(item)  # a module-level Tool may be shared: give ours the source
         else:
-            new = item.replace(name=name, description=description, timeout=timeout, eager=eager)
+            new = item.replace(
+                name=name,
+                description=description,
+                timeout=timeout,
+                eager=eager,
+                deps=deps,
+                deps_factory=deps_factory,
+            )
         new.source = self.plugin
         self.found.append(new)
         return new

@@ -281,7 +281,12 @@ class ToolRegistry:
             except ToolError as exc:
                 return ToolResult.error(call, _told(call, exc), time.perf_counter() - start)
             except Exception as exc:
-                _logger(ctx).exception("tool.exception", tool_use_id=call.id, name=call.name)
+                _logger(ctx).exception(
+                    "tool.exception",
+                    tool_use_id=call.id,
+                    name=call.name,
+                    error=describe_exception(exc),
+                )
                 return ToolResult.error(call, _failure(call, exc), time.perf_counter() - start)
             duration = time.perf_counter() - start
             if scope.cancelled_caught:

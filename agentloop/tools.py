@@ -16,10 +16,10 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, overload
+from typing import Any, Generic, overload
 
 from pydantic import BaseModel, ValidationError
-from typing_extensions import TypeVar
+from typing_extensions import ParamSpec, TypeVar
 
 from .calls import (
     CallPaused,
@@ -46,7 +46,10 @@ __all__ = (
     "wire_tool_name",
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+# The decorated function's parameters and return type, kept by `@tool`; the defaults let
+# a bare `Tool` mean any tool under `mypy --strict`.
+P = ParamSpec("P", default=...)
+R = TypeVar("R", default=Any)
 
 
 def _is_context(annotation: Any) -> bool:
@@ -81,16 +84,19 @@ def _is_async(function: Callable[..., Any]) -> bool:
     )
 
 
-class Tool:
+class Tool(Generic[P, R]):
     """A callable the model may use: a name, a description, a JSON schema and a function.
 
     Build one with `@tool` (or `Tool(function)`); the registry validates input against the
-    signature, injects the `RunContext`, and runs sync functions in worker threads.
+    signature, injects the `RunContext`, and runs sync functions in worker threads. It is
+    generic in the function's parameters and return type, so calling it directly (in a
+    test) is type-checked as a call of the function: `Tool[[str], int]`; a bare `Tool` is
+    any tool.
     """
 
     def __init__(
         self,
-        function: Callable[..., Any],
+        function: Callable[P, R],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -102,6 +108,8 @@ class Tool:
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
         defer_loading: bool = False,
+        deps: Any = None,
+        deps_factory: Callable[[], Any] | None = None,
     ) -> None:
         """Describe `function` as a tool.
 
@@ -135,6 +143,13 @@ class Tool:
                 (cut off, refused, denied) do not count.
             defer_loading: Whether the API keeps the tool out of the model's context
                 until a tool search (`ToolSearch`) finds it: for agents with many tools.
+            deps: The tool's own `RunContext.deps`, given instead of the run's: what a
+                plugin gives its tools (a plugin's tools see the plugin's deps, the
+                application's tools the run's). None: the run's `deps`.
+            deps_factory: Makes the tool's own `RunContext.deps` (instead of `deps`),
+                called with no arguments at each call, inside the call (a sync tool's in
+                its worker thread), so a failure is the call's `is_error` result. To
+                share one object across calls, return a cached one.
         """
         if not callable(function):
             raise ConfigurationError(f"@tool needs a function, got {function!r}")
@@ -145,6 +160,7 @@ class Tool:
         self.requires_approval = requires_approval
         self.prepare, self.max_uses = prepare, max_uses
         self.defer_loading = defer_loading
+        self.deps, self.deps_factory = deps, deps_factory
         self._check()
         self.source: str | None = None
         """The plugin that registered this tool, if any."""
@@ -206,8 +222,18 @@ class Tool:
                 f"tool {self.name!r}: defer_loading must be True or False, "
                 f"not {self.defer_loading!r}"
             )
+        if self.deps_factory is not None and not callable(self.deps_factory):
+            raise ConfigurationError(
+                f"tool {self.name!r}: deps_factory must be a function making the tool's deps, "
+                f"not {self.deps_factory!r} (give an object as deps=)"
+            )
+        if self.deps_factory is not None and self.deps is not None:
+            raise ConfigurationError(
+                f"tool {self.name!r}: give deps (the object) or deps_factory (a function "
+                "making it), not both"
+            )
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the underlying function directly, as if undecorated."""
         return self.function(*args, **kwargs)
 
@@ -228,8 +254,14 @@ class Tool:
         prepare: ToolPrepare | None = None,
         max_uses: int | None = None,
         defer_loading: bool | None = None,
-    ) -> Tool:
-        """A copy with the given options changed (and no `source`); the rest is kept."""
+        deps: Any = None,
+        deps_factory: Callable[[], Any] | None = None,
+    ) -> Tool[P, R]:
+        """A copy with the given options changed (and no `source`); the rest is kept.
+
+        Giving `deps` or `deps_factory` replaces both (a service giving a plugin's tools
+        its own data: `t.replace(deps=...)`).
+        """
         new = copy.copy(self)
         new.name = self.name if name is None else name
         new.description = self.description if description is None else description
@@ -241,6 +273,8 @@ class Tool:
         new.prepare = self.prepare if prepare is None else prepare
         new.max_uses = self.max_uses if max_uses is None else max_uses
         new.defer_loading = self.defer_loading if defer_loading is None else defer_loading
+        if deps is not None or deps_factory is not None:
+            new.deps, new.deps_factory = deps, deps_factory
         new._check()
         new.source = None
         extra = {k: v for k, v in self.definition.extra.items() if k != "defer_loading"}
@@ -268,19 +302,38 @@ class Tool:
     def bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
         """The call of the function with validated `arguments`, ready to run.
 
-        `ctx` is the call's context, passed to a function that takes one. `arguments`
-        (from `validate`) is used up.
+        `ctx` is the call's context, passed to a function that takes one, with the tool's
+        own `deps` when it has some. `arguments` (from `validate`) is used up.
         """
+        factory = self.deps_factory
+        if factory is None:
+            own = ctx if self.deps is None else replace(ctx, deps=self.deps)
+            return self._bind(arguments, own)
+        # The factory runs inside the call, so its failure is the call's, like the tool's.
+        if self.is_async:
+
+            async def call_async() -> Any:
+                return await self._bind(arguments, replace(ctx, deps=factory()))()
+
+            return call_async
+
+        def call() -> Any:
+            return self._bind(arguments, replace(ctx, deps=factory()))()
+
+        return call
+
+    def _bind(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Callable[[], Any]:
+        function: Callable[..., Any] = self.function  # called with the model's input
         if self._model is None:
             if self._context_param is not None:
-                return partial(self.function, ctx, arguments)
-            return partial(self.function, arguments)
+                return partial(function, ctx, arguments)
+            return partial(function, arguments)
         if self._context_param is not None:
             arguments[self._context_param] = ctx
         if self._positional:
             args = [arguments.pop(name) for name in self._positional]
-            return partial(self.function, *args, **arguments)
-        return partial(self.function, **arguments)
+            return partial(function, *args, **arguments)
+        return partial(function, **arguments)
 
 
 def raw_tools(definitions: Sequence[Mapping[str, Any]], executor: Executor) -> list[Tool]:
@@ -359,7 +412,7 @@ def _valid_name(name: str) -> bool:
 
 @overload
 def tool(
-    function: F,
+    function: Callable[P, R],
     /,
     *,
     name: str | None = None,
@@ -371,7 +424,9 @@ def tool(
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
     defer_loading: bool = False,
-) -> Tool: ...
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
+) -> Tool[P, R]: ...
 
 
 @overload
@@ -386,11 +441,13 @@ def tool(
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
     defer_loading: bool = False,
-) -> Callable[[F], Tool]: ...
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
-    function: F | None = None,
+    function: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -402,14 +459,17 @@ def tool(
     prepare: ToolPrepare | None = None,
     max_uses: int | None = None,
     defer_loading: bool = False,
-) -> Tool | Callable[[F], Tool]:
+    deps: Any = None,
+    deps_factory: Callable[[], Any] | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool; use bare (`@tool`) or with options (`@tool(timeout=5)`).
 
     The docstring becomes the description (parameter sections in Google, NumPy or Sphinx
     style become parameter descriptions), the signature becomes the JSON schema
     (`Literal` -> `enum`, defaults, pydantic models, TypedDicts,
     `Annotated[..., Field(description=...)]`), and a parameter typed `RunContext` is
-    injected rather than shown to the model.
+    injected rather than shown to the model. The `Tool` keeps the function's signature:
+    calling it directly is type-checked and returns what the function returns.
 
     Args:
         function: The function, when used bare.
@@ -427,6 +487,8 @@ def tool(
             `is_error` and the tool is hidden.
         defer_loading: Keep the tool out of the model's context until a tool search
             (`ToolSearch`, given beside it) finds it.
+        deps: The tool's own `RunContext.deps`, instead of the run's (None: the run's).
+        deps_factory: Makes the tool's own deps at each call, instead of `deps`.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -438,11 +500,13 @@ def tool(
         "prepare": prepare,
         "max_uses": max_uses,
         "defer_loading": defer_loading,
+        "deps": deps,
+        "deps_factory": deps_factory,
     }
     if function is not None:
         return Tool(function, **options)
 
-    def decorate(fn: F) -> Tool:
+    def decorate(fn: Callable[..., Any]) -> Tool:
         return Tool(fn, **options)
 
     return decorate

@@ -50,7 +50,8 @@ def configure_logging(
     """Send log events to stderr: console lines on a terminal, JSON lines with `json_logs`.
 
     Warnings and errors are shown (but not `run.error` and `plugin.load_failed`, which the
-    commands report themselves); every agentloop event with `verbose` or `json_logs`. With
+    commands report themselves, and a tool's exception without its traceback); every
+    agentloop event, tracebacks included, with `verbose` or `json_logs`. With
     `progress`, a line per model request and per tool call is written there. Calling it
     again replaces the previous configuration.
     """
@@ -133,6 +134,11 @@ class _Filter:
             raise structlog.DropEvent
         if self.drop_reported and event.get("event") in _REPORTED_BY_THE_COMMAND:
             raise structlog.DropEvent
+        if self.drop_reported and event.get("event") == "tool.exception":
+            # The call's is_error result already tells the model and the report; one line
+            # (its `error` field) is enough here, and `-v` keeps the traceback.
+            event.pop("exc_info", None)
+            event["hint"] = "-v shows the traceback"
         return event
 
 

@@ -104,7 +104,7 @@ class DurableAgent(Generic[OutputT]):
 
     def __init__(
         self,
-        agent: Agent[OutputT],
+        agent: Agent[Any, OutputT],
         *,
         name: str | None = None,
         deps_factory: Callable[[Any], Any] | None = None,

@@ -44,7 +44,7 @@ NOT_SENT = {"agentloop": "stopped"}
 class DurableAgent(Protocol):
     """What a workflow's execution uses of its `agentloop.durable.dbos.DurableAgent`."""
 
-    agent: Agent[Any]
+    agent: Agent[Any, Any]
     model_step_name: str
     tool_step_name: str
 

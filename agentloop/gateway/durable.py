@@ -178,20 +178,20 @@ class RequestProvider:
     def __init__(self, attach_wait: float) -> None:
         """A provider whose recovered runs wait `attach_wait` seconds for their client."""
         self.attach_wait = attach_wait
-        self._agents: dict[str, Agent[Any]] = {}
+        self._agents: dict[str, Agent[Any, Any]] = {}
         self._arrived: dict[str, anyio.Event] = {}
 
-    def attach(self, run_id: str, agent: Agent[Any]) -> None:
+    def attach(self, run_id: str, agent: Agent[Any, Any]) -> None:
         """`agent` sends the model requests of run `run_id` from now on."""
         self._agents[run_id] = agent
         self._arrived.pop(run_id, anyio.Event()).set()
 
-    def detach(self, run_id: str, agent: Agent[Any]) -> None:
+    def detach(self, run_id: str, agent: Agent[Any, Any]) -> None:
         """Forget `agent` (unless another request attached since)."""
         if self._agents.get(run_id) is agent:
             del self._agents[run_id]
 
-    async def agent_of(self, run_id: str) -> Agent[Any]:
+    async def agent_of(self, run_id: str) -> Agent[Any, Any]:
         """The agent of run `run_id`'s client request, once its client has sent it.
 
         Raises:
@@ -233,7 +233,7 @@ class RequestProvider:
         response: ModelResponse = await agent.provider.complete(request)
         return response
 
-    async def _current(self) -> Agent[Any]:
+    async def _current(self) -> Agent[Any, Any]:
         """The agent of the client request of the DBOS workflow running here."""
         from dbos import DBOS
 
@@ -305,7 +305,7 @@ class DBOSRequests:
         self.executor_id = executor_id
         self.provider = RequestProvider(attach_wait)
         self.deps = deps
-        self.agent: Agent[Any] = Agent(
+        self.agent: Agent[Any, Any] = Agent(
             NAME,
             provider=self.provider,
             tools=registry,

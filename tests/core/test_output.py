@@ -125,7 +125,7 @@ async def test_each_kind_of_output_type_in_tool_mode(
 
 async def test_a_union_offers_each_member_as_its_own_final_result_tool(serve: Any) -> None:
     server = serve([reply(tool_call("final_result_Failure", {"reason": "no such city"}))])
-    agent: Agent[Forecast | Failure] = Agent(
+    agent: Agent[Any, Forecast | Failure] = Agent(
         client=server.client(), output_type=Forecast | Failure, output_mode="tool"
     )
     result = await agent.run("Weather in Atlantis?")
@@ -137,7 +137,7 @@ async def test_a_union_offers_each_member_as_its_own_final_result_tool(serve: An
 
 async def test_str_in_a_union_lets_plain_text_end_the_run(serve: Any) -> None:
     server = serve([reply("It is sunny.")])
-    agent: Agent[Forecast | str] = Agent(
+    agent: Agent[Any, Forecast | str] = Agent(
         client=server.client(), output_type=Forecast | str, output_mode="tool"
     )
     result = await agent.run("Weather?")
@@ -426,7 +426,9 @@ async def test_the_scripted_model_makes_output_from_the_schema(
     from agentloop.testing import schema_reply
 
     server = serve(schema_reply)
-    agent: Agent[Any] = Agent(client=server.client(), output_type=output_type, output_mode=mode)
+    agent: Agent[Any, Any] = Agent(
+        client=server.client(), output_type=output_type, output_mode=mode
+    )
     result = await agent.run("anything")
     assert len(server.model.requests) == 1
     assert result.output is not None
@@ -573,7 +575,7 @@ class Report(BaseModel):
     items: list[str]
 
 
-async def _stream_events(agent: Agent[Any], prompt: str) -> tuple[list[Any], Any]:
+async def _stream_events(agent: Agent[Any, Any], prompt: str) -> tuple[list[Any], Any]:
     async with agent.run_stream(prompt) as stream:
         events = [event async for event in stream]
     return events, stream.result

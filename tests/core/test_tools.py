@@ -448,7 +448,7 @@ def _snippet(page: str, marker: str) -> str:
 
 
 def test_the_docs_plugin_tool_is_the_one_type_checked_strictly() -> None:
-    """`ctx: RunContext` as docs/plugins.md writes it needs no type arguments.
+    """The tool of docs/plugins.md type-checks strictly (and a bare `ctx: RunContext` too).
 
     `.ci/run` type-checks tests/typing with `mypy --strict`: plugin_tool.py holds the page's
     block, run_context.py the case with explicit type arguments.

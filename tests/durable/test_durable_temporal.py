@@ -259,7 +259,7 @@ async def test_a_typed_output_comes_back_typed(client: Client, queue: str, mode:
             )
         return reply('{"city": "Paris", "degrees": 21}')
 
-    def agent() -> Agent[Forecast]:
+    def agent() -> Agent[Any, Forecast]:
         provider = ScriptedProvider(script)
         return Agent(provider=provider, tools=[lookup], output_type=Forecast, output_mode=mode)  # type: ignore[arg-type]
 

@@ -47,7 +47,7 @@ from agentloop.providers.base import (
 class ActivityOwner(Protocol):
     """What the activities read from the `TemporalAgent` a worker holds."""
 
-    agent: Agent[Any]
+    agent: Agent[Any, Any]
     provider: Provider
     deps: Any
     heartbeat_timeout: timedelta

@@ -69,7 +69,7 @@ class TemporalAgent:
 
     def __init__(
         self,
-        agent: Agent[Any],
+        agent: Agent[Any, Any],
         *,
         name: str | None = None,
         task_queue: str = "agentloop",

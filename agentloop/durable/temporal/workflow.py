@@ -42,7 +42,7 @@ from agentloop.state import PausedRun
 class WorkflowOwner(Protocol):
     """What the workflow reads from the `TemporalAgent` whose runs it runs."""
 
-    agent: Agent[Any]
+    agent: Agent[Any, Any]
     name: str
     deps: Any
     workflow_name: str
