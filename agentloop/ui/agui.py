@@ -21,6 +21,7 @@ from agentloop.events import (
     ApprovalRequested,
     Event,
     ModelResponded,
+    ModelStreamEvent,
     OutputReady,
     PartialOutput,
     ResponseReplaced,
@@ -110,6 +111,8 @@ class AGUIEvents:
 
     def __call__(self, event: Event) -> list[_AGUIEvent]:
         """The AG-UI events that show `event` (none for events a page has no use for)."""
+        if isinstance(event, ModelStreamEvent):
+            return []  # the raw stream, of which the deltas below are the readable part
         if isinstance(event, TextDelta):
             return self._text_delta(event)
         if isinstance(event, ThinkingDelta):

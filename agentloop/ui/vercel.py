@@ -19,6 +19,7 @@ from agentloop.events import (
     ApprovalRequested,
     Event,
     ModelResponded,
+    ModelStreamEvent,
     OutputReady,
     PartialOutput,
     RequestStarted,
@@ -111,6 +112,8 @@ class UIMessageChunks:
 
     def __call__(self, event: Event) -> list[_Chunk]:
         """The chunks that show `event` (none for events a page has no use for)."""
+        if isinstance(event, ModelStreamEvent):
+            return []  # the raw stream, of which the deltas below are the readable part
         if isinstance(event, TextDelta):
             return self._delta("text", event.round, event.index, event.text)
         if isinstance(event, ThinkingDelta):

@@ -132,7 +132,7 @@ async def test_a_denied_call_is_answered_as_denied() -> None:
 
 async def test_the_pages_tools_go_back_to_the_page() -> None:
     ask = tool_call("confirm_address", {"address": "1 Main St"})
-    script = [reply("Let me check.", ask), reply("Shipping to 1 Main St.")]
+    script = [reply("Let me check that address for you.", ask), reply("Shipping to 1 Main St.")]
     page_tool = {
         "name": "confirm_address",
         "description": "Ask the user to confirm an address.",
@@ -156,7 +156,8 @@ async def test_the_pages_tools_go_back_to_the_page() -> None:
     answered = server.requests[1]["messages"][-1]["content"]
     assert [(b["tool_use_id"], b["content"]) for b in answered] == [(ask["id"], "confirmed")]
     texts = [e["delta"] for e in first["events"] if e["type"] == "TEXT_MESSAGE_CONTENT"]
-    assert "".join(texts) == "Let me check."
+    assert "".join(texts) == "Let me check that address for you."
+    assert _types(first).count("TEXT_MESSAGE_START") == 1  # one block, one message
 
 
 async def test_a_failed_run_ends_in_run_error() -> None:
