@@ -10,6 +10,7 @@ from .agui import AGUIEvents as AGUIEvents
 from .agui_endpoint import AGUIEndpoint as AGUIEndpoint
 from .history import agui_history as agui_history
 from .history import ui_message_history as ui_message_history
+from .page import chat_app as chat_app
 from .paused import PausedRun as PausedRun
 from .paused import PausedRuns as PausedRuns
 from .serving import OnResult as OnResult
@@ -27,5 +28,6 @@ __all__ = (
     "UIMessageChunks",
     "VercelAIEndpoint",
     "agui_history",
+    "chat_app",
     "ui_message_history",
 )
