@@ -15,11 +15,26 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from support import free_port, wait_healthy_url
+from support import free_port
 
 from agentloop.plugins import ENV_VAR
 
 pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install '.[ui]')")
+
+
+async def _until_healthy(url: str, process: anyio.abc.Process) -> None:
+    """Poll `url`/healthz until it answers (the command starts in a fresh interpreter,
+    loading every plugin: slow on a busy machine); fail at once if the command exits."""
+    async with httpx2.AsyncClient() as client:
+        with anyio.fail_after(120):
+            while process.returncode is None:
+                try:
+                    if (await client.get(url + "/healthz", timeout=1)).status_code == 200:
+                        return
+                except httpx2.TransportError:
+                    pass
+                await anyio.sleep(0.05)  # polling a real condition, under the deadline above
+    raise AssertionError(f"agentloop chat exited with {process.returncode}")
 
 
 async def test_the_page_and_an_offline_run(tmp_path: Path) -> None:
@@ -36,7 +51,7 @@ async def test_the_page_and_an_offline_run(tmp_path: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        await anyio.to_thread.run_sync(wait_healthy_url, url)
+        await _until_healthy(url, process)
         async with httpx2.AsyncClient(base_url=url) as client:
             page = await client.get("/")
             script = await client.get("/static/chat.js")
@@ -51,7 +66,9 @@ async def test_the_page_and_an_offline_run(tmp_path: Path) -> None:
         with anyio.fail_after(20):
             await process.wait()
         assert process.stderr is not None
-        stderr = (await process.stderr.receive()).decode()
+        stderr = b""
+        async for chunk in process.stderr:
+            stderr += chunk
     assert page.status_code == 200 and "<title>agentloop chat</title>" in page.text
     assert script.status_code == 200 and "agui" in script.text
     events = [
@@ -60,7 +77,7 @@ async def test_the_page_and_an_offline_run(tmp_path: Path) -> None:
     assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
     called = [e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"]
     assert called[0] == "read_file"
-    assert "offline" in stderr and "cortex" in stderr
+    assert b"offline" in stderr and b"cortex" in stderr
 
 
 def test_chat_without_web_says_what_to_add() -> None:
