@@ -13,7 +13,7 @@ from _ui import served
 from pydantic import BaseModel
 
 from agentloop import Agent
-from agentloop.testing import ScriptedProvider, reply
+from agentloop.testing import MessagesServer, ScriptedProvider, reply
 from agentloop.ui import UIMessageChunks, VercelAIEndpoint
 
 
@@ -59,3 +59,26 @@ async def test_typed_output_is_a_data_part_replaced_as_it_grows() -> None:
     assert out[-1]["type"] == "finish" and out[-1]["finishReason"] == "stop"
     steps = [c["type"] for c in out if c["type"].endswith("-step")]
     assert steps == ["start-step", "finish-step"]
+
+
+async def test_thinking_is_reasoning_in_both_protocols() -> None:
+    from agentloop.ui import AGUIEvents
+
+    thought = {"type": "thinking", "thinking": "The user wants a greeting.", "signature": "sig"}
+    script = [reply(thought, "Hello!")]
+    chunks, events = UIMessageChunks(), AGUIEvents("t", "r")
+    vercel, agui = chunks.start(), events.start()
+    async with MessagesServer(script) as server:
+        async with Agent(client=server.client()).start("Hi") as run:
+            async for event in run:
+                vercel += chunks(event)
+                agui += events(event)
+    kinds = [c["type"] for c in vercel if c["type"].startswith(("reasoning", "text"))]
+    assert kinds[0] == "reasoning-start" and kinds[-1] == "text-end"
+    assert kinds.index("reasoning-end") < kinds.index("text-start")
+    said = "".join(c["delta"] for c in vercel if c["type"] == "reasoning-delta")
+    assert said == "The user wants a greeting."
+    types = [e["type"] for e in agui]
+    assert types.index("REASONING_END") < types.index("TEXT_MESSAGE_START")
+    thought_text = "".join(e["delta"] for e in agui if e["type"] == "REASONING_MESSAGE_CONTENT")
+    assert thought_text == "The user wants a greeting."
