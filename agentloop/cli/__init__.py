@@ -1,4 +1,4 @@
-"""The `agentloop` command: run an agent on a prompt, list plugins, list tools, serve.
+"""The `agentloop` command: run an agent on a prompt, list plugins and tools, serve, chat.
 
 It sits on top of the library: it loads plugins (`agentloop.plugins`), builds an `Agent`
 and runs it, and it is the one place that configures logging (structlog over the stdlib
@@ -7,8 +7,8 @@ hooks in `agentloop.hookspecs`; the command itself knows no plugin by name.
 
 One job per module: `command` (the entry point, `main`), `parser` (subcommands and
 options), `values` (the options' value types), `run` (`agentloop run` and `serve`),
-`listing` (`plugins`, `tools`), `report` (what a run prints), `logs` (the command's
-logging), `exits` (exit codes).
+`chat` (`agentloop chat --web`), `listing` (`plugins`, `tools`), `report` (what a run
+prints), `logs` (the command's logging), `exits` (exit codes).
 """
 
 from .command import main as main

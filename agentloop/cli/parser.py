@@ -1,8 +1,8 @@
-"""The command's argument parser: `run`, `plugins`, `tools`, `serve`, and the plugins' part.
+"""The command's argument parser: `run`, `plugins`, `tools`, `serve`, `chat`, plugins' part.
 
-Plugins add `run` options (`agentloop_run_options`, also given to `tools` and `serve`) and
-commands of their own (`agentloop_register_commands`). Each subcommand's handler is set
-as its `handler` default; usage errors are one line on stderr and exit 2.
+Plugins add `run` options (`agentloop_run_options`, also given to `tools`, `serve` and
+`chat`) and commands of their own (`agentloop_register_commands`). Each subcommand's
+handler is set as its `handler` default; usage errors are one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from agentloop.gateway.cli import add_serve_command
 from agentloop.plugins import PluginManager
 from agentloop.sessions.named import DEFAULT_SESSIONS_ENV
 
+from .chat import add_chat_options, chat_command
 from .exits import EXIT_USAGE
 from .listing import plugins_command, tools_command
 from .logs import logging_options
@@ -154,6 +155,13 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     # The gateway's tools take the same plugin options as a run's.
     manager.call_each("agentloop_run_options", parser=serve)
     serve.set_defaults(handler=partial(serve_with_plugins, manager=manager))
+
+    chat = commands.add_parser(
+        "chat", parents=[common], help="chat with an agent on a web page", allow_abbrev=False
+    )
+    add_chat_options(chat)
+    manager.call_each("agentloop_run_options", parser=chat)
+    chat.set_defaults(handler=partial(chat_command, manager=manager))
 
     manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
     return parser
