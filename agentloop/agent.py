@@ -239,6 +239,28 @@ class Agent(Generic[OutputT]):
             pass
         return run.result
 
+    async def count_tokens(
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[StartOptions]
+    ) -> int:
+        """The input tokens the request a run would send first uses, counted by the API.
+
+        Takes what `start` takes (`history` or `session`, `tools`, `external_tools`,
+        `deps`, `output_type`, ...): the request counted is the one that run would send
+        (system prompt, tools, history and `prompt`, with cache markers), through the
+        Messages API's count endpoint; nothing is sent to the model. `Run.count_tokens`
+        does the same for a run you hold, which can then be entered.
+
+        ```python
+        tokens = await agent.count_tokens("Summarise this file", history=earlier)
+        ```
+
+        Raises:
+            ConfigurationError: the provider cannot count tokens (Chat Completions), or
+                an option is not usable (as for `run`).
+            ProviderError: the count endpoint failed.
+        """
+        return await self.start(prompt, output_type=output_type, **options).count_tokens()
+
     @overload
     def run_sync(
         self, prompt: Prompt = None, *, output_type: None = None, **options: Unpack[RunOptions]

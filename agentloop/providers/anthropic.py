@@ -210,10 +210,12 @@ class AnthropicProvider:
     async def count_tokens(self, request: ModelRequest) -> int:
         """The input tokens `request` would use, by the API's `count_tokens` endpoint.
 
-        Sends the request's fields that `messages.count_tokens` (or the beta one) takes;
-        API failures raise `ProviderError`s.
+        Sends the request's fields that `messages.count_tokens` (or the beta one) takes,
+        with the cache breakpoints a sent request gets; API failures raise
+        `ProviderError`s.
         """
         self._check_credentials()
+        request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=False)
         accepted = frozenset(inspect.signature(messages.count_tokens).parameters)
         arguments = {k: v for k, v in arguments.items() if k in accepted and k != "extra_body"}
