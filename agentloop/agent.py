@@ -30,6 +30,9 @@ from .result import OutputT, RunResult
 from .run import Run, cancelled_on_exit
 from .tools import Tool
 
+if TYPE_CHECKING:
+    from .batches import BatchOutcome, BatchStore
+
 __all__ = ("DEFAULT_MODEL", "Agent")
 
 RunOutputT = TypeVar("RunOutputT")
@@ -260,6 +263,54 @@ class Agent(Generic[OutputT]):
             ProviderError: the count endpoint failed.
         """
         return await self.start(prompt, output_type=output_type, **options).count_tokens()
+
+    async def run_batch(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        job: str = "batch",
+        store: BatchStore | None = None,
+        poll_interval: float = 30.0,
+        **options: Unpack[RunOptions],
+    ) -> list[BatchOutcome]:
+        """Run each of `prompts`, every round's requests sent together as a message batch.
+
+        The runs go round by round: once every run still going has its next request
+        ready, those requests go out as one batch of the Message Batches API (billed at
+        half price), and each run gets its response when the batch has ended; tool
+        calls run here, in parallel, as in `run`. Each response is priced at the batch
+        rate (`Usage.batch_requests`). See docs/batches.md.
+
+        Args:
+            prompts: One run's prompt each.
+            job: The job's name in `store`: run the same job again (same prompts, same
+                options) after a crash to pick its pending batch up.
+            store: Where the runs' responses and tool results, and the pending batches'
+                ids, are kept (`BatchStore("jobs.db")`); by default in memory, and a
+                batch left pending when the job stops is cancelled.
+            poll_interval: Seconds between two looks at a pending batch.
+            **options: What `run` takes besides the prompt (`history`, `deps`, `tools`,
+                `usage_limits`, `output_type`, ...), the same for every run.
+
+        Returns:
+            Per prompt, in order: the run's `RunResult`, or the `AgentloopError` that
+            ended it (a request of a batch that errored, a usage limit, ...).
+
+        Raises:
+            ConfigurationError: the provider cannot send batches (only the Anthropic one
+                can), or an argument is not usable.
+        """
+        from .batches import run_batch
+
+        return await run_batch(
+            self.start,
+            self.provider,
+            prompts,
+            job=job,
+            store=store,
+            poll_interval=poll_interval,
+            **options,
+        )
 
     @overload
     def run_sync(

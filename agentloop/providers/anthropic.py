@@ -229,6 +229,18 @@ class AnthropicProvider:
             raise _connection_lost(exc) from exc
         return int(counted.input_tokens)
 
+    def batch_entry(self, request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
+        """`request` as the `params` of a message batch's entry, and the betas it needs.
+
+        The body `complete()` would send (cache breakpoints and all), for
+        `messages.batches.create` (or the beta one, given the betas).
+        """
+        _, arguments = _arguments(self._client, with_breakpoints(request), stream=False)
+        params = {k: v for k, v in arguments.items() if k not in _NOT_BODY}
+        params.update(arguments.get("extra_body") or {})
+        params["messages"] = arguments["messages"]
+        return params, list(arguments.get("betas") or ())
+
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
