@@ -90,9 +90,7 @@ async def run_batch(
     async def drive(index: int, prompt: Prompt) -> None:
         effects = _RunEffects(rounds, index, records.get(index, {}))
         try:
-            run = start(
-                prompt, stream=False, effects=effects, run_id=f"{job}-{index}", **options
-            )
+            run = start(prompt, stream=False, effects=effects, run_id=f"{job}-{index}", **options)
             async with run:
                 pass
             outcomes[index] = run.result
