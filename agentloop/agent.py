@@ -32,6 +32,9 @@ from .run import Run, cancelled_on_exit
 from .server_tools import ServerTool, check_announced
 from .tools import Tool
 
+if TYPE_CHECKING:
+    from .batches import BatchOutcome, BatchStore
+
 __all__ = ("DEFAULT_MODEL", "Agent")
 
 RunOutputT = TypeVar("RunOutputT")
@@ -300,6 +303,76 @@ class Agent(Generic[DepsT, OutputT]):
         async with self.start(prompt, output_type=output_type, stream=False, **options) as run:
             pass
         return run.result
+
+    async def count_tokens(
+        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[StartOptions]
+    ) -> int:
+        """The input tokens the request a run would send first uses, counted by the API.
+
+        Takes what `start` takes (`history` or `session`, `tools`, `external_tools`,
+        `deps`, `output_type`, ...): the request counted is the one that run would send
+        (system prompt, tools, history and `prompt`, with cache markers), through the
+        Messages API's count endpoint; nothing is sent to the model. `Run.count_tokens`
+        does the same for a run you hold, which can then be entered.
+
+        ```python
+        tokens = await agent.count_tokens("Summarise this file", history=earlier)
+        ```
+
+        Raises:
+            ConfigurationError: the provider cannot count tokens (Chat Completions), or
+                an option is not usable (as for `run`).
+            ProviderError: the count endpoint failed.
+        """
+        return await self.start(prompt, output_type=output_type, **options).count_tokens()
+
+    async def run_batch(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        job: str = "batch",
+        store: BatchStore | None = None,
+        poll_interval: float = 30.0,
+        **options: Unpack[RunOptions],
+    ) -> list[BatchOutcome]:
+        """Run each of `prompts`, every round's requests sent together as a message batch.
+
+        The runs go round by round: once every run still going has its next request
+        ready, those requests go out as one batch of the Message Batches API (billed at
+        half price), and each run gets its response when the batch has ended; tool
+        calls run here, in parallel, as in `run`. Each response is priced at the batch
+        rate (`Usage.batch_requests`). See docs/batches.md.
+
+        Args:
+            prompts: One run's prompt each.
+            job: The job's name in `store`: run the same job again (same prompts, same
+                options) after a crash to pick its pending batch up.
+            store: Where the runs' responses and tool results, and the pending batches'
+                ids, are kept (`BatchStore("jobs.db")`); by default in memory, and a
+                batch left pending when the job stops is cancelled.
+            poll_interval: Seconds between two looks at a pending batch.
+            **options: What `run` takes besides the prompt (`history`, `deps`, `tools`,
+                `usage_limits`, `output_type`, ...), the same for every run.
+
+        Returns:
+            Per prompt, in order: the run's `RunResult`, or the `AgentloopError` that
+            ended it (a request of a batch that errored, a usage limit, ...).
+
+        Raises:
+            ConfigurationError: the provider cannot send batches (only the Anthropic one
+                can), or an argument is not usable.
+        """
+        from .batches import run_batch
+
+        return await run_batch(
+            self.start,
+            self.provider,
+            prompts,
+            job=job,
+            store=store,
+            poll_interval=poll_interval,
+            **options,
+        )
 
     @overload
     def run_sync(

@@ -20,7 +20,8 @@ AgentloopError
 │   ├── APIConnectionError     no (whole) answer: refused, dropped, timed out, cut short
 │   ├── InvalidResponseError   an answer that cannot be read (malformed JSON)
 │   ├── BadRequestError        4xx: the request itself was refused
-│   └── ServerError            5xx after the client's retries
+│   ├── ServerError            5xx after the client's retries
+│   └── BatchRequestError      a message batch's request was canceled or expired
 ├── RunError                   a run ended early; carries the partial RunResult
 │   ├── ToolCallFailed         on_tool_error="stop" and a tool call failed
 │   ├── UsageLimitExceeded     a run went (or its next request would go) over its UsageLimits
@@ -54,6 +55,7 @@ __all__ = (
     "AgentloopError",
     "AuthenticationError",
     "BadRequestError",
+    "BatchRequestError",
     "ConfigurationError",
     "CreditBalanceError",
     "DecisionError",
@@ -220,6 +222,10 @@ class BadRequestError(ProviderError):
 
 class ServerError(ProviderError):
     """5xx: the API failed, still so after the client's retries."""
+
+
+class BatchRequestError(ProviderError):
+    """A request of a message batch came back without a response: canceled or expired."""
 
 
 class RunError(AgentloopError):

@@ -3,7 +3,8 @@
 The run prices each response as it arrives (`RunResult.cost` is their sum): a price table
 can depend on the size of one request (a higher rate past 200k input tokens), so usage
 summed over a run cannot be priced as one request. Cache reads and writes are priced as
-such, 1-hour writes apart from 5-minute ones. A model the table does not know has no
+such, 1-hour writes apart from 5-minute ones; a response of the Message Batches API
+(`Usage.batch_requests`) at the table's batch rate. A model the table does not know has no
 price: `None`, never a guess. A provider the table does not know (a scripted one, a proxy)
 is priced by the model id alone (`table_provider`). The table is imported on first use
 (it takes a while), so `import agentloop` does not pay for it.
@@ -31,12 +32,16 @@ def cost_of(model: str, usage: Usage, *, provider: str | None = "anthropic") -> 
         usage: The usage of one response (`ModelResponse.usage`). Summed usage is priced
             as if it were one request, which is wrong for models whose price depends on
             the request's size; sum the costs instead (`add_costs`). A usage whose
-            tokens are not all counted (`Usage.tokens_known`) has no price.
+            tokens are not all counted (`Usage.tokens_known`) has no price. A usage of
+            batched requests (`Usage.batch_requests`) is priced at the batch rate; one
+            summing batched and other requests has no price.
         provider: The provider id in the price table (`"anthropic"`, `"openai"`, ...);
             None lets the table find a provider by the model id alone.
     """
     if not usage.tokens_known or not _known(model, provider):
         return None  # tokens not counted cannot be priced
+    if 0 < usage.batch_requests < usage.requests:
+        return None  # batched and standard requests summed: no one rate fits
     from genai_prices import Usage as PricedUsage
 
     cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens
@@ -47,7 +52,8 @@ def cost_of(model: str, usage: Usage, *, provider: str | None = "anthropic") -> 
         cache_write_tokens=usage.cache_creation_input_tokens,
         cache_write_1h_tokens=usage.cache_creation_1h_input_tokens,
     )
-    return float(_price(priced, model, provider).total_price)
+    batch = usage.batch_requests > 0
+    return float(_price(priced, model, provider, batch=batch).total_price)
 
 
 @cache
@@ -80,7 +86,12 @@ def _known(model: str, provider: str | None) -> bool:
     return True
 
 
-def _price(usage: PricedUsage, model: str, provider: str | None) -> PriceCalculation:
+def _price(
+    usage: PricedUsage, model: str, provider: str | None, *, batch: bool = False
+) -> PriceCalculation:
     from genai_prices import calc_price  # imported on first use: the table is large
 
-    return calc_price(usage, model, provider_id=provider)
+    # The table's batch variant (half the standard rates); a model without one keeps
+    # its standard prices.
+    context = {"processing": "batch"} if batch else None
+    return calc_price(usage, model, provider_id=provider, price_context=context)

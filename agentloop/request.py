@@ -13,15 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .calls import ToolDefinition
+from .calls import AnnouncedTool, ToolDefinition, wire_tool_name
 from .config import AgentConfig
 from .context import RunContext, counted_apart
+from .dynamic import announced, is_dynamic, uses_of
 from .effects import OnEvent
 from .errors import ConfigurationError, ProviderError
 from .messages import Message, ToolUseBlock
 from .providers import as_sent
 from .providers.base import (
     BlockStop,
+    CountingProvider,
     ModelRequest,
     ModelResponse,
     Provider,
@@ -32,7 +34,7 @@ from .providers.base import (
 from .runstate import RunState
 from .tracing import record_response
 
-__all__ = ("build_request", "send_request")
+__all__ = ("announced_tools", "build_request", "counting_provider", "send_request")
 
 
 def build_request(
@@ -61,6 +63,40 @@ def build_request(
         cache=config.cache_marker,
     )
     return request if state.output is None else state.output.shape(request)
+
+
+async def announced_tools(state: RunState, context: RunContext[Any]) -> list[AnnouncedTool]:
+    """The tools the next request of the run `state` announces.
+
+    The run's, as each tool's `prepare` and `max_uses` allow this turn (see
+    `agentloop.dynamic`), then through the run's capabilities' `prepare_tools`.
+    """
+    chain, dynamic = state.capabilities, is_dynamic(state.registry)
+    if dynamic:
+        definitions = await announced(state.registry, context, uses_of(state.calls))
+    else:
+        definitions = state.registry.definitions()
+    tools: list[AnnouncedTool] = [*definitions, *state.external]
+    if chain.has("prepare_tools"):
+        tools = await chain.prepare_tools(context, tools)
+    elif not dynamic:
+        return tools
+    state.offered = frozenset(n for t in tools if (n := wire_tool_name(t)) is not None)
+    return tools
+
+
+def counting_provider(provider: Provider) -> CountingProvider:
+    """`provider`, which can count a request's tokens (`Run.count_tokens`).
+
+    Raises:
+        ConfigurationError: it has no `count_tokens()` (a Chat Completions provider).
+    """
+    if not isinstance(provider, CountingProvider):
+        raise ConfigurationError(
+            f"{type(provider).__name__} cannot count tokens: it has no count_tokens() "
+            "(the Anthropic provider counts through the API's count endpoint)"
+        )
+    return provider
 
 
 async def send_request(

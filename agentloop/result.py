@@ -77,6 +77,9 @@ class Usage:
     uncounted_requests: int = 0
     """How many of `requests` came back without token counts: their tokens are unknown,
     and not in the counts above."""
+    batch_requests: int = 0
+    """How many of `requests` the Message Batches API answered (usage `service_tier:
+    "batch"`): priced at the batch rate (see docs/batches.md)."""
 
     @classmethod
     def from_wire(cls, usage: Mapping[str, Any] | None) -> Usage:
@@ -91,6 +94,7 @@ class Usage:
             cache_read_input_tokens=_count(usage.get("cache_read_input_tokens")),
             requests=1,
             cache_creation_1h_input_tokens=_count(split.get("ephemeral_1h_input_tokens")),
+            batch_requests=int(usage.get("service_tier") == "batch"),
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -102,6 +106,7 @@ class Usage:
             self.requests + other.requests,
             self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens,
             self.uncounted_requests + other.uncounted_requests,
+            self.batch_requests + other.batch_requests,
         )
 
     def __sub__(self, other: Usage) -> Usage:
@@ -113,6 +118,7 @@ class Usage:
             self.requests - other.requests,
             self.cache_creation_1h_input_tokens - other.cache_creation_1h_input_tokens,
             self.uncounted_requests - other.uncounted_requests,
+            self.batch_requests - other.batch_requests,
         )
 
     @property

@@ -25,14 +25,13 @@ import anyio.lowlevel
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .calls import AnnouncedTool, ToolDefinition, ToolResult, wire_tool_name
+from .calls import ToolDefinition
 from .capabilities.base import Capability, Chain, check_capabilities
 from .compaction import Compaction
 from .config import AgentConfig
 from .context import RunContext
-from .dynamic import announced, is_dynamic, uses_of
 from .effects import CallTasks, Effects, task_group_for
-from .errors import AgentloopError, ConfigurationError, ProviderError, ToolCallFailed
+from .errors import AgentloopError, ConfigurationError, ProviderError
 from .events import (
     Event,
     OutputReady,
@@ -51,7 +50,7 @@ from .partial import PartialOutputs
 from .progress import events_to
 from .providers.base import ModelRequest, ModelResponse, provider_name
 from .registry import ToolRegistry, reraise_base_exception
-from .request import build_request, send_request
+from .request import announced_tools, build_request, counting_provider, send_request
 from .result import OutputT, RunResult, StopReason, Usage
 from .resume import plan
 from .runstate import RunState, new_state, run_registry
@@ -60,7 +59,7 @@ from .sessions.runs import keeping, load_session
 from .state import PausedRun
 from .tools import Tool
 from .tracing import record_run
-from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome
+from .turn import CONTINUE, RESUME, Emit, Turn, TurnOutcome, check_failures
 
 __all__ = ("ResumeOptions", "Run", "RunOptions", "StartOptions", "cancelled_on_exit")
 
@@ -231,12 +230,11 @@ class Run(Generic[OutputT]):
             self._scope.cancel()
 
     async def __aenter__(self) -> Run[OutputT]:
-        if self._state is not None:
+        if self._send is not None:
             raise ConfigurationError("a Run is driven once; start another with agent.start()")
-        self._state = await self._prepare()
-        self._state.capabilities = Chain(self._capabilities, self._context(self._state.rounds))
+        state = await self._prepared()
         self._send, self._receive = anyio.create_memory_object_stream[Event](math.inf)
-        self._group = task_group_for(self._state.effects)
+        self._group = task_group_for(state.effects)
         await self._group.__aenter__()
         self._group.start_soon(self._drive)
         return self
@@ -288,7 +286,34 @@ class Run(Generic[OutputT]):
             raise ConfigurationError("the run has not started: enter it (`async with run:`)")
         return self._state
 
+    async def count_tokens(self) -> int:
+        """The input tokens of the run's first request, counted by the API; nothing runs.
+
+        The request is the one the run would send first (system prompt, tools,
+        history and new input, after the history processors, with the cache markers
+        the provider adds), counted by the provider's `count_tokens` (the Messages
+        API's count endpoint). The run can still be entered afterwards, and then
+        sends that request.
+
+        Raises:
+            ConfigurationError: the run was entered already, or its provider cannot
+                count tokens (a Chat Completions one).
+            ProviderError: the count endpoint failed.
+        """
+        if self._send is not None:
+            raise ConfigurationError("count_tokens() counts a run before it is entered")
+        provider = counting_provider(self._config.provider)
+        await self._prepared()
+        return await provider.count_tokens(await self._request())
+
     # -- before the first round
+
+    async def _prepared(self) -> RunState:
+        """The run's state, prepared on first use (entering, or counting first)."""
+        if self._state is None:
+            self._state = await self._prepare()
+            self._state.capabilities = Chain(self._capabilities, self._context(self._state.rounds))
+        return self._state
 
     async def _prepare(self) -> RunState:
         """The run's state from what it was started with; every option checked here."""
@@ -451,7 +476,7 @@ class Run(Generic[OutputT]):
         if state.paused is not None:
             context = replace(self._context(state.rounds), answers=state.paused.answers)
             turn = Turn(state, state.registry, context, self._emit)
-            self._check_failures(await turn.resume(state.paused))
+            check_failures(state, await turn.resume(state.paused), self._config.on_tool_error)
             if state.pause_reason is not None:  # a sub-run paused again
                 return state.pause_reason
         while state.rounds < self._config.max_rounds:
@@ -468,38 +493,23 @@ class Run(Generic[OutputT]):
         return "max_rounds"
 
     async def _next_request(self) -> ModelRequest:
-        """The next round's request: the history checked and compacted, within the limits."""
+        """The next round's request (see `_request`), within the limits."""
+        state = self._started
+        request = await self._request()
+        breach = await check_before_request(state.meter, request, self._config.provider)
+        if breach is not None:
+            raise breach.error(state.end_early("usage_limit"))
+        return request
+
+    async def _request(self) -> ModelRequest:
+        """The next round's request: the history checked and compacted, the tools announced."""
         state, config = self._started, self._config
         if config.history_check == "strict":
             state.history.check()
         context = self._context(state.rounds + 1)
         messages = await self._compaction.messages(state.history.messages, context)
-        tools = await self._tools(context)
-        request = build_request(config, state, messages, tools, self._params)
-        breach = await check_before_request(state.meter, request, config.provider)
-        if breach is not None:
-            raise breach.error(state.end_early("usage_limit"))
-        return request
-
-    async def _tools(self, context: RunContext[Any]) -> list[AnnouncedTool]:
-        """The tools the next request announces.
-
-        The run's, as each tool's `prepare` and `max_uses` allow this turn (see
-        `agentloop.dynamic`), then through the run's capabilities' `prepare_tools`.
-        """
-        state = self._started
-        chain, dynamic = state.capabilities, is_dynamic(state.registry)
-        if dynamic:
-            definitions = await announced(state.registry, context, uses_of(state.calls))
-        else:
-            definitions = state.registry.definitions()
-        tools: list[AnnouncedTool] = [*definitions, *state.external]
-        if chain.has("prepare_tools"):
-            tools = await chain.prepare_tools(context, tools)
-        elif not dynamic:
-            return tools
-        state.offered = frozenset(n for t in tools if (n := wire_tool_name(t)) is not None)
-        return tools
+        tools = await announced_tools(state, context)
+        return build_request(config, state, messages, tools, self._params)
 
     async def _play_turn(self, request: ModelRequest) -> TurnOutcome:
         """Send `request` and answer the calls of its response: one round."""
@@ -533,7 +543,7 @@ class Run(Generic[OutputT]):
     async def _decide(self, outcome: TurnOutcome) -> StopReason | None:
         """Why the run stops after this turn, or None to go on with another round."""
         state = self._started
-        self._check_failures(outcome.results)
+        check_failures(state, outcome.results, self._config.on_tool_error)
         breach = state.meter.over()
         if breach is not None:
             raise breach.error(state.end_early("usage_limit"))
@@ -575,17 +585,6 @@ class Run(Generic[OutputT]):
             effects=state.effects,
             prompt=self._input,
         )
-
-    def _check_failures(self, results: Sequence[ToolResult]) -> None:
-        """Under `on_tool_error="stop"`, end the run at the first call that failed."""
-        if self._config.on_tool_error != "stop":
-            return
-        failed = next((r for r in results if r.is_error and r.ran), None)
-        if failed is not None:
-            raise ToolCallFailed(
-                f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
-                result=self._started.result("tool_error"),
-            )
 
 
 @asynccontextmanager

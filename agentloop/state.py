@@ -286,6 +286,7 @@ class _Usage(_Strict):
     requests: int = Field(ge=0)
     cache_creation_1h_input_tokens: int = Field(default=0, ge=0)
     uncounted_requests: int = Field(default=0, ge=0)
+    batch_requests: int = Field(default=0, ge=0)
 
 
 class _Pending(_Strict):

@@ -22,7 +22,7 @@ from agentloop.approval import Waiting
 from agentloop.calls import ToolCall, ToolResult, sendable
 from agentloop.context import RunContext
 from agentloop.dynamic import may_start, over_max_uses, uses_of
-from agentloop.errors import AgentloopError, ProviderError
+from agentloop.errors import AgentloopError, ProviderError, ToolCallFailed
 from agentloop.events import (
     ApprovalRequested,
     Event,
@@ -41,7 +41,16 @@ from agentloop.result import SubAgentCall
 from agentloop.runstate import CANCELLED_MESSAGE, RunState
 from agentloop.state import PausedRun, PendingCall, load_state, waiting_calls
 
-__all__ = ("CONTINUE", "RESUME", "Ask", "Emit", "Turn", "TurnOutcome", "result_events")
+__all__ = (
+    "CONTINUE",
+    "RESUME",
+    "Ask",
+    "Emit",
+    "Turn",
+    "TurnOutcome",
+    "check_failures",
+    "result_events",
+)
 
 Emit = Callable[[Event], Awaitable[None]]
 Ask = Callable[[Callable[[StreamEvent], Awaitable[None]]], Awaitable[ModelResponse]]
@@ -364,6 +373,18 @@ class Turn:
             else:
                 self.run.answer_turn(self.results, CANCELLED_MESSAGE, calls=to_run)
         return [self.results[i] for i in to_run if i in self.results]
+
+
+def check_failures(run: RunState, results: Sequence[ToolResult], on_tool_error: str) -> None:
+    """Under `on_tool_error="stop"`, end `run` at the first of `results` that failed."""
+    if on_tool_error != "stop":
+        return
+    failed = next((r for r in results if r.is_error and r.ran), None)
+    if failed is not None:
+        raise ToolCallFailed(
+            f"tool {failed.name!r} ({failed.tool_use_id}) failed: {failed.text}",
+            result=run.result("tool_error"),
+        )
 
 
 def _cancelled(call: ToolCall) -> ToolResult:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from .base import CountingProvider as CountingProvider
 from .base import ModelRequest as ModelRequest
 from .base import ModelResponse as ModelResponse
 from .base import Provider as Provider
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = (
     "AnthropicProvider",
     "ChatCompat",
+    "CountingProvider",
     "ModelRequest",
     "ModelResponse",
     "OpenAIChatProvider",

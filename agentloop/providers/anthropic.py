@@ -210,10 +210,12 @@ class AnthropicProvider:
     async def count_tokens(self, request: ModelRequest) -> int:
         """The input tokens `request` would use, by the API's `count_tokens` endpoint.
 
-        Sends the request's fields that `messages.count_tokens` (or the beta one) takes;
-        API failures raise `ProviderError`s.
+        Sends the request's fields that `messages.count_tokens` (or the beta one) takes,
+        with the cache breakpoints a sent request gets; API failures raise
+        `ProviderError`s.
         """
         self._check_credentials()
+        request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=False)
         accepted = frozenset(inspect.signature(messages.count_tokens).parameters)
         arguments = {k: v for k, v in arguments.items() if k in accepted and k != "extra_body"}
@@ -226,6 +228,18 @@ class AnthropicProvider:
         except httpx2.TransportError as exc:
             raise _connection_lost(exc) from exc
         return int(counted.input_tokens)
+
+    def batch_entry(self, request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
+        """`request` as the `params` of a message batch's entry, and the betas it needs.
+
+        The body `complete()` would send (cache breakpoints and all), for
+        `messages.batches.create` (or the beta one, given the betas).
+        """
+        _, arguments = _arguments(self._client, with_breakpoints(request), stream=False)
+        params = {k: v for k, v in arguments.items() if k not in _NOT_BODY}
+        params.update(arguments.get("extra_body") or {})
+        params["messages"] = arguments["messages"]
+        return params, list(arguments.get("betas") or ())
 
     async def stream(
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]

@@ -35,6 +35,7 @@ __all__ = (
     "BlockDelta",
     "BlockStart",
     "BlockStop",
+    "CountingProvider",
     "MessageStart",
     "ModelRequest",
     "ModelResponse",
@@ -420,6 +421,15 @@ class StreamingProvider(Provider, Protocol):
         self, request: ModelRequest, on_event: Callable[[StreamEvent], Awaitable[None]]
     ) -> ModelResponse:
         """Send one request, await `on_event` for each event, return the whole response."""
+        ...
+
+
+@runtime_checkable
+class CountingProvider(Provider, Protocol):
+    """A provider that can count a request's input tokens without sending it."""
+
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens `request` would use (the Messages API's count endpoint)."""
         ...
 
 

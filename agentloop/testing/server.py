@@ -4,7 +4,8 @@ It speaks enough of `POST /v1/messages` for the official SDK: JSON responses, SS
 (`stream: true`), and API-shaped errors; `POST /v1/messages/count_tokens` answers with a
 stand-in count (`count_tokens`) and `GET /v1/models` lists the server's `models`. The
 paths of the Bedrock and Vertex AI clients are answered too, each in its own wire format
-(`platforms`), so every client class of the SDK can be tested against it. It runs
+(`platforms`), so every client class of the SDK can be tested against it; message
+batches are served too (`batches`). It runs
 in a background thread, so tests under any event loop (or none) can use it, and it lints
 every request's history, answering a broken one with the 400 `invalid_request_error` the
 real API would send. Its Files API (`files`) keeps uploads in memory, for requests under
@@ -26,6 +27,7 @@ from agentloop._wire import compact_json
 from agentloop.errors import AgentloopError
 from agentloop.files import FILES_BETA
 
+from .batches import BatchQueue, answer_batch, batch_route
 from .caching import PromptCache
 from .files import FILES_PATH, FileStore, file_problem, files_answer
 from .http import Events, RecordedRequest, ScriptedHandler, ScriptedServer
@@ -89,15 +91,7 @@ class _MessagesHandler(ScriptedHandler):
 
     def serves(self, path: str) -> bool:
         """The first-party paths and the Bedrock and Vertex AI ones."""
-        return path in self.routes or platform_route(path) is not None
-
-    def do_POST(self) -> None:
-        """A Files API upload (multipart), or a Messages API request."""
-        if not self.path.startswith(FILES_PATH):
-            super().do_POST()
-            return
-        length = int(self.headers.get("content-length") or 0)
-        self._files("POST", self.rfile.read(length))
+        return path in self.routes or platform_route(path) is not None or bool(batch_route(path))
 
     def do_DELETE(self) -> None:
         """Delete an uploaded file."""
@@ -135,6 +129,10 @@ class _MessagesHandler(ScriptedHandler):
     def respond(self, seen: RecordedRequest, arrived: float) -> None:
         """Count tokens, or answer from the script."""
         owner = self.server.owner
+        if batch_route(seen.path) is not None:
+            owner.record(seen)
+            answer_batch(self, cast("MessagesServer", owner).batches, seen)
+            return
         route = platform_route(seen.path)
         request = seen.body if route is None else messages_request(route, seen.body)
         self.event_stream = route is not None and route.platform == "bedrock"
@@ -161,6 +159,21 @@ class _MessagesHandler(ScriptedHandler):
             request, stream=bool(request.get("stream")), allow_file_sources=files
         )
 
+    def do_POST(self) -> None:
+        """A file upload, a batch's cancel (no body), or a request with a JSON body."""
+        path, _, query = self.path.partition("?")
+        if path.startswith(FILES_PATH):
+            length = int(self.headers.get("content-length") or 0)
+            self._files("POST", self.rfile.read(length))
+            return
+        if batch_route(path) is None or not path.endswith("/cancel"):
+            super().do_POST()
+            return
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        seen = RecordedRequest(path, dict(parse_qsl(query)), self._headers(), {})
+        self.server.owner.record(seen)
+        answer_batch(self, cast("MessagesServer", self.server.owner).batches, seen)
+
     def do_GET(self) -> None:
         """Answer `GET /v1/models` and `GET /v1/models/{id}` from the server's models."""
         path, _, query = self.path.partition("?")
@@ -168,7 +181,11 @@ class _MessagesHandler(ScriptedHandler):
             self._files("GET", b"")
             return
         owner = self.server.owner
-        owner.record(RecordedRequest(path, dict(parse_qsl(query)), self._headers(), None))
+        seen = RecordedRequest(path, dict(parse_qsl(query)), self._headers(), None)
+        owner.record(seen)
+        if batch_route(path) is not None:
+            answer_batch(self, cast("MessagesServer", owner).batches, seen)
+            return
         models = [_model(name) for name in cast("MessagesServer", owner).models]
         if path == "/v1/models":
             self._json(200, _page(models, dict(parse_qsl(query))))
@@ -260,13 +277,15 @@ class MessagesServer(ScriptedServer):
         port: int = 0,
         models: Iterable[str] = DEFAULT_MODELS,
         prompt_cache: PromptCache | bool = False,
+        batch_delay: float = 0.0,
     ) -> None:
         """Create (but do not start) a server answering from `script`.
 
         `models` are the ids `GET /v1/models` lists. With `prompt_cache` (`True` or a
         `PromptCache`), each message's usage is billed as the API's prompt caching would
         bill the request (see `agentloop.testing.caching`); the script's `output_tokens`
-        are kept.
+        are kept. A message batch (`/v1/messages/batches`, see `agentloop.testing.batches`)
+        stays in progress for `batch_delay` seconds.
         """
         super().__init__(script, host=host, port=port)
         self.models = tuple(models)
@@ -279,6 +298,8 @@ class MessagesServer(ScriptedServer):
         """The cache that bills each request, or None (usage then comes from the script)."""
         self.files = FileStore()
         """The files uploaded to its Files API (`client.beta.files`)."""
+        self.batches = BatchQueue(batch_delay)
+        """The message batches posted, answered from the script when posted."""
 
     def client(self, **options: Any) -> Any:
         """An `anthropic.AsyncAnthropic` pointed at this server (no retries by default).
