@@ -17,6 +17,7 @@ from .approval import ApprovalRule, agent_rule
 from .capabilities.base import Capability, check_capabilities
 from .checks import check_count, check_seconds
 from .compaction import HistoryProcessor, context_management_params
+from .defaults import DEFAULT_MODEL
 from .errors import ConfigurationError
 from .limits import UsageLimits, check_provider
 from .output import OutputMode, OutputSchema, output_schema
@@ -25,9 +26,6 @@ from .providers.caching import CacheSetting, cache_marker
 from .server_tools import ServerTool, server_request_params
 
 __all__ = ("DEFAULT_MODEL", "AgentConfig", "AgentOptions", "schema_of")
-
-DEFAULT_MODEL = "claude-sonnet-5-5"
-"""The model an `Agent` uses when none is given."""
 
 
 class AgentOptions(TypedDict, total=False):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from .providers.base import Provider
-from .result import RunResult
-from .tools import Tool
+if TYPE_CHECKING:  # plugins import this module at start-up: keep the SDKs out of it
+    from .providers.base import Provider
+    from .result import RunResult
+    from .tools import Tool
 
 __all__ = ("PROJECT_NAME", "RunSetup", "hookimpl", "hookspec")
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -26,7 +26,9 @@ from .capabilities.base import Capability
 from .errors import AgentloopError, ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
 from .logs import get_logger
-from .tools import Tool
+
+if TYPE_CHECKING:
+    from .tools import Tool
 
 __all__ = (
     "ENV_VAR",
@@ -424,6 +426,9 @@ class _Registrar:
         `RunContext.deps` instead of the run's: the plugin's own, wherever it runs.
         """
         options = (name, description, timeout, eager, deps, deps_factory)
+        # Here, not at the top: loading plugins (for `agentloop --help`) needs no pydantic.
+        from .tools import Tool
+
         if not isinstance(item, Tool):
             new = Tool(
                 item,

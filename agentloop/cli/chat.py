@@ -11,17 +11,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from agentloop.agent import DEFAULT_MODEL, Agent
+from agentloop.defaults import DEFAULT_MODEL
 from agentloop.errors import ConfigurationError
-from agentloop.plugins import PluginManager
-from agentloop.providers.anthropic import AnthropicProvider
-from agentloop.providers.base import Provider
 
 from .exits import EXIT_OK
-from .logs import configure_logging
-from .run import choose_tools, offline_model, run_deps, run_setups
+from .setups import choose_tools, offline_model, run_deps, run_setups
 from .values import port, whole_number
+
+if TYPE_CHECKING:
+    from agentloop.plugins import PluginManager
+    from agentloop.providers.base import Provider
 
 __all__ = ("add_chat_options", "chat_command")
 
@@ -62,6 +63,12 @@ def chat_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
             "agentloop chat has one front end today, the web page: add --web "
             "(`agentloop run PROMPT` runs one prompt in the terminal)"
         )
+    # Imported here, not at the top: building the parser stays quick.
+    from agentloop.agent import Agent
+    from agentloop.providers.anthropic import AnthropicProvider
+
+    from .logs import configure_logging
+
     try:
         import uvicorn
 

@@ -36,6 +36,15 @@ def main(argv: Sequence[str] | None = None, *, manager: PluginManager | None = N
     if words == ["--version"]:
         print(f"agentloop {__version__}")
         return EXIT_OK
+    try:
+        return _command(words, manager)
+    except KeyboardInterrupt:  # at any point, start-up (imports, plugins) included
+        error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _command(words: list[str], manager: PluginManager | None) -> int:
+    """The command after `--version`: logging, plugins, arguments, the handler."""
     # Imported here, so that `--version` does not wait for them.
     from agentloop.errors import AgentloopError, ConfigurationError
     from agentloop.plugins import default_manager
@@ -63,9 +72,6 @@ def main(argv: Sequence[str] | None = None, *, manager: PluginManager | None = N
         except AgentloopError as exc:
             error(str(exc))
             return EXIT_FAILED
-        except KeyboardInterrupt:
-            error("interrupted")
-            return EXIT_INTERRUPTED
 
 
 def _logging_flags(words: Sequence[str]) -> tuple[bool, bool]:

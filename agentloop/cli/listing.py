@@ -10,13 +10,15 @@ import argparse
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentloop.plugins import ENV_VAR, PluginManager, installed_plugins, pinned_plugins
-from agentloop.tools import Tool
 
 from .exits import EXIT_OK
-from .run import choose_tools, run_setups
+from .setups import choose_tools, run_setups
+
+if TYPE_CHECKING:
+    from agentloop.tools import Tool
 
 __all__ = ("plugins_command", "tools_command")
 

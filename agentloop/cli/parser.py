@@ -8,29 +8,44 @@ handler is set as its `handler` default; usage errors are one line on stderr and
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
-from functools import partial
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentloop import __version__
-from agentloop.agent import DEFAULT_MODEL
+from agentloop.defaults import DEFAULT_MODEL, DEFAULT_SESSIONS_ENV
 from agentloop.errors import ConfigurationError
-from agentloop.gateway.cli import add_serve_command
-from agentloop.plugins import PluginManager
-from agentloop.sessions.named import DEFAULT_SESSIONS_ENV
+from agentloop.gateway.options import add_serve_command
 
-from .chat import add_chat_options, chat_command
+from .chat import add_chat_options
 from .exits import EXIT_USAGE
-from .listing import plugins_command, tools_command
 from .logs import logging_options
-from .run import run_command, serve_with_plugins
 from .values import prompt, seconds, whole_number
+
+if TYPE_CHECKING:
+    from agentloop.plugins import PluginManager
 
 __all__ = ("build_parser",)
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless its text already speaks of it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if shown and action.option_strings and "default" not in text:
+            text = f"{text} (default: %(default)s)".lstrip()
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on standard error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """An `argparse.ArgumentParser` that shows the options' defaults in its help."""
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -81,12 +96,26 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         metavar="TOOL",
         help="ask before each call of this tool (repeatable; a tool may ask by itself)",
     )
-    run.add_argument("--max-rounds", type=whole_number, default=10, help="model requests")
-    run.add_argument("--concurrency", type=whole_number, default=8, help="tool calls at once")
     run.add_argument(
-        "--timeout", type=seconds, default=30.0, help="seconds per tool call (inf: no limit)"
+        "--max-rounds", type=whole_number, default=10, metavar="N", help="model requests"
     )
-    run.add_argument("--max-tokens", type=whole_number, default=4096)
+    run.add_argument(
+        "--concurrency", type=whole_number, default=8, metavar="N", help="tool calls at once"
+    )
+    run.add_argument(
+        "--timeout",
+        type=seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds per tool call, inf for no limit",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=whole_number,
+        default=4096,
+        metavar="N",
+        help="most tokens the model may write in each response",
+    )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument(
         "--offline",
@@ -127,13 +156,13 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
         "(default: kept until cleared)",
     )
     manager.call_each("agentloop_run_options", parser=run)
-    run.set_defaults(handler=partial(run_command, manager=manager))
+    run.set_defaults(handler=_later(".run", "run_command", manager=manager))
 
     plugins = commands.add_parser(
         "plugins", parents=[common], help="list installed plugins", allow_abbrev=False
     )
     plugins.add_argument("--json", action="store_true", help="print JSON")
-    plugins.set_defaults(handler=partial(plugins_command, manager=manager))
+    plugins.set_defaults(handler=_later(".listing", "plugins_command", manager=manager))
 
     tools = commands.add_parser(
         "tools", parents=[common], help="list the plugins' tools", allow_abbrev=False
@@ -149,22 +178,36 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     )
     # The options that configure a plugin's tools for a run configure what is listed.
     manager.call_each("agentloop_run_options", parser=tools)
-    tools.set_defaults(handler=partial(tools_command, manager=manager))
+    tools.set_defaults(handler=_later(".listing", "tools_command", manager=manager))
 
     serve = add_serve_command(commands, parents=[common], allow_abbrev=False)
     # The gateway's tools take the same plugin options as a run's.
     manager.call_each("agentloop_run_options", parser=serve)
-    serve.set_defaults(handler=partial(serve_with_plugins, manager=manager))
+    serve.set_defaults(handler=_later(".run", "serve_with_plugins", manager=manager))
 
     chat = commands.add_parser(
         "chat", parents=[common], help="chat with an agent on a web page", allow_abbrev=False
     )
     add_chat_options(chat)
     manager.call_each("agentloop_run_options", parser=chat)
-    chat.set_defaults(handler=partial(chat_command, manager=manager))
+    chat.set_defaults(handler=_later(".chat", "chat_command", manager=manager))
 
     manager.call_each("agentloop_register_commands", register=_Commands(commands, common))
     return parser
+
+
+def _later(module: str, name: str, **bound: Any) -> Callable[[argparse.Namespace], int]:
+    """The handler `name` of `module` (in this package), imported when its command runs.
+
+    Building the parser must not import what the commands use (the agent, the SDKs, the
+    gateway): `agentloop --help` and `agentloop tools` would wait for all of it.
+    """
+
+    def handler(args: argparse.Namespace) -> int:
+        command: Callable[..., int] = getattr(importlib.import_module(module, __package__), name)
+        return command(args, **bound)
+
+    return handler
 
 
 class _Commands:

@@ -13,38 +13,28 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
 from agentloop.agent import Agent
-from agentloop.errors import AgentloopError, ConfigurationError
+from agentloop.errors import ConfigurationError
 from agentloop.gateway.cli import serve_command
-from agentloop.hookspecs import RunSetup
-from agentloop.plugins import ENV_VAR, PluginManager
+from agentloop.plugins import PluginManager
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import Provider
 from agentloop.result import RunResult
 from agentloop.sessions.base import Session
-from agentloop.sessions.named import open_session
+from agentloop.sessions.named import open_session, sqlite_path
 from agentloop.tools import Tool
 
 from .approve import decide
 from .exits import EXIT_FAILED, EXIT_OK, error
 from .logs import configure_logging
 from .report import print_result, result_to_json
+from .setups import choose_tools, offline_model, plugin_call, run_deps, run_setups
 
-__all__ = (
-    "choose_tools",
-    "offline_model",
-    "run_command",
-    "run_deps",
-    "run_setups",
-    "serve_with_plugins",
-)
-
-_T = TypeVar("_T")
+__all__ = ("run_command", "serve_with_plugins")
 
 
 def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
@@ -97,12 +87,12 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         sections: list[tuple[str, str]] = []
         for name, setup in exposed.items():
             if setup.report is not None:
-                sections += _plugin_call(name, setup.report, result)
+                sections += plugin_call(name, setup.report, result)
         print_result(result, sections, sys.stdout)
     problems = [
         problem
         for name, setup in exposed.items()
-        if setup.check is not None and (problem := _plugin_call(name, setup.check, result))
+        if setup.check is not None and (problem := plugin_call(name, setup.check, result))
     ]
     for problem in problems:
         error(problem)
@@ -119,6 +109,13 @@ def _session(args: argparse.Namespace) -> Session | None:
             if given is not None:
                 raise ConfigurationError(f"{option} needs --session NAME")
         return None
+    if args.session_db is not None:
+        # A typo in a folder name would otherwise start an empty store somewhere new.
+        path = sqlite_path(args.session_db)
+        if path is not None and not path.parent.is_dir():
+            raise ConfigurationError(
+                f"--session-db: no such folder: {path.parent} (create it first)"
+            )
     return open_session(args.session, args.session_db, ttl=args.session_ttl)
 
 
@@ -166,109 +163,3 @@ def serve_with_plugins(args: argparse.Namespace, *, manager: PluginManager) -> i
         deps = run_deps({name: s for name, s in setups.items() if name in sources})
     capabilities = manager.select_capabilities(args.capabilities)
     return serve_command(args, tools=tools, deps=deps, capabilities=capabilities)
-
-
-def run_setups(manager: PluginManager, args: argparse.Namespace) -> dict[str, RunSetup]:
-    """Each plugin's `RunSetup` for this run, by plugin name, in load order.
-
-    Raises:
-        ConfigurationError: a plugin returned something other than a `RunSetup`.
-    """
-    setups: dict[str, RunSetup] = {}
-    for name, setup in manager.call_each("agentloop_run_setup", args=args):
-        if not isinstance(setup, RunSetup):
-            raise ConfigurationError(
-                f"plugin {name!r}: agentloop_run_setup returned {type(setup).__name__}, "
-                "not a RunSetup"
-            )
-        setups[name] = setup
-    return setups
-
-
-def choose_tools(
-    manager: PluginManager,
-    setups: Mapping[str, RunSetup],
-    *,
-    plugins: Sequence[str] | None,
-    tools: Sequence[str] | None,
-) -> list[Tool]:
-    """The tools a run exposes: the chosen plugins' tools, narrowed by `tools`.
-
-    With neither, the plugins whose setup has `exposed_by_default`; with `tools` but no
-    `plugins`, tools are picked by name from every plugin. A chosen plugin whose setup
-    names its `tools` for this run exposes those instead.
-    """
-    if plugins is None and tools is None:
-        plugins = [name for name, setup in setups.items() if setup.exposed_by_default]
-    chosen = manager.select(plugins=plugins, tools=tools)
-    failed = [f for f in manager.failures if plugins is not None and f.name in plugins]
-    if failed:
-        raise ConfigurationError(f"plugin {failed[0].name!r} failed: {failed[0].error}")
-    exposed: list[Tool] = []
-    for item in chosen:
-        setup = setups.get(item.source or "")
-        if setup is None or setup.tools is None:
-            exposed.append(item)
-        elif item.source not in {t.source for t in exposed}:
-            exposed += [_from_plugin(t, item.source) for t in setup.tools]
-    return exposed
-
-
-def _from_plugin(item: Tool, plugin: str | None) -> Tool:
-    """A copy of `item` recorded as the tool of `plugin`."""
-    copy = item.replace()
-    copy.source = plugin
-    return copy
-
-
-def run_deps(exposed: Mapping[str, RunSetup]) -> dict[str, Any] | None:
-    """The run's `deps`: the exposed plugins' entries in one dict (None when there are none).
-
-    Raises:
-        ConfigurationError: a plugin refused its options, or two plugins gave one key.
-    """
-    deps: dict[str, Any] = {}
-    owners: dict[str, str] = {}
-    for name, setup in exposed.items():
-        if setup.deps is None:
-            continue
-        for key, value in _plugin_call(name, setup.deps).items():
-            if key in deps:
-                raise ConfigurationError(
-                    f"plugins {owners[key]!r} and {name!r} both set deps[{key!r}]"
-                )
-            deps[key], owners[key] = value, name
-    return deps or None
-
-
-def offline_model(
-    exposed: Mapping[str, RunSetup], tools: Sequence[Tool], sources: set[str | None]
-) -> tuple[str, Provider]:
-    """The offline model of the first exposed plugin that has one, and that plugin's name.
-
-    Raises:
-        ConfigurationError: no exposed plugin has one, or it cannot drive the tools.
-    """
-    for name, setup in exposed.items():
-        if setup.offline_model is not None:
-            return name, _plugin_call(name, setup.offline_model, tools)
-    named = sorted(str(source) for source in sources if source)
-    shown = f"the exposed plugins ({', '.join(named)})" if named else "no exposed plugin"
-    pinned = os.environ.get(ENV_VAR)
-    why = f"; {ENV_VAR}={pinned!r} pins the plugins" if pinned is not None else ""
-    raise ConfigurationError(
-        f"no offline model available: ANTHROPIC_API_KEY is not set and "
-        f"{'none of ' if named else ''}{shown} provides one{why}. Set ANTHROPIC_API_KEY to "
-        "talk to Claude, or install a plugin with an offline demo (see `agentloop plugins`)"
-    )
-
-
-def _plugin_call(name: str, function: Callable[..., _T], *args: Any) -> _T:
-    """Call a plugin's part of a run; a failure becomes an error naming the plugin."""
-    try:
-        return function(*args)
-    except AgentloopError:
-        raise
-    except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise ConfigurationError(f"plugin {name!r} failed: {detail}") from exc

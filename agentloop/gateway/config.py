@@ -14,7 +14,7 @@ from agentloop.capabilities.base import Capability
 from agentloop.errors import ConfigurationError
 from agentloop.tools import Tool
 
-from .stores import DEFAULT_STORE
+from .defaults import DEFAULT_STORE, EXECUTOR_ID_ENV
 from .upstream import RETRY_WAIT_LIMIT, Transport
 
 __all__ = (
@@ -29,8 +29,6 @@ __all__ = (
 GATEWAY_KEYS_ENV = "AGENTLOOP_GATEWAY_KEYS"
 """Comma-separated client keys the gateway admits when it has its own upstream key."""
 SECRET_ENV = "AGENTLOOP_GATEWAY_SECRET"
-EXECUTOR_ID_ENV = "AGENTLOOP_GATEWAY_EXECUTOR_ID"
-"""The environment variable of `GatewayConfig.durable_executor_id`, when not given."""
 """The server secret session keys are derived with (else one is made and kept in the store)."""
 
 SESSION_HEADER = "agentloop-session"

@@ -46,6 +46,7 @@ from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
+from .defaults import DBOS_FILE
 
 if TYPE_CHECKING:
     from dbos import DBOSConfig
@@ -65,9 +66,6 @@ __all__ = (
 )
 
 _log = get_logger()
-
-DBOS_FILE = "agentloop-gateway-dbos.sqlite"
-"""The name of the DBOS system database file when `--durable dbos` names no URL."""
 
 NAME = "agentloop-gateway"
 """The durable agent's name: its workflow is `agentloop.agentloop-gateway.run`."""

@@ -27,6 +27,8 @@ from agentloop.errors import ConfigurationError
 from agentloop.logs import get_logger
 from agentloop.storage import connect_sqlite, redis_client
 
+from .defaults import DEFAULT_STORE
+
 __all__ = (
     "DEFAULT_STORE",
     "SECRET_KEY",
@@ -36,9 +38,6 @@ __all__ = (
     "Store",
     "open_store",
 )
-
-DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
-"""The store used when none is given: a SQLite file in the working directory."""
 
 _log = get_logger()
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agentloop.defaults import DEFAULT_SESSIONS_ENV
+
 from .base import Session
 from .redis import RedisSession
 from .sqlite import SQLiteSession
 
-__all__ = ("DEFAULT_SESSIONS_ENV", "default_sessions_path", "open_session")
-
-DEFAULT_SESSIONS_ENV = "AGENTLOOP_SESSIONS"
-"""The environment variable naming the default session store (a file path or a URL)."""
+__all__ = ("DEFAULT_SESSIONS_ENV", "default_sessions_path", "open_session", "sqlite_path")
 
 _REDIS = ("redis://", "rediss://", "unix://")
 
@@ -49,9 +48,19 @@ def open_session(
     """
     if where is None or str(where) == "":
         where = os.environ.get(DEFAULT_SESSIONS_ENV) or default_sessions_path()
+    path = sqlite_path(where)
+    if path is None:
+        return RedisSession(os.fspath(where), session_id, ttl=ttl)
+    return SQLiteSession(path, session_id, ttl=ttl)
+
+
+def sqlite_path(where: str | os.PathLike[str]) -> Path | None:
+    """The SQLite file a session store's name means, or None when it names a Redis server.
+
+    Args:
+        where: A file path, `sqlite:///PATH`, or a Redis URL (as `open_session` takes).
+    """
     text = os.fspath(where)
     if text.startswith(_REDIS):
-        return RedisSession(text, session_id, ttl=ttl)
-    if text.startswith("sqlite:///"):
-        text = text.removeprefix("sqlite:///")
-    return SQLiteSession(Path(text).expanduser(), session_id, ttl=ttl)
+        return None
+    return Path(text.removeprefix("sqlite:///")).expanduser()

@@ -321,3 +321,30 @@ def test_the_plugins_sources_are_not_ignored() -> None:
     ):
         assert not ignored(path), path
     assert ignored("cortex/memory.md")  # the demo's persona folder at the root still is
+
+
+@pytest.mark.slow  # two wheel builds
+@pytest.mark.parametrize("plugin", ["cortex", "mcp"])
+def test_a_plugin_wheel_ships_its_licence_and_a_readme_that_renders_on_an_index(
+    plugin: str, tmp_path: Path
+) -> None:
+    source = tmp_path / plugin
+    shutil.copytree(
+        ROOT / "plugins" / plugin,
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests"),
+    )
+    run(
+        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+        "-w", tmp_path / "wheels", source, cwd=tmp_path,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (licence,) = (n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+        assert archive.read(licence) == (ROOT / "LICENSE").read_bytes()
+        (metadata,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+        description = archive.read(metadata).decode()
+    # The index renders the README away from the repository: a relative link leads nowhere.
+    links = re.findall(r"\]\(([^)]+)\)", description)
+    assert links and all(link.startswith("https://") for link in links), links

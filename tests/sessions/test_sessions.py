@@ -583,6 +583,18 @@ async def test_a_session_store_without_a_session_is_a_usage_error() -> None:
     assert err == "agentloop: error: --session-db needs --session NAME\n"
 
 
+async def test_a_session_store_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    where = tmp_path / "typo" / "sessions.db"
+    code, out, err = await agentloop_command(
+        "run", "hi", "--session", "s", "--session-db", f"sqlite:///{where}"
+    )
+    assert (code, out) == (2, "")
+    assert (
+        err == f"agentloop: error: --session-db: no such folder: {where.parent} (create it first)\n"
+    )
+    assert not where.parent.exists()
+
+
 def test_a_sqlite_session_works_under_trio(tmp_path: Path) -> None:
     async def main() -> list[str]:
         session = SQLiteSession(tmp_path / "trio.db", "trio")

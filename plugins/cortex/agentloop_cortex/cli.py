@@ -11,20 +11,22 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentloop import ConfigurationError, RunResult, ToolError, hookimpl
 from agentloop.hookspecs import RunSetup
 
 from .config import CortexConfig, persona_problem
-from .demo import demo_provider
-from .memory_demo import memory_demo_provider
 from .memory_store import MemoryStore
 from .memory_tool import MEMORY_TOOL
 from .store import FILENAMES
 from .tools import TOOLS
+
+if TYPE_CHECKING:
+    from agentloop import Tool
+    from agentloop.providers.base import Provider
 
 __all__ = (
     "MEMORY_SYSTEM_PROMPT",
@@ -87,11 +89,25 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup:
         exposed_by_default=True,
         deps=run.deps,
         system=MEMORY_SYSTEM_PROMPT if memory else SYSTEM_PROMPT,
-        offline_model=memory_demo_provider if memory else demo_provider,
+        offline_model=_memory_demo_provider if memory else _demo_provider,
         report=run.report,
         check=run.check,
         tools=(MEMORY_TOOL,) if memory else None,
     )
+
+
+def _demo_provider(tools: Sequence[Tool]) -> Provider:
+    """The offline demo's model; its module imports the test doubles, so only now."""
+    from .demo import demo_provider
+
+    return demo_provider(tools)
+
+
+def _memory_demo_provider(tools: Sequence[Tool]) -> Provider:
+    """The memory tool's offline demo model, imported only now (as `_demo_provider`)."""
+    from .memory_demo import memory_demo_provider
+
+    return memory_demo_provider(tools)
 
 
 @hookimpl
@@ -122,8 +138,19 @@ def _add_options(group: Any, *, run: bool = False) -> None:
 
 
 def show_command(args: argparse.Namespace) -> int:
-    """`agentloop cortex`: print the persona's directory and files."""
-    print(format_files(cortex_config(args.cortex_root, args.persona)))
+    """`agentloop cortex`: print the persona's directory and files.
+
+    Raises:
+        ConfigurationError: the root is missing or not a directory (showing empty files
+            would hide a mistyped path).
+    """
+    config = cortex_config(args.cortex_root, args.persona)
+    root = Path(os.path.abspath(config.root))
+    if not root.exists():
+        raise ConfigurationError(f"--cortex-root: no such folder: {root}")
+    if not root.is_dir():
+        raise ConfigurationError(f"--cortex-root: {root} is not a directory")
+    print(format_files(config))
     return 0
 
 

@@ -222,6 +222,19 @@ def test_the_cortex_command_shows_the_files(tmp_path: Path) -> None:
     assert "--- soul.md (0 bytes)\n(empty)" in done.stdout
 
 
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_the_cortex_command_refuses_a_root_that_is_no_folder(
+    kind: str, offline: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if kind == "a file":
+        (offline / "typo").write_text("")
+    assert main(["cortex", "--cortex-root", "typo"]) == 2
+    captured = capsys.readouterr()
+    why = "no such folder: {}" if kind == "missing" else "{} is not a directory"
+    assert captured.out == ""
+    assert captured.err == f"agentloop: error: --cortex-root: {why.format(offline / 'typo')}\n"
+
+
 def test_cortex_options_are_in_run_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--help"]) == 0
     out = capsys.readouterr().out

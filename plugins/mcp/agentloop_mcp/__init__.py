@@ -2,43 +2,65 @@
 
 Declare servers in code (`MCPServer.stdio(...)`, `MCPServer.http(...)`) or read them from
 an `mcpServers` config file (`load_config`), open an `MCPToolSource` on them, and give
-its tools to an agent: they run in agentloop's registry like any other tool.
+its tools to an agent: they run in agentloop's registry like any other tool. The names
+are imported on first use: the `agentloop` command loads the plugin on every start.
 """
 
-from .background import BackgroundToolSource as BackgroundToolSource
-from .background import MCPToolInfo as MCPToolInfo
-from .background import list_config_tools as list_config_tools
-from .capabilities import ElicitationHandler as ElicitationHandler
-from .capabilities import terminal_elicitation as terminal_elicitation
-from .config import MCPConfigError as MCPConfigError
-from .config import MCPServer as MCPServer
-from .config import load_config as load_config
-from .config import parse_config as parse_config
-from .connection import MCPConnectError as MCPConnectError
-from .connection import MCPRequestError as MCPRequestError
-from .content import to_content as to_content
-from .sampling import MCPSampling as MCPSampling
-from .source import MCPProblem as MCPProblem
-from .source import MCPToolSource as MCPToolSource
-from .tools import MCPTool as MCPTool
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from .background import BackgroundToolSource as BackgroundToolSource
+    from .background import MCPToolInfo as MCPToolInfo
+    from .background import list_config_tools as list_config_tools
+    from .capabilities import ElicitationHandler as ElicitationHandler
+    from .capabilities import terminal_elicitation as terminal_elicitation
+    from .config import MCPConfigError as MCPConfigError
+    from .config import MCPServer as MCPServer
+    from .config import load_config as load_config
+    from .config import parse_config as parse_config
+    from .connection import MCPConnectError as MCPConnectError
+    from .connection import MCPRequestError as MCPRequestError
+    from .content import to_content as to_content
+    from .sampling import MCPSampling as MCPSampling
+    from .source import MCPProblem as MCPProblem
+    from .source import MCPToolSource as MCPToolSource
+    from .tools import MCPTool as MCPTool
 
 __version__ = "0.1.0"
 
-__all__ = (
-    "BackgroundToolSource",
-    "ElicitationHandler",
-    "MCPConfigError",
-    "MCPConnectError",
-    "MCPProblem",
-    "MCPRequestError",
-    "MCPSampling",
-    "MCPServer",
-    "MCPTool",
-    "MCPToolInfo",
-    "MCPToolSource",
-    "list_config_tools",
-    "load_config",
-    "parse_config",
-    "terminal_elicitation",
-    "to_content",
-)
+# Where each exported name is defined: the module (below this package) it is imported from.
+_MODULES = {
+    "BackgroundToolSource": "background",
+    "ElicitationHandler": "capabilities",
+    "MCPConfigError": "config",
+    "MCPConnectError": "connection",
+    "MCPProblem": "source",
+    "MCPRequestError": "connection",
+    "MCPSampling": "sampling",
+    "MCPServer": "config",
+    "MCPTool": "tools",
+    "MCPToolInfo": "background",
+    "MCPToolSource": "source",
+    "list_config_tools": "background",
+    "load_config": "config",
+    "parse_config": "config",
+    "terminal_elicitation": "capabilities",
+    "to_content": "content",
+}
+
+__all__ = tuple(sorted(_MODULES))
+
+
+def __getattr__(name: str) -> typing.Any:
+    """An exported name, imported from its module on first use."""
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not yet imported included."""
+    return sorted({*globals(), *__all__})

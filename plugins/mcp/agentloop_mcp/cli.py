@@ -6,7 +6,8 @@
     agentloop mcp prompt SERVER NAME [K=V..]  one prompt, filled in
 
 The server comes from `--mcp-config FILE` (or `AGENTLOOP_MCP_CONFIG`); only that server
-is started, and it stops when the command ends.
+is started, and it stops when the command ends. Its arguments are added by
+`agentloop_mcp.plugin`, which imports this module only when the command runs.
 """
 
 from __future__ import annotations
@@ -22,20 +23,7 @@ from agentloop import ConfigurationError
 from .config import load_config
 from .source import MCPToolSource
 
-__all__ = ("add_command", "mcp_command")
-
-ACTIONS = ("resources", "read", "prompts", "prompt")
-
-
-def add_command(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `agentloop mcp`."""
-    parser.add_argument("action", choices=ACTIONS, help="what to show")
-    parser.add_argument("server", help="the server's name in the config file")
-    parser.add_argument("item", nargs="?", help="the resource URI (read) or prompt name (prompt)")
-    parser.add_argument("arguments", nargs="*", help="the prompt's arguments, as KEY=VALUE")
-    parser.add_argument(
-        "--mcp-config", metavar="FILE", help="the MCP config file (or AGENTLOOP_MCP_CONFIG)"
-    )
+__all__ = ("mcp_command",)
 
 
 def mcp_command(args: argparse.Namespace) -> int:

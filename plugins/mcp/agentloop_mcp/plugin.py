@@ -9,6 +9,9 @@ registers nothing. A server that fails is left out (on the command line, with on
 line naming it and why) unless `--mcp-strict`. A server's sampling request during a call
 is answered by the calling run's model (`agentloop run --model`), unless its config entry
 says `"sampling": false`. The servers stop when the process exits.
+
+Every command loads this module, so it imports the MCP SDK (over a second) only in the
+hooks that start servers or run `agentloop mcp`.
 """
 
 from __future__ import annotations
@@ -23,11 +26,6 @@ from agentloop import hookimpl
 from agentloop.errors import AgentloopError, ConfigurationError
 from agentloop.hookspecs import RunSetup
 
-from .background import shared_source
-from .capabilities import terminal_elicitation
-from .cli import add_command, mcp_command
-from .config import load_config
-
 __all__ = (
     "CONFIG_ENV_VAR",
     "agentloop_register_commands",
@@ -39,6 +37,9 @@ __all__ = (
 CONFIG_ENV_VAR = "AGENTLOOP_MCP_CONFIG"
 """Path of the `mcpServers` config file whose servers' tools the plugin registers."""
 
+ACTIONS = ("resources", "read", "prompts", "prompt")
+"""What `agentloop mcp` shows: a server's resources, one of them, its prompts, one of them."""
+
 _cli: dict[str, Any] = {}
 """What the command line chose: `config` (the `--mcp-config` file, which wins over the
 environment) and `strict`. Empty outside the `agentloop` command."""
@@ -48,11 +49,23 @@ _warned: set[str] = set()
 @hookimpl
 def agentloop_register_commands(register: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `agentloop mcp`: a configured server's resources and prompts."""
-    add_command(
-        register(
-            "mcp", help="list and read an MCP server's resources and prompts", handler=mcp_command
-        )
+    parser = register(
+        "mcp", help="list and read an MCP server's resources and prompts", handler=_mcp_command
     )
+    parser.add_argument("action", choices=ACTIONS, help="what to show")
+    parser.add_argument("server", help="the server's name in the config file")
+    parser.add_argument("item", nargs="?", help="the resource URI (read) or prompt name (prompt)")
+    parser.add_argument("arguments", nargs="*", help="the prompt's arguments, as KEY=VALUE")
+    parser.add_argument(
+        "--mcp-config", metavar="FILE", help="the MCP config file (or AGENTLOOP_MCP_CONFIG)"
+    )
+
+
+def _mcp_command(args: argparse.Namespace) -> int:
+    """`agentloop mcp` (`agentloop_mcp.cli.mcp_command`)."""
+    from .cli import mcp_command
+
+    return mcp_command(args)
 
 
 @hookimpl
@@ -92,6 +105,8 @@ def agentloop_run_setup(args: argparse.Namespace) -> RunSetup | None:
     if _cli["strict"]:
         _check_strict(args)
     if path:
+        from .config import load_config
+
         system = None
         if any(server.instructions for server in load_config(path)):
             system = _source(path).instructions()
@@ -144,6 +159,9 @@ def _uses_tools(args: argparse.Namespace) -> bool:
 
 def _source(path: str) -> Any:
     """The shared source of `path`, with the terminal for servers' questions if there is one."""
+    from .background import shared_source
+    from .capabilities import terminal_elicitation
+
     ask = terminal_elicitation if _cli and sys.stdin.isatty() else None
     return shared_source(path, strict=bool(_cli.get("strict")), elicitation=ask)
 
