@@ -23,7 +23,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import SessionMessage
 
 from .config import MCPServer
@@ -35,6 +35,7 @@ __all__ = (
     "connection_lost",
     "describe",
     "garbled",
+    "no_back_channel",
     "not_delivered",
     "transport",
 )
@@ -181,6 +182,14 @@ def not_delivered(error: MCPError) -> bool:
         return True
     # A server that restarted does not know our session: it refused the call unread.
     return error.error.code == mcp_types.INVALID_REQUEST and message == "Session terminated"
+
+
+def no_back_channel(error: MCPError) -> bool:
+    """Whether a server refused a call because it could not ask the client a question."""
+    if isinstance(error, NoBackChannelError):
+        return True
+    data = error.error
+    return data.code == mcp_types.INVALID_REQUEST and "no back-channel" in data.message
 
 
 def connection_lost(error: MCPError) -> bool:
