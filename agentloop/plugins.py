@@ -141,6 +141,9 @@ class PluginManager:
         self._capabilities: dict[str, PluginCapability] | None = None
         self.failures: list[PluginLoadError] = []
         """Plugins that failed to load or to register their tools."""
+        self.left_out: list[str] = []
+        """Tools left out of the catalogue because they give way to another plugin's tool
+        of the same name (registered with `gives_way`), each as a one-line warning."""
 
     # ------------------------------------------------------------------ loading
 
@@ -222,29 +225,52 @@ class PluginManager:
     def _build(self) -> dict[str, Tool]:
         if self._catalogue is None:
             catalogue: dict[str, Tool] = {}
+            self.left_out = []
+            yielding: dict[str, str] = {}
             for name, plugin in self._pm.list_name_plugin():
                 if plugin is not None:
-                    self._collect(name, plugin, catalogue)
+                    self._collect(name, plugin, catalogue, yielding)
             self._catalogue = catalogue
         return self._catalogue
 
-    def _collect(self, name: str, plugin: object, catalogue: dict[str, Tool]) -> None:
+    def _collect(
+        self, name: str, plugin: object, catalogue: dict[str, Tool], yielding: dict[str, str]
+    ) -> None:
         caller = self._caller_for(plugin, "agentloop_register_tools")
         found: list[Tool] = []
+        registrar = _Registrar(name, found)
         try:
-            caller(register=_Registrar(name, found))
+            caller(register=registrar)
         except Exception as exc:
             self._fail(name, self._values.get(name, ""), _describe(exc))
             return
         for item in found:
+            hint = registrar.gives_way.get(id(item))
             if item.name in catalogue:
-                first = catalogue[item.name].source
-                raise DuplicateToolError(
-                    f"tool name {item.name!r} is registered by plugin {first!r} and by plugin "
-                    f"{name!r}; the model addresses tools by name, so uninstall one or pin "
-                    f"the plugins with {ENV_VAR}"
-                )
+                first = catalogue[item.name]
+                if hint is not None:
+                    self._leave_out(item, first, hint)
+                    continue
+                if item.name not in yielding:
+                    raise DuplicateToolError(
+                        f"tool name {item.name!r} is registered by plugin {first.source!r} and "
+                        f"by plugin {name!r}; the model addresses tools by name, so uninstall "
+                        f"one or pin the plugins with {ENV_VAR}"
+                    )
+                self._leave_out(first, item, yielding.pop(item.name))
+                del catalogue[item.name]
             catalogue[item.name] = item
+            if hint is not None:
+                yielding[item.name] = hint
+
+    def _leave_out(self, tool: Tool, kept: Tool, hint: str) -> None:
+        """Record (and log) that `tool` gave way to `kept`, another plugin's of its name."""
+        line = (
+            f"tool {tool.name!r} of plugin {tool.source!r} left out: plugin {kept.source!r} "
+            f"registers a tool of that name; {hint}"
+        )
+        self.left_out.append(line)
+        _log.warning("plugin.tool_left_out", tool=tool.name, plugin=tool.source, message=line)
 
     def capabilities(self) -> list[PluginCapability]:
         """Every capability of every loaded plugin, in plugin then registration order.
@@ -406,6 +432,8 @@ class _Registrar:
     def __init__(self, plugin: str, found: list[Tool]) -> None:
         self.plugin = plugin
         self.found = found
+        self.gives_way: dict[int, str] = {}
+        """The tools registered with `gives_way` (by `id`), and its text."""
 
     def __call__(
         self,
@@ -415,8 +443,15 @@ class _Registrar:
         description: str | None = None,
         timeout: float | None = None,
         eager: bool | None = None,
+        gives_way: str | None = None,
     ) -> Tool:
-        """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`."""
+        """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`.
+
+        `gives_way`: when another plugin registers a tool of the same name, leave this
+        one out (with a warning ending in this text, which says how to keep it) rather
+        than fail with `DuplicateToolError`. For tools a plugin does not name itself
+        (an MCP server's, say).
+        """
         if not isinstance(item, Tool):
             new = Tool(
                 item,
@@ -431,6 +466,8 @@ class _Registrar:
             new = item.replace(name=name, description=description, timeout=timeout, eager=eager)
         new.source = self.plugin
         self.found.append(new)
+        if gives_way is not None:
+            self.gives_way[id(new)] = gives_way
         return new
 
 

@@ -16,7 +16,7 @@ from agentloop.plugins import ENV_VAR, PluginManager, installed_plugins, pinned_
 from agentloop.tools import Tool
 
 from .exits import EXIT_OK
-from .run import choose_tools, run_setups
+from .run import choose_tools, run_setups, warn_left_out
 
 __all__ = ("plugins_command", "tools_command")
 
@@ -64,6 +64,7 @@ def tools_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         catalogue = choose_tools(manager, {}, plugins=args.plugins, tools=None)
     else:
         catalogue = manager.tools()
+        warn_left_out(manager)
     if args.json:
         print(json.dumps([_tool_json(t) for t in catalogue], indent=2))
         return EXIT_OK

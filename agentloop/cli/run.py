@@ -203,7 +203,14 @@ def choose_tools(
     failed = [f for f in manager.failures if plugins is not None and f.name in plugins]
     if failed:
         raise ConfigurationError(f"plugin {failed[0].name!r} failed: {failed[0].error}")
+    warn_left_out(manager)
     return chosen
+
+
+def warn_left_out(manager: PluginManager) -> None:
+    """Print each tool the catalogue left out for another plugin's (once per command)."""
+    for line in manager.left_out:
+        print(f"agentloop: warning: {line}", file=sys.stderr)
 
 
 def run_deps(exposed: Mapping[str, RunSetup]) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _mcp_support import SERVER_SCRIPT, ConnectionLog, HTTPServerProcess
+from _mcp_support import SERVER_SCRIPT, ConnectionLog
 from agentloop.errors import DuplicateToolError
 
 from agentloop_mcp import MCPConnectError, MCPProblem, MCPServer, MCPToolSource
@@ -58,23 +58,29 @@ async def test_a_server_that_times_out_is_left_out(
         ]
 
 
-async def test_a_server_whose_names_collide_is_left_out(
-    stdio_server: Callable[..., MCPServer], http_server: HTTPServerProcess, no_leaks: ConnectionLog
+async def test_only_the_tools_whose_names_collide_are_left_out(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
-    # Between servers: the later one is left out, and the message names both.
-    async with MCPToolSource([stdio_server(), http_server.declare()]) as source:
-        assert {t.server for t in source.tools()} == {"local"}  # type: ignore[attr-defined]
-        [problem] = source.errors
-        assert problem.server == "remote"
+    # Between servers: the later one's clashing tool is left out, and the message names both.
+    other = raw("other", "--tools", json.dumps([tool("echo"), tool("shout")]), protocol="legacy")
+    async with MCPToolSource([stdio_server(), other]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert tools["echo"].server == "local"  # type: ignore[attr-defined]
+        assert tools["shout"].server == "other"  # type: ignore[attr-defined]
+        assert source.errors == []
+        [problem] = source.skipped
+        assert (problem.server, problem.tool) == ("other", "echo")
         assert "MCP server 'local'" in problem.reason and "prefix" in problem.reason
-        # The left-out server's tools are not called by accident later.
-        assert await next(t for t in source.tools() if t.name == "echo")(text="x") == "x"
+        assert await tools["echo"](text="x") == "x"
+        assert await tools["shout"](a=1) == '{"a": 1}'
     # Within one server: two names that become one once made valid for the API.
-    clash = raw("clash", "--tools", json.dumps([tool("a.b"), tool("a_b")]))
-    async with MCPToolSource([clash, stdio_server()]) as source:
-        assert "echo" in [t.name for t in source.tools()]
-        [problem] = source.errors
-        assert problem.server == "clash" and "'a.b' and 'a_b'" in problem.reason
+    listing = [tool("a.b"), tool("a_b"), tool("c")]
+    clash = raw("clash", "--tools", json.dumps(listing), protocol="legacy")
+    async with MCPToolSource([clash]) as source:
+        assert [t.name for t in source.tools()] == ["c"]
+        assert source.errors == []
+        assert sorted(p.tool or "" for p in source.skipped) == ["a.b", "a_b"]
+        assert all("'a_b'" in p.reason for p in source.skipped)
     with pytest.raises(DuplicateToolError):
         async with MCPToolSource([clash], strict=True):
             pass  # pragma: no cover

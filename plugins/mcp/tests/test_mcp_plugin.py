@@ -309,3 +309,36 @@ def test_mcp_strict_makes_a_failed_server_an_error_wherever_the_config_is_used(
     [line] = err.splitlines()
     assert line.startswith("agentloop: error: plugin 'mcp' failed: MCPConnectError: ")
     assert "'ghost'" in line
+
+
+RAW_SERVER = Path(__file__).with_name("raw_server.py")
+
+
+@pytest.mark.parametrize("words", [("tools",), ("run", "hi", "--offline")], ids=["tools", "run"])
+def test_a_tool_another_plugin_has_is_left_out_with_one_warning(
+    command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    """cortex has `read_file`; so does this server (as server-filesystem does)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # cortex keeps its files in the working directory
+    listing = [{"name": n, "inputSchema": {"type": "object"}} for n in ("read_file", "list_dir")]
+    server = {
+        "command": sys.executable,
+        "args": [str(RAW_SERVER), "--tools", json.dumps(listing)],
+        "protocol": "legacy",
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"files": server}}))
+    code, err = command(*words, "--mcp-config", str(path))
+    assert code == 0, err
+    [line] = [line for line in err.splitlines() if "warning" in line]
+    assert line == (
+        "agentloop: warning: tool 'read_file' of plugin 'mcp' left out: plugin 'cortex' "
+        "registers a tool of that name; it is MCP server 'files''s 'read_file': give that "
+        'server a "prefix" in the MCP config to keep it'
+    )
+    manager = PluginManager()
+    manager.load_entry_points()
+    tools = {t.name: t.source for t in manager.tools()}
+    assert tools["read_file"] == "cortex" and tools["list_dir"] == "mcp"
+    assert manager.left_out == [line.removeprefix("agentloop: warning: ")]
