@@ -126,11 +126,16 @@ def build(name: str) -> SDKServer:
 
     @server.tool()
     def odd_picture() -> CallToolResult:
-        """An SVG image (the API cannot take it) and one with broken base64."""
+        """An SVG image (the API cannot take it), one with broken base64, random bytes
+        labelled PNG, and a GIF labelled PNG."""
+        noise = base64.b64encode(bytes(range(7, 200))).decode()
+        gif = base64.b64encode(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").decode()
         return CallToolResult(
             content=[
                 ImageContent(type="image", data="PHN2Zy8+", mimeType="image/svg+xml"),
                 ImageContent(type="image", data="not base64!", mimeType="image/png"),
+                ImageContent(type="image", data=noise, mimeType="image/png"),
+                ImageContent(type="image", data=gif, mimeType="image/png"),
             ]
         )
 
