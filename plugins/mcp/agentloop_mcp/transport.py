@@ -1,13 +1,15 @@
 """How a connection reaches its MCP server, and the errors it reports.
 
 `transport` opens the server's transport (a stdio process, SSE, or streamable HTTP) with a
-read stream that marks the connection lost when it ends and keeps the first line a server
-wrote that is not an MCP message; the helpers below tell apart a request that never
+read stream that marks the connection lost when it ends, mends or answers a reply the SDK
+could not read (so the call it answers does not wait for ever), and keeps the first line a
+server wrote that is not an MCP message; the helpers below tell apart a request that never
 reached the server from one cut off mid-way.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -73,6 +75,9 @@ async def transport(
             args=list(server.args),
             env=dict(server.env) or None,
             cwd=server.cwd,
+            # Bytes that are not UTF-8 (a string cut mid-character) become U+FFFD in
+            # their line, rather than an error that ends the connection.
+            encoding_error_handler="replace",
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
             yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
@@ -123,6 +128,10 @@ class _WatchedStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._lost.set()
             raise
+        if isinstance(item, Exception):
+            mended = _mend(item)
+            if mended is not None:
+                return mended
         if isinstance(item, Exception) and not self._garbage:
             self._garbage.append(_first_line(item))
             _log.warning("mcp.not_a_message", error=self._garbage[0])
@@ -207,6 +216,52 @@ def _errlog() -> TextIO:
         except (AttributeError, OSError, ValueError):
             continue
     raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _mend(exc: Exception) -> SessionMessage | None:
+    """A message for a line the SDK could not read, when the line is JSON-RPC after all.
+
+    A lone UTF-16 surrogate in a string (what a JavaScript server writes when it cuts a
+    string mid-emoji) is valid JSON that the SDK's parser refuses: such strings get U+FFFD
+    in its place. A reply that still cannot be read becomes an error reply to its request,
+    so the call ends now instead of at its timeout. None: not JSON-RPC at all.
+    """
+    if not isinstance(exc, pydantic.ValidationError):
+        return None
+    found = [e.get("input") for e in exc.errors()]
+    if not found or not isinstance(found[0], str):
+        return None
+    try:
+        data = json.loads(found[0])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
+        return None
+    try:
+        message = mcp_types.jsonrpc_message_adapter.validate_python(_mended(data), by_name=False)
+    except ValueError as error:
+        if data.get("id") is None or not ("result" in data or "error" in data):
+            return None
+        reason = _first_line(error)
+        _log.warning("mcp.unreadable_reply", request_id=data["id"], error=reason)
+        failure = mcp_types.ErrorData(
+            code=mcp_types.INTERNAL_ERROR,
+            message=f"the server's reply could not be read ({reason})",
+        )
+        return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=data["id"], error=failure))
+    _log.warning("mcp.reply_mended", reason="a lone UTF-16 surrogate in a string")
+    return SessionMessage(message)
+
+
+def _mended(value: Any) -> Any:
+    """`value` with each lone UTF-16 surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    return value
 
 
 def _first_line(exc: Exception) -> str:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 from _mcp_support import SERVER_SCRIPT, ConnectionLog
 from agentloop.errors import DuplicateToolError
@@ -163,3 +164,18 @@ async def test_a_server_that_crashes_mid_call_fails_that_call_only(
             await tools["c_crash"]()
         assert await tools["echo"](text="fine") == "fine"  # the other server is untouched
         assert await tools["c_echo"](x=1) == '{"x": 1}'  # and this one reconnected
+
+
+async def test_a_reply_the_sdk_cannot_parse_answers_its_call_at_once() -> None:
+    """A lone UTF-16 surrogate (a JavaScript string cut mid-emoji) or a byte that is not
+    UTF-8 in a reply: the call is answered now (U+FFFD in place), and the next one works."""
+    listing = [tool("cut_emoji"), tool("latin1"), tool("echo")]
+    async with MCPToolSource(
+        [raw("js", "--tools", json.dumps(listing), protocol="legacy")]
+    ) as source:
+        tools = {t.name: t for t in source.tools()}
+        with anyio.fail_after(20):  # before the fix, each hung until its timeout
+            assert await tools["cut_emoji"]() == "cut \ufffd"
+            assert await tools["echo"](n=1) == '{"n": 1}'
+            assert await tools["latin1"]() == "caf\ufffd"
+            assert await tools["echo"](n=2) == '{"n": 2}'
