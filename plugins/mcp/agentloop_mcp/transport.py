@@ -10,6 +10,7 @@ reached the server from one cut off mid-way.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,6 +44,20 @@ __all__ = (
 )
 
 _log = get_logger()
+
+
+class _ReportedByTheStream(logging.Filter):
+    """Drops the SDK's record of a stdout line it could not parse, traceback and all.
+
+    The SDK logs one per line a server writes that is not JSON-RPC; the read stream below
+    mends the line or reports it, once per connection (`mcp.not_a_message`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_ReportedByTheStream())
 
 NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""
@@ -80,10 +95,10 @@ async def transport(
             encoding_error_handler="replace",
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
     elif server.transport == "sse":
         async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write
+            yield _WatchedStream(read, lost, garbage, server.name), write
     else:
         async with (
             _HTTPClient(
@@ -91,7 +106,7 @@ async def transport(
             ) as http,
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
 
 
 def garbled(garbage: list[str]) -> str | None:
@@ -111,8 +126,9 @@ class _WatchedStream:
     stdout) in `garbage`, to explain a failed connect.
     """
 
-    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
+    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str], server: str) -> None:
         self._inner = inner
+        self._server = server
         self._lost = lost
         self._garbage = garbage
 
@@ -129,12 +145,12 @@ class _WatchedStream:
             self._lost.set()
             raise
         if isinstance(item, Exception):
-            mended = _mend(item)
+            mended = _mend(item, self._server)
             if mended is not None:
                 return mended
         if isinstance(item, Exception) and not self._garbage:
             self._garbage.append(_first_line(item))
-            _log.warning("mcp.not_a_message", error=self._garbage[0])
+            _log.warning("mcp.not_a_message", mcp_server=self._server, error=self._garbage[0])
         return item
 
     async def aclose(self) -> None:
@@ -218,7 +234,7 @@ def _errlog() -> TextIO:
     raise MCPConnectError("no stderr to give an MCP server process")
 
 
-def _mend(exc: Exception) -> SessionMessage | None:
+def _mend(exc: Exception, server: str) -> SessionMessage | None:
     """A message for a line the SDK could not read, when the line is JSON-RPC after all.
 
     A lone UTF-16 surrogate in a string (what a JavaScript server writes when it cuts a
@@ -243,13 +259,13 @@ def _mend(exc: Exception) -> SessionMessage | None:
         if data.get("id") is None or not ("result" in data or "error" in data):
             return None
         reason = _first_line(error)
-        _log.warning("mcp.unreadable_reply", request_id=data["id"], error=reason)
+        _log.warning("mcp.unreadable_reply", mcp_server=server, id=data["id"], error=reason)
         failure = mcp_types.ErrorData(
             code=mcp_types.INTERNAL_ERROR,
             message=f"the server's reply could not be read ({reason})",
         )
         return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=data["id"], error=failure))
-    _log.warning("mcp.reply_mended", reason="a lone UTF-16 surrogate in a string")
+    _log.warning("mcp.reply_mended", mcp_server=server, reason="a lone UTF-16 surrogate")
     return SessionMessage(message)
 
 

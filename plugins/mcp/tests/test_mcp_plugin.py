@@ -342,3 +342,23 @@ def test_a_tool_another_plugin_has_is_left_out_with_one_warning(
     tools = {t.name: t.source for t in manager.tools()}
     assert tools["read_file"] == "cortex" and tools["list_dir"] == "mcp"
     assert manager.left_out == [line.removeprefix("agentloop: warning: ")]
+
+
+@pytest.mark.parametrize("words", [("tools",), ("run", "hi", "--offline")], ids=["tools", "run"])
+def test_a_server_writing_stray_lines_is_one_warning_line(
+    command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    server = {
+        "command": sys.executable,
+        "args": [str(RAW_SERVER), "--garbage"],  # a stray line for each line it reads
+        "protocol": "legacy",
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"chatty": server}}))
+    code, err = command(*words, "--mcp-config", str(path))
+    assert code == 0, err
+    assert "Traceback" not in err and "Failed to parse" not in err
+    [line] = [line for line in err.splitlines() if "chatty" in line]
+    assert "mcp.not_a_message" in line and "this is not JSON-RPC" in line
