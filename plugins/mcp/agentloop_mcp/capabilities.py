@@ -21,6 +21,7 @@ import mcp.types as mcp_types
 from agentloop.logs import get_logger
 
 from .config import MCPServer
+from .form import ask_form
 
 __all__ = (
     "ElicitationHandler",
@@ -76,7 +77,9 @@ async def terminal_elicitation(
 ) -> mcp_types.ElicitResult:
     """Ask on the terminal: the server's message, then each field of its form.
 
-    An empty answer to the first question declines; end of input (Ctrl-D) cancels.
+    Each field shows its type, bounds, choices and default, and is asked again until the
+    answer fits its schema; Enter takes the default (or skips an optional field),
+    `!decline` declines, `!cancel` or end of input (Ctrl-D) cancels.
     """
     return await anyio.to_thread.run_sync(_ask, server, params)
 
@@ -91,34 +94,4 @@ def _ask(server: str, params: mcp_types.ElicitRequestParams) -> mcp_types.Elicit
         except EOFError:
             return mcp_types.ElicitResult(action="cancel")
         return mcp_types.ElicitResult(action="accept")
-    schema = params.requested_schema or {}
-    properties: dict[str, Any] = dict(schema.get("properties") or {})
-    content: dict[str, Any] = {}
-    for index, (name, spec) in enumerate(properties.items()):
-        kind = spec.get("type", "string")
-        hint = f" ({spec['description']})" if spec.get("description") else ""
-        print(f"  {name}{hint} [{kind}]: ", end="", file=out, flush=True)
-        try:
-            answer = input().strip()
-        except EOFError:
-            return mcp_types.ElicitResult(action="cancel")
-        if index == 0 and not answer:
-            return mcp_types.ElicitResult(action="decline")
-        content[name] = _typed(answer, kind)
-    return mcp_types.ElicitResult(action="accept", content=content)
-
-
-def _typed(answer: str, kind: str) -> Any:
-    if kind == "boolean":
-        return answer.lower() in ("y", "yes", "true", "1")
-    if kind == "integer":
-        try:
-            return int(answer)
-        except ValueError:
-            return answer
-    if kind == "number":
-        try:
-            return float(answer)
-        except ValueError:
-            return answer
-    return answer
+    return ask_form(params.requested_schema or {}, out, input)
