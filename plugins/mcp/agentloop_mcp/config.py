@@ -25,6 +25,8 @@ from .content import DEFAULT_MAX_RESULT_CHARS
 __all__ = ("MCPConfigError", "MCPServer", "load_config", "parse_config")
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_PROMPTED = re.compile(r"\$\{input:[^}]*\}")
+"""VS Code's `${input:id}`: a value its editor prompts for (from the file's `inputs`)."""
 
 
 class MCPConfigError(ConfigurationError):
@@ -386,12 +388,18 @@ def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
         raise MCPConfigError(f"{where}: {exc}") from exc
 
 
+_NULLABLE = frozenset({"max_result_chars"})
+"""Options whose None means something other than their default (`null`: results whole)."""
+
+
 def _options(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The entry's `MCPServer` options, each checked for its JSON type."""
     options: dict[str, Any] = {}
     for key, (kinds, expected) in _OPTIONS.items():
         value = entry.get(key)
         if value is None:
+            if key in _NULLABLE and key in entry:
+                options[key] = None  # `null` written out: the field's None, not its default
             continue
         if isinstance(value, bool) and kinds is not bool:
             raise MCPConfigError(f"{where}.{key}: expected {expected}")
@@ -435,6 +443,13 @@ def _string_map(entry: Mapping[str, Any], key: str, where: str) -> dict[str, str
 
 
 def _expand(value: str, where: str) -> str:
+    prompted = _PROMPTED.search(value)
+    if prompted is not None:
+        raise MCPConfigError(
+            f"{where}: {prompted.group(0)} asks VS Code to prompt for a value, which "
+            f"agentloop does not do; write ${{VARIABLE}} and set that environment variable"
+        )
+
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = os.environ.get(name)
