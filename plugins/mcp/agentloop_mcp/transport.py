@@ -183,9 +183,13 @@ class _HTTPClient(httpx2.AsyncClient):
     """
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error."""
+        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error.
+
+        A 401 or 403 without a JSON-RPC error of its own gets one that says so (the SDK
+        would report "Server returned an error response").
+        """
         try:
-            return await super().send(request, **kwargs)
+            response = await super().send(request, **kwargs)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             if request.method != "POST":
                 raise
@@ -198,6 +202,24 @@ class _HTTPClient(httpx2.AsyncClient):
                 },
             }
             return httpx2.Response(503, json=body, request=request)
+        kind = response.headers.get("content-type", "")
+        if response.status_code not in _AUTH_REFUSED or kind.startswith("application/json"):
+            return response
+        await response.aclose()
+        status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        error = {
+            "code": mcp_types.INVALID_REQUEST,
+            "message": f"{status}: {_AUTH_REFUSED[response.status_code]}",
+        }
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
+        return httpx2.Response(response.status_code, json=body, request=request)
+
+
+_AUTH_REFUSED = {
+    401: "the server wants authorization, and the token is missing or wrong (give it in "
+    'the server\'s "headers", e.g. "Authorization": "Bearer ${TOKEN}")',
+    403: "the server refused the token given (wrong, expired, or without the permission)",
+}
 
 
 def not_delivered(error: MCPError) -> bool:

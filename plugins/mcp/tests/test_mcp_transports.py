@@ -90,3 +90,66 @@ async def test_a_server_writing_garbage_is_reported_clearly(
     # A server that writes a stray line now and then still works.
     async with MCPToolSource([raw("chatty", "--garbage", protocol="legacy")]) as source:
         assert await source.tools()[0](b=2) == '{"b": 2}'
+
+
+DENYING_SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Deny(BaseHTTPRequestHandler):
+    def deny(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(int(sys.argv[2]))
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    do_POST = do_GET = do_DELETE = deny
+
+    def log_message(self, *args):
+        pass
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Deny).serve_forever()
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        pytest.param(
+            401,
+            "HTTP 401 Unauthorized: the server wants authorization, and the token is missing or wrong",
+            id="401",
+        ),
+        pytest.param(403, "HTTP 403 Forbidden: the server refused the token given", id="403"),
+    ],
+)
+async def test_an_http_server_refusing_authorization_is_named_as_such(
+    status: int, said: str
+) -> None:
+    import subprocess
+
+    from _mcp_support import free_port, wait_until
+
+    port = free_port()
+    process = await anyio.open_process(
+        [sys.executable, "-c", DENYING_SERVER, str(port), str(status)], stdin=subprocess.DEVNULL
+    )
+    try:
+
+        def accepts() -> bool:
+            import socket
+
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        await wait_until(accepts, "the denying server")
+        async with MCPToolSource(
+            [MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="gh")]
+        ) as source:
+            [problem] = source.errors
+        assert problem.server == "gh" and said in problem.reason
+        assert "Server returned an error response" not in problem.reason
+    finally:
+        process.kill()
+        await process.wait()
+        await process.aclose()
