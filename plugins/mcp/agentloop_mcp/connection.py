@@ -42,6 +42,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from .capabilities import ElicitationHandler, elicitation_callback, roots_callback
 from .config import MCPServer
+from .protocols import known_mode, no_back_channel_message, remember_handshake
 from .sampling import Caller, MCPSampling, in_call, sampling_callback
 from .transport import (
     MCPConnectError,
@@ -159,7 +160,7 @@ class ServerConnection:
         self._answered = 0
         self._tools_changed = anyio.Event()
         self._log = _log.bind(mcp_server=server.name)
-        self._mode = server.mode
+        self._mode = known_mode(server)
         """The SDK's connect mode for the next connection (`legacy` once a server asked)."""
         self._version: str | None = None
         """The protocol version of the live connection."""
@@ -317,6 +318,8 @@ class ServerConnection:
                     self.connections += 1
                     self._answered = 0
                     self._version = client.protocol_version
+                    if self._mode == "auto" and self._version not in MODERN_PROTOCOL_VERSIONS:
+                        remember_handshake(self.server)  # it ignored the probe: skip it next time
                     self._log.info(
                         "mcp.connected",
                         protocol_version=client.protocol_version,
@@ -376,6 +379,7 @@ class ServerConnection:
             self._ended = anyio.Event()
             await self._ended.wait()
         self._mode = "legacy"
+        remember_handshake(self.server)
         self._log.info("mcp.handshake_era", reason="the server asked the client a question")
         lost.set()
 
@@ -430,7 +434,7 @@ class ServerConnection:
                 if no_back_channel(exc):
                     if self._switch_era(request):
                         return  # sent again on the handshake-era connection
-                    outcome = _Failure(self._no_back_channel_message(request.name))
+                    outcome = _Failure(self._no_back_channel(request.name))
                 else:
                     outcome = _Failure(
                         f"MCP server '{self.server.name}' refused the call to '{request.name}': "
@@ -470,34 +474,15 @@ class ServerConnection:
         self._switch.set()
         return True
 
+    def _no_back_channel(self, tool: str) -> str:
+        refused, version = self._handshake_refused, self._version
+        return no_back_channel_message(self.server, tool, version, handshake_refused=refused)
+
     def _refuse_switched(self) -> None:
         """Answer the calls that waited for a handshake-era connection the server refused."""
         for request in [r for r in self._retry if r.switched]:
             self._retry.remove(request)
-            request.answer(_Failure(self._no_back_channel_message(request.name)))
-
-    def _no_back_channel_message(self, tool: str) -> str:
-        if self._handshake_refused:
-            why = f"protocol {self._version} gives a server no channel for requests"
-            how = "and the server does not accept the initialize handshake (`protocol: legacy`)"
-            return (
-                f"MCP server '{self.server.name}' asked this client a question (sampling, "
-                f"elicitation or roots) during '{tool}', but {why} {how}."
-            )
-        if self._version in MODERN_PROTOCOL_VERSIONS:
-            how = (
-                'set its `protocol` option to "legacy" (the initialize handshake) so it can'
-                if self.server.protocol != "legacy"
-                else "it cannot on this protocol"
-            )
-            why = f"protocol {self._version} gives a server no channel for requests"
-        else:
-            why = "its transport gives it no channel for requests (JSON responses over HTTP)"
-            how = "the server's `protocol` option cannot change that"
-        return (
-            f"MCP server '{self.server.name}' asked this client a question (sampling, "
-            f"elicitation or roots) during '{tool}', but {why}; {how}."
-        )
+            request.answer(_Failure(self._no_back_channel(request.name)))
 
     def _settle(self, reason: str) -> None:
         """After a drop: send queued and retryable calls again; answer the others."""

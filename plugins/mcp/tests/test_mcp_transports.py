@@ -3,6 +3,7 @@ prefixes from any name, instructions, and a server that writes garbage on stdout
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +94,7 @@ async def test_a_server_writing_garbage_is_reported_clearly(
 
 
 DENYING_SERVER = """
+import json
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -153,3 +155,22 @@ async def test_an_http_server_refusing_authorization_is_named_as_such(
         process.kill()
         await process.wait()
         await process.aclose()
+
+
+async def test_auto_remembers_a_server_that_ignores_the_probe(protocol_cache: Path) -> None:
+    """The probe's wait is paid once per server command, then the handshake is used at once,
+    in this process and (through the cache file) the next."""
+    from agentloop_mcp import protocols
+
+    declared = raw("quiet")
+    assert declared.protocol == "auto"
+    async with MCPToolSource([declared]) as source:  # waits for the probe, then falls back
+        assert await source.tools()[0](a=1) == '{"a": 1}'
+    assert declared.describe() in json.loads(await anyio.Path(protocol_cache).read_text())
+    for fresh_process in (False, True):
+        if fresh_process:
+            protocols._seen.clear()  # as the next `agentloop run` starts
+        started = anyio.current_time()
+        async with MCPToolSource([raw("quiet")]) as source:
+            assert await source.tools()[0](a=2) == '{"a": 2}'
+        assert anyio.current_time() - started <= 3.0
