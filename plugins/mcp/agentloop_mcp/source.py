@@ -242,7 +242,11 @@ class MCPToolSource:
                     MCPProblem(server.name, f"cannot list its resources: {exc}", "read_resource")
                 )
                 continue
-            tool = MCPResourceTool(connection, name, resources)
+            try:
+                templates = await _list_templates(connection)
+            except MCPRequestError:  # templates are optional: a server may not list them
+                templates = []
+            tool = MCPResourceTool(connection, name, resources, templates)
             try:
                 _check_collisions({**self._tools, server.name: [*self._tools[server.name], tool]})
             except DuplicateToolError as exc:
@@ -302,6 +306,15 @@ class MCPToolSource:
                 server is open.
         """
         return await _list_resources(self._connection(server))
+
+    async def list_resource_templates(self, server: str) -> list[mcp_types.ResourceTemplate]:
+        """The resource templates a server lists (every page): URIs with `{placeholders}`.
+
+        Raises:
+            MCPRequestError: the server refused or is gone; ConfigurationError: no such
+                server is open.
+        """
+        return await _list_templates(self._connection(server))
 
     async def read_resource(
         self, server: str, uri: str
@@ -430,6 +443,18 @@ async def _list_resources(connection: ServerConnection) -> list[mcp_types.Resour
     for _ in range(100):
         page = await connection.fetch("list_resources", cursor=cursor)
         found.extend(page.resources)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return found
+
+
+async def _list_templates(connection: ServerConnection) -> list[mcp_types.ResourceTemplate]:
+    found: list[mcp_types.ResourceTemplate] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = await connection.fetch("list_resource_templates", cursor=cursor)
+        found.extend(page.resource_templates)
         cursor = page.next_cursor
         if not cursor:
             break

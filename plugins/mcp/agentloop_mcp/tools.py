@@ -8,7 +8,7 @@ sends the call to the server's supervisor and turns the result into tool_result 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -118,13 +118,25 @@ class MCPResourceTool(MCPTool):
     """
 
     def __init__(
-        self, connection: ServerConnection, name: str, resources: list[mcp_types.Resource]
+        self,
+        connection: ServerConnection,
+        name: str,
+        resources: list[mcp_types.Resource],
+        templates: Sequence[mcp_types.ResourceTemplate] = (),
     ) -> None:
         """Describe the reading tool `name` of `connection`'s server."""
         shown = [f"- {r.uri} ({r.name})" for r in resources[:50]]
         more = [f"- ... and {len(resources) - 50} more"] if len(resources) > 50 else []
+        patterns = [f"- {t.uri_template} ({t.name})" for t in templates[:20]]
+        if patterns:
+            patterns.insert(0, "URI templates (fill in each {placeholder}):")
         description = "\n".join(
-            [f"Read a resource of MCP server '{connection.server.name}' by its URI.", *shown, *more]
+            [
+                f"Read a resource of MCP server '{connection.server.name}' by its URI.",
+                *shown,
+                *more,
+                *patterns,
+            ]
         )
         spec = mcp_types.Tool(
             name="read_resource",

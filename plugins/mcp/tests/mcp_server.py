@@ -340,6 +340,11 @@ def build(name: str) -> SDKServer:
         """Today's notes."""
         return "buy milk"
 
+    @server.resource("notes://day/{day}", name="day", mime_type="text/plain")
+    def day(day: str) -> str:
+        """One day's notes."""
+        return f"notes of {day}"
+
     @server.prompt(name="review")
     def review(code: str) -> str:
         """Review a piece of code."""

@@ -214,9 +214,15 @@ async def test_resources_as_a_read_tool(
         tools = {t.name: t for t in source.tools()}
         reader = tools["my_notes_read_resource"]
         assert reader.description == (
-            "Read a resource of MCP server 'my.notes' by its URI.\n- notes://today (today)"
+            "Read a resource of MCP server 'my.notes' by its URI.\n- notes://today (today)\n"
+            "URI templates (fill in each {placeholder}):\n- notes://day/{day} (day)"
         )
         assert await reader(uri="notes://today") == "Resource notes://today:\nbuy milk"
+        assert await reader(uri="notes://day/monday") == (
+            "Resource notes://day/monday:\nnotes of monday"
+        )
+        [template] = await source.list_resource_templates("my.notes")
+        assert (template.uri_template, template.name) == ("notes://day/{day}", "day")
         with pytest.raises(ToolError, match="Unknown resource"):
             await reader(uri="notes://nope")
     async with MCPToolSource([stdio_server()]) as source:  # off by default

@@ -191,6 +191,7 @@ def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
+    env["AGENTLOOP_MCP_PROTOCOL_CACHE"] = os.environ["AGENTLOOP_MCP_PROTOCOL_CACHE"]
 
     def mcp(*words: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "agentloop", "mcp", *words, "--mcp-config", str(config)]
@@ -200,6 +201,8 @@ def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout == "notes://today  today (text/plain): Today's notes.\n"
     assert mcp("read", "test", "notes://today").stdout == "buy milk\n"
+    templates = mcp("templates", "test")
+    assert templates.stdout == "notes://day/{day}  day (text/plain): One day's notes.\n"
     assert mcp("prompts", "test").stdout == "review(code): Review a piece of code.\n"
     filled = mcp("prompt", "test", "review", "code=x = 1")
     assert filled.stdout == "user: Please review:\nx = 1\n"
