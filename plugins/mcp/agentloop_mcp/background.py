@@ -137,6 +137,7 @@ class _BridgedTool(Tool):
             timeout=inner.timeout,
             eager=inner.eager,
             input_schema=inner.input_schema,
+            requires_approval=inner.requires_approval,
         )
         self.inner = inner
         self.source = inner.source

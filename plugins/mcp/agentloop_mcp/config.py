@@ -104,6 +104,10 @@ class MCPServer:
     sampling_max_tokens: int | None = None
     """Tokens (input and output) this server's sampling requests may spend while the tool
     source is open. `MCPSampling.max_tokens` (20,000) when None."""
+    require_approval: Literal["never", "always", "destructive"] = "never"
+    """Calls of this server's tools that wait for a person's decision (agentloop's approval
+    flow): `"always"` every call, `"destructive"` those of tools not marked read-only or
+    `destructiveHint: false`, `"never"` none."""
     resources_tool: bool = False
     """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
     resources by URI (its description lists them)."""
@@ -138,6 +142,11 @@ class MCPServer:
             raise MCPConfigError(f"{where}: timeout must be > 0 seconds, got {self.timeout!r}")
         if self.max_result_chars is not None and not self.max_result_chars > 0:
             raise MCPConfigError(f"{where}: max_result_chars must be > 0")
+        if self.require_approval not in ("never", "always", "destructive"):
+            raise MCPConfigError(
+                f"{where}: require_approval must be 'never', 'always' or 'destructive', "
+                f"got {self.require_approval!r}"
+            )
         if self.sampling_model is not None and not self.sampling_model.strip():
             raise MCPConfigError(f"{where}: sampling_model must name a model")
         for limit in ("sampling_max_requests", "sampling_max_tokens"):
@@ -269,7 +278,8 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
     `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
     `progress`, `idle_timeout`, `elicitation`, `sampling`, `sampling_model`,
-    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`; `disabled: true`
+    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`, `require_approval`;
+    `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -339,6 +349,7 @@ _OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "sampling_max_requests": (int, "a number of requests"),
     "sampling_max_tokens": (int, "a number of tokens"),
     "resources_tool": (bool, "true or false"),
+    "require_approval": (str, "'never', 'always' or 'destructive'"),
 }
 
 

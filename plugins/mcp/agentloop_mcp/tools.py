@@ -19,6 +19,7 @@ from agentloop.messages import ContentBlock
 from agentloop.progress import progress_reporter
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from .config import MCPServer
 from .connection import MCPRequestError, ServerConnection
 from .content import to_content
 from .sampling import Caller
@@ -44,6 +45,7 @@ class MCPTool(Tool):
             description=spec.description or "",
             timeout=connection.server.timeout,
             input_schema=spec.input_schema,
+            requires_approval=_approval(connection.server.name, connection.server, spec),
         )
         self.source = f"mcp:{connection.server.name}"
         self.__doc__ = self.description
@@ -167,6 +169,34 @@ class MCPResourceTool(MCPTool):
         ]
         result = mcp_types.CallToolResult(content=embedded)
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
+
+
+def _approval(name: str, server: MCPServer, spec: mcp_types.Tool) -> Any:
+    """The tool's `requires_approval`, from the server's `require_approval` option.
+
+    `destructive` follows the MCP hints: a tool is destructive unless it says it is
+    read-only or says `destructiveHint: false` (the specification's default is true).
+    """
+    choice = server.require_approval
+    if choice == "always":
+        reason = f"MCP server '{name}' requires approval for each call (require_approval)"
+    elif choice == "destructive" and _destructive(spec.annotations):
+        reason = f"MCP server '{name}' says {spec.name!r} may be destructive (require_approval)"
+    else:
+        return False
+
+    def ask(ctx: RunContext[Any], arguments: dict[str, Any]) -> str:
+        return reason
+
+    return ask
+
+
+def _destructive(hints: mcp_types.ToolAnnotations | None) -> bool:
+    if hints is None:
+        return True
+    if hints.read_only_hint:
+        return False
+    return hints.destructive_hint is not False
 
 
 def _validator(schema: dict[str, Any], server: str, tool: str) -> Any:

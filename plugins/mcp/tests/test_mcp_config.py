@@ -312,3 +312,11 @@ def test_a_vs_code_input_variable_is_refused_clearly() -> None:
         "for a value, which agentloop does not do; write ${VARIABLE} and set that "
         "environment variable"
     )
+
+
+def test_require_approval_is_read_and_checked() -> None:
+    [server] = parse_config({"mcpServers": {"a": {"command": "x", "require_approval": "always"}}})
+    assert server.require_approval == "always"
+    assert MCPServer.stdio("x").require_approval == "never"
+    with pytest.raises(MCPConfigError, match="require_approval must be 'never', 'always' or"):
+        parse_config({"mcpServers": {"a": {"command": "x", "require_approval": "sometimes"}}})
