@@ -26,6 +26,7 @@ from .form import ask_form
 __all__ = (
     "ElicitationHandler",
     "elicitation_callback",
+    "logging_callback",
     "roots_callback",
     "terminal_elicitation",
 )
@@ -51,6 +52,29 @@ def roots_callback(server: MCPServer) -> Any:
         return mcp_types.ListRootsResult(roots=roots)
 
     return list_roots
+
+
+_LEVELS = {"debug": "debug", "info": "info", "notice": "info", "warning": "warning"}
+
+
+def logging_callback(server: MCPServer) -> Any:
+    """The callback that sends `server`'s log notifications to the `agentloop` logger.
+
+    Each is an `mcp.server_log` event at the server's level (notice as info; error and
+    above as error), with the server's name, its logger's name and the data.
+    """
+
+    async def log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        level = _LEVELS.get(params.level, "error")
+        getattr(_log, level)(
+            "mcp.server_log",
+            mcp_server=server.name,
+            level_sent=params.level,
+            logger_name=params.logger,
+            data=params.data,
+        )
+
+    return log
 
 
 def elicitation_callback(server: MCPServer, handler: ElicitationHandler | None) -> Any:

@@ -40,7 +40,12 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from .capabilities import ElicitationHandler, elicitation_callback, roots_callback
+from .capabilities import (
+    ElicitationHandler,
+    elicitation_callback,
+    logging_callback,
+    roots_callback,
+)
 from .config import MCPServer
 from .protocols import known_mode, no_back_channel_message, remember_handshake
 from .sampling import Caller, MCPSampling, in_call, sampling_callback
@@ -344,6 +349,8 @@ class ServerConnection:
             sampling_callback=self._sampling,
             elicitation_callback=self._elicitation,
             list_roots_callback=self._roots,
+            logging_callback=logging_callback(self.server),
+            log_level="info",  # the newest protocol sends logs only to who asks for them
         )
 
     async def _serve(self, client: Client, lost: anyio.Event) -> None:

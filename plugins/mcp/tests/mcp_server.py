@@ -270,6 +270,13 @@ def build(name: str) -> SDKServer:
         return ",".join(f"{r.name}={r.uri}" for r in listed.roots)
 
     @server.tool()
+    async def chatter(ctx: Context) -> str:
+        """Send two log notifications, then answer."""
+        await ctx.info("starting", logger_name="chat")
+        await ctx.warning({"disk": "almost full"}, logger_name="chat")
+        return "chatted"
+
+    @server.tool()
     def nothing() -> CallToolResult:
         """An empty result."""
         return CallToolResult(content=[])

@@ -227,3 +227,24 @@ async def test_resources_as_a_read_tool(
             await reader(uri="notes://nope")
     async with MCPToolSource([stdio_server()]) as source:  # off by default
         assert not [t for t in source.tools() if t.name.endswith("read_resource")]
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_server_log_notifications_reach_the_agentloop_logger(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, protocol: str
+) -> None:
+    from structlog.testing import capture_logs
+
+    async with MCPToolSource([stdio_server(protocol=protocol)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        with capture_logs() as logs:
+            assert await tools["chatter"]() == "chatted"
+    sent = [
+        (e["log_level"], e["level_sent"], e["logger_name"], e["data"])
+        for e in logs
+        if e["event"] == "mcp.server_log" and e["mcp_server"] == "local"
+    ]
+    assert sent == [
+        ("info", "info", "chat", "starting"),
+        ("warning", "warning", "chat", {"disk": "almost full"}),
+    ]

@@ -23,6 +23,7 @@ EXPECTED = [
     "ask",
     "big_text",
     "block",
+    "chatter",
     "dotted_name",
     "echo",
     "fail",
