@@ -302,6 +302,7 @@ def test_mcp_strict_makes_a_failed_server_an_error_wherever_the_config_is_used(
     command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # cortex keeps its files in the working directory
     path = tmp_path / "ghost.json"
     path.write_text(json.dumps(GHOST))
     lenient, warned = command(*words, "--mcp-config", str(path))
