@@ -48,6 +48,9 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
     under `agentloop run`, `agentloop serve` and in a service; a service may still give
     them other deps with `tool.replace(deps=...)`. The registering plugin is recorded as
     the tool's source.
+    Two plugins registering one name is a `DuplicateToolError`, unless one registered
+    its tool with `gives_way="how to keep it"`: that one is left out, with a warning
+    (`PluginManager.left_out`).
     Not `firstresult`: every plugin's implementation is called.
 
     :param register: callable that adds one tool to the plugin manager's catalogue.

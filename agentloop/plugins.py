@@ -23,9 +23,10 @@ import pluggy
 
 from . import hookspecs
 from .capabilities.base import Capability
-from .errors import AgentloopError, ConfigurationError, DuplicateToolError
+from .errors import ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
 from .logs import get_logger
+from .plugin_capabilities import CapabilityRegistrar, PluginCapability
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -84,40 +85,6 @@ class PluginInfo:
 
 
 @dataclass(frozen=True)
-class PluginCapability:
-    """One capability of the catalogue: its name, its plugin, and what makes it."""
-
-    name: str
-    """The name it is picked by (`--capability NAME`, `select_capabilities`)."""
-    source: str
-    """The plugin that registered it."""
-    given: Capability | Callable[[], Capability]
-    """What the plugin registered: the capability, or a factory making one."""
-
-    def create(self) -> Capability:
-        """The capability for an agent: the one registered, or a new one from the factory.
-
-        Raises:
-            ConfigurationError: the factory failed, or made something that is not a
-                `Capability` (the plugin is named).
-        """
-        if isinstance(self.given, Capability):
-            return self.given
-        where = f"plugin {self.source!r}: capability {self.name!r}"
-        try:
-            made = self.given()
-        except AgentloopError:
-            raise
-        except Exception as exc:
-            raise ConfigurationError(f"{where}: its factory failed: {_describe(exc)}") from exc
-        if not isinstance(made, Capability):
-            raise ConfigurationError(
-                f"{where}: its factory returned {type(made).__name__}, not a Capability"
-            )
-        return made
-
-
-@dataclass(frozen=True)
 class _Dist:
     name: str
     version: str
@@ -143,6 +110,9 @@ class PluginManager:
         self._capabilities: dict[str, PluginCapability] | None = None
         self.failures: list[PluginLoadError] = []
         """Plugins that failed to load or to register their tools."""
+        self.left_out: list[str] = []
+        """Tools left out of the catalogue because they give way to another plugin's tool
+        of the same name (registered with `gives_way`), each as a one-line warning."""
 
     # ------------------------------------------------------------------ loading
 
@@ -224,29 +194,52 @@ class PluginManager:
     def _build(self) -> dict[str, Tool]:
         if self._catalogue is None:
             catalogue: dict[str, Tool] = {}
+            self.left_out = []
+            yielding: dict[str, str] = {}
             for name, plugin in self._pm.list_name_plugin():
                 if plugin is not None:
-                    self._collect(name, plugin, catalogue)
+                    self._collect(name, plugin, catalogue, yielding)
             self._catalogue = catalogue
         return self._catalogue
 
-    def _collect(self, name: str, plugin: object, catalogue: dict[str, Tool]) -> None:
+    def _collect(
+        self, name: str, plugin: object, catalogue: dict[str, Tool], yielding: dict[str, str]
+    ) -> None:
         caller = self._caller_for(plugin, "agentloop_register_tools")
         found: list[Tool] = []
+        registrar = _Registrar(name, found)
         try:
-            caller(register=_Registrar(name, found))
+            caller(register=registrar)
         except Exception as exc:
             self._fail(name, self._values.get(name, ""), _describe(exc))
             return
         for item in found:
+            hint = registrar.gives_way.get(id(item))
             if item.name in catalogue:
-                first = catalogue[item.name].source
-                raise DuplicateToolError(
-                    f"tool name {item.name!r} is registered by plugin {first!r} and by plugin "
-                    f"{name!r}; the model addresses tools by name, so uninstall one or pin "
-                    f"the plugins with {ENV_VAR}"
-                )
+                first = catalogue[item.name]
+                if hint is not None:
+                    self._leave_out(item, first, hint)
+                    continue
+                if item.name not in yielding:
+                    raise DuplicateToolError(
+                        f"tool name {item.name!r} is registered by plugin {first.source!r} and "
+                        f"by plugin {name!r}; the model addresses tools by name, so uninstall "
+                        f"one or pin the plugins with {ENV_VAR}"
+                    )
+                self._leave_out(first, item, yielding.pop(item.name))
+                del catalogue[item.name]
             catalogue[item.name] = item
+            if hint is not None:
+                yielding[item.name] = hint
+
+    def _leave_out(self, tool: Tool, kept: Tool, hint: str) -> None:
+        """Record (and log) that `tool` gave way to `kept`, another plugin's of its name."""
+        line = (
+            f"tool {tool.name!r} of plugin {tool.source!r} left out: plugin {kept.source!r} "
+            f"registers a tool of that name; {hint}"
+        )
+        self.left_out.append(line)
+        _log.warning("plugin.tool_left_out", tool=tool.name, plugin=tool.source, message=line)
 
     def capabilities(self) -> list[PluginCapability]:
         """Every capability of every loaded plugin, in plugin then registration order.
@@ -269,7 +262,7 @@ class PluginManager:
                 caller = self._caller_for(plugin, "agentloop_register_capabilities")
                 found: list[PluginCapability] = []
                 try:
-                    caller(register=_CapabilityRegistrar(name, found))
+                    caller(register=CapabilityRegistrar(name, found))
                 except Exception as exc:
                     why = f"agentloop_register_capabilities: {_describe(exc)}"
                     self._fail(name, self._values.get(name, ""), why)
@@ -408,6 +401,8 @@ class _Registrar:
     def __init__(self, plugin: str, found: list[Tool]) -> None:
         self.plugin = plugin
         self.found = found
+        self.gives_way: dict[int, str] = {}
+        """The tools registered with `gives_way` (by `id`), and its text."""
 
     def __call__(
         self,
@@ -419,11 +414,16 @@ class _Registrar:
         eager: bool | None = None,
         deps: Any = None,
         deps_factory: Callable[[], Any] | None = None,
+        gives_way: str | None = None,
     ) -> Tool:
         """Add one tool for this plugin, with `@tool`'s options; returns the `Tool`.
 
         `deps` (or `deps_factory`, making it at each call) is what the tool gets as
         `RunContext.deps` instead of the run's: the plugin's own, wherever it runs.
+        `gives_way`: when another plugin registers a tool of the same name, leave this
+        one out (with a warning ending in this text, which says how to keep it) rather
+        than fail with `DuplicateToolError`. For tools a plugin does not name itself
+        (an MCP server's, say).
         """
         options = (name, description, timeout, eager, deps, deps_factory)
         # Here, not at the top: loading plugins (for `agentloop --help`) needs no pydantic.
@@ -452,28 +452,9 @@ class _Registrar:
             )
         new.source = self.plugin
         self.found.append(new)
+        if gives_way is not None:
+            self.gives_way[id(new)] = gives_way
         return new
-
-
-class _CapabilityRegistrar:
-    """The `register` callable one plugin's `agentloop_register_capabilities` receives."""
-
-    def __init__(self, plugin: str, found: list[PluginCapability]) -> None:
-        self.plugin = plugin
-        self.found = found
-
-    def __call__(self, name: str, capability: Capability | Callable[[], Capability]) -> None:
-        """Add the capability (or the factory making it) `name` for this plugin."""
-        if not isinstance(name, str) or not name.strip() or name != name.strip():
-            raise ConfigurationError(
-                f"a capability's name must be a word such as 'redact', not {name!r}"
-            )
-        if not isinstance(capability, Capability) and not callable(capability):
-            raise ConfigurationError(
-                f"capability {name!r}: register a Capability or a function making one, "
-                f"not {type(capability).__name__}"
-            )
-        self.found.append(PluginCapability(name, self.plugin, capability))
 
 
 def _entry_points() -> dict[str, metadata.EntryPoint]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop.plugins import ENV_VAR, PluginManager, installed_plugins, pinned_plugins
 
 from .exits import EXIT_OK
-from .setups import choose_tools, run_setups
+from .setups import choose_tools, run_setups, warn_left_out
 
 if TYPE_CHECKING:
     from agentloop.tools import Tool
@@ -66,6 +66,7 @@ def tools_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         catalogue = choose_tools(manager, {}, plugins=args.plugins, tools=None)
     else:
         catalogue = manager.tools()
+        warn_left_out(manager)
     if args.json:
         print(json.dumps([_tool_json(t) for t in catalogue], indent=2))
         return EXIT_OK

@@ -31,9 +31,10 @@ __all__ = (
 
 _HANDLER_NAME = "agentloop-command"
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
-_REPORTED_BY_THE_COMMAND = frozenset({"run.error", "plugin.load_failed"})
+_REPORTED_BY_THE_COMMAND = frozenset({"run.error", "plugin.load_failed", "plugin.tool_left_out"})
 """Events whose news the command prints itself: as its error line (a failed run, a failed
-plugin the command uses), or in `agentloop plugins` (every plugin that failed)."""
+plugin the command uses), in `agentloop plugins` (every plugin that failed), or as a
+warning line (a tool left out for another plugin's of its name)."""
 
 
 def logging_options() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
     from agentloop.providers.base import Provider
     from agentloop.tools import Tool
 
-__all__ = ("choose_tools", "offline_model", "plugin_call", "run_deps", "run_setups")
+__all__ = (
+    "choose_tools",
+    "offline_model",
+    "plugin_call",
+    "run_deps",
+    "run_setups",
+    "warn_left_out",
+)
 
 _T = TypeVar("_T")
 
@@ -61,6 +69,7 @@ def choose_tools(
     failed = [f for f in manager.failures if plugins is not None and f.name in plugins]
     if failed:
         raise ConfigurationError(f"plugin {failed[0].name!r} failed: {failed[0].error}")
+    warn_left_out(manager)
     exposed: list[Tool] = []
     for item in chosen:
         setup = setups.get(item.source or "")
@@ -69,6 +78,12 @@ def choose_tools(
         elif item.source not in {t.source for t in exposed}:
             exposed += [_from_plugin(t, item.source) for t in setup.tools]
     return exposed
+
+
+def warn_left_out(manager: PluginManager) -> None:
+    """Print each tool the catalogue left out for another plugin's (once per command)."""
+    for line in manager.left_out:
+        print(f"agentloop: warning: {line}", file=sys.stderr)
 
 
 def _from_plugin(item: Tool, plugin: str | None) -> Tool:

@@ -369,6 +369,40 @@ def test_cli_plugins_reports_failures(
     assert "plugin.load_failed" in verbose.stderr
 
 
+@pytest.mark.parametrize("order", ["giver-first", "giver-last"])
+def test_a_tool_registered_to_give_way_is_left_out_with_a_warning(order: str) -> None:
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    class Owner:
+        @staticmethod
+        @agentloop.hookimpl
+        def agentloop_register_tools(register: Callable[..., Any]) -> None:
+            register(lookup)
+
+    class Giver:
+        @staticmethod
+        @agentloop.hookimpl
+        def agentloop_register_tools(register: Callable[..., Any]) -> None:
+            register(lookup, gives_way="rename it to keep it")
+            register(lookup, name="other_lookup", gives_way="unused")
+
+    manager = PluginManager()
+    plugins = [("giver", Giver), ("owner", Owner)]
+    for name, plugin in plugins if order == "giver-first" else plugins[::-1]:
+        manager.register(plugin, name=name)
+    with capture_logs() as logs:
+        tools = {t.name: t.source for t in manager.tools()}
+    assert tools == {"lookup": "owner", "other_lookup": "giver"}
+    line = (
+        "tool 'lookup' of plugin 'giver' left out: plugin 'owner' registers a tool of that "
+        "name; rename it to keep it"
+    )
+    assert manager.left_out == [line]
+    assert [e["message"] for e in logs if e["event"] == "plugin.tool_left_out"] == [line]
+
+
 def test_duplicate_tool_across_installed_plugins_names_both(
     weather_installed: None,
     throwaway_dists: dict[str, Path],

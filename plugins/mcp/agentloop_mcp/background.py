@@ -51,7 +51,7 @@ class BackgroundToolSource:
         self._options = options
         self._thread: threading.Thread | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._tools: list[Tool] = []
+        self._tools: list[_BridgedTool] = []
         self._error: BaseException | None = None
         self.errors: list[MCPProblem] = []
         """The servers left out when the source opened, and why (see `MCPToolSource`)."""
@@ -108,6 +108,10 @@ class BackgroundToolSource:
         """The tools (sorted by name), callable from any event loop while the source is open."""
         return list(self._tools)
 
+    def bridged(self) -> list[_BridgedTool]:
+        """The tools as `tools()` gives them, typed with their server and name on it."""
+        return list(self._tools)
+
     def close(self) -> None:
         """Close the source (connections closed, server processes stopped) and its thread."""
         portal, self._portal = self._portal, None
@@ -133,11 +137,14 @@ class _BridgedTool(Tool):
             timeout=inner.timeout,
             eager=inner.eager,
             input_schema=inner.input_schema,
+            requires_approval=inner.requires_approval,
         )
         self.inner = inner
         self.source = inner.source
         self.server: str = inner.server
         """The name of the server it belongs to."""
+        self.mcp_name: str = inner.mcp_name
+        """The tool's name on its server (without prefix)."""
         self.origin: str = inner.origin
         """Where the tool comes from, for listings (its server)."""
         self.__doc__ = inner.__doc__

@@ -21,10 +21,12 @@ import mcp.types as mcp_types
 from agentloop.logs import get_logger
 
 from .config import MCPServer
+from .form import ask_form
 
 __all__ = (
     "ElicitationHandler",
     "elicitation_callback",
+    "logging_callback",
     "roots_callback",
     "terminal_elicitation",
 )
@@ -52,6 +54,29 @@ def roots_callback(server: MCPServer) -> Any:
     return list_roots
 
 
+_LEVELS = {"debug": "debug", "info": "info", "notice": "info", "warning": "warning"}
+
+
+def logging_callback(server: MCPServer) -> Any:
+    """The callback that sends `server`'s log notifications to the `agentloop` logger.
+
+    Each is an `mcp.server_log` event at the server's level (notice as info; error and
+    above as error), with the server's name, its logger's name and the data.
+    """
+
+    async def log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        level = _LEVELS.get(params.level, "error")
+        getattr(_log, level)(
+            "mcp.server_log",
+            mcp_server=server.name,
+            level_sent=params.level,
+            logger_name=params.logger,
+            data=params.data,
+        )
+
+    return log
+
+
 def elicitation_callback(server: MCPServer, handler: ElicitationHandler | None) -> Any:
     """The elicitation callback for `server`, or None when it is not offered."""
     if handler is None or not server.elicitation:
@@ -76,7 +101,9 @@ async def terminal_elicitation(
 ) -> mcp_types.ElicitResult:
     """Ask on the terminal: the server's message, then each field of its form.
 
-    An empty answer to the first question declines; end of input (Ctrl-D) cancels.
+    Each field shows its type, bounds, choices and default, and is asked again until the
+    answer fits its schema; Enter takes the default (or skips an optional field),
+    `!decline` declines, `!cancel` or end of input (Ctrl-D) cancels.
     """
     return await anyio.to_thread.run_sync(_ask, server, params)
 
@@ -91,34 +118,4 @@ def _ask(server: str, params: mcp_types.ElicitRequestParams) -> mcp_types.Elicit
         except EOFError:
             return mcp_types.ElicitResult(action="cancel")
         return mcp_types.ElicitResult(action="accept")
-    schema = params.requested_schema or {}
-    properties: dict[str, Any] = dict(schema.get("properties") or {})
-    content: dict[str, Any] = {}
-    for index, (name, spec) in enumerate(properties.items()):
-        kind = spec.get("type", "string")
-        hint = f" ({spec['description']})" if spec.get("description") else ""
-        print(f"  {name}{hint} [{kind}]: ", end="", file=out, flush=True)
-        try:
-            answer = input().strip()
-        except EOFError:
-            return mcp_types.ElicitResult(action="cancel")
-        if index == 0 and not answer:
-            return mcp_types.ElicitResult(action="decline")
-        content[name] = _typed(answer, kind)
-    return mcp_types.ElicitResult(action="accept", content=content)
-
-
-def _typed(answer: str, kind: str) -> Any:
-    if kind == "boolean":
-        return answer.lower() in ("y", "yes", "true", "1")
-    if kind == "integer":
-        try:
-            return int(answer)
-        except ValueError:
-            return answer
-    if kind == "number":
-        try:
-            return float(answer)
-        except ValueError:
-            return answer
-    return answer
+    return ask_form(params.requested_schema or {}, out, input)

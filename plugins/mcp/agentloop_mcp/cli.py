@@ -1,6 +1,7 @@
 """`agentloop mcp`: a configured server's resources and prompts, from the command line.
 
     agentloop mcp resources SERVER            the resources it lists
+    agentloop mcp templates SERVER            its resource templates (URIs to fill in)
     agentloop mcp read SERVER URI             one resource's contents
     agentloop mcp prompts SERVER              the prompts it lists, with their arguments
     agentloop mcp prompt SERVER NAME [K=V..]  one prompt, filled in
@@ -52,6 +53,9 @@ async def _answer(server: Any, args: argparse.Namespace) -> list[str]:
         name = server.name
         if args.action == "resources":
             return [_resource(r) for r in await source.list_resources(name)] or ["(none)"]
+        if args.action == "templates":
+            templates = await source.list_resource_templates(name)
+            return [_template(t) for t in templates] or ["(none)"]
         if args.action == "read":
             return [_contents(c) for c in await source.read_resource(name, args.item)]
         if args.action == "prompts":
@@ -74,6 +78,12 @@ def _resource(resource: mcp_types.Resource) -> str:
     kind = f" ({resource.mime_type})" if resource.mime_type else ""
     about = f": {resource.description}" if resource.description else ""
     return f"{resource.uri}  {resource.name}{kind}{about}"
+
+
+def _template(template: mcp_types.ResourceTemplate) -> str:
+    kind = f" ({template.mime_type})" if template.mime_type else ""
+    about = f": {template.description}" if template.description else ""
+    return f"{template.uri_template}  {template.name}{kind}{about}"
 
 
 def _contents(contents: mcp_types.TextResourceContents | mcp_types.BlobResourceContents) -> str:

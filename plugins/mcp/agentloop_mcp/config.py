@@ -25,6 +25,8 @@ from .content import DEFAULT_MAX_RESULT_CHARS
 __all__ = ("MCPConfigError", "MCPServer", "load_config", "parse_config")
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_PROMPTED = re.compile(r"\$\{input:[^}]*\}")
+"""VS Code's `${input:id}`: a value its editor prompts for (from the file's `inputs`)."""
 
 
 class MCPConfigError(ConfigurationError):
@@ -102,6 +104,10 @@ class MCPServer:
     sampling_max_tokens: int | None = None
     """Tokens (input and output) this server's sampling requests may spend while the tool
     source is open. `MCPSampling.max_tokens` (20,000) when None."""
+    require_approval: Literal["never", "always", "destructive"] = "never"
+    """Calls of this server's tools that wait for a person's decision (agentloop's approval
+    flow): `"always"` every call, `"destructive"` those of tools not marked read-only or
+    `destructiveHint: false`, `"never"` none."""
     resources_tool: bool = False
     """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
     resources by URI (its description lists them)."""
@@ -136,6 +142,11 @@ class MCPServer:
             raise MCPConfigError(f"{where}: timeout must be > 0 seconds, got {self.timeout!r}")
         if self.max_result_chars is not None and not self.max_result_chars > 0:
             raise MCPConfigError(f"{where}: max_result_chars must be > 0")
+        if self.require_approval not in ("never", "always", "destructive"):
+            raise MCPConfigError(
+                f"{where}: require_approval must be 'never', 'always' or 'destructive', "
+                f"got {self.require_approval!r}"
+            )
         if self.sampling_model is not None and not self.sampling_model.strip():
             raise MCPConfigError(f"{where}: sampling_model must name a model")
         for limit in ("sampling_max_requests", "sampling_max_tokens"):
@@ -267,7 +278,8 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
     `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
     `progress`, `idle_timeout`, `elicitation`, `sampling`, `sampling_model`,
-    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`; `disabled: true`
+    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`, `require_approval`;
+    `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -337,6 +349,7 @@ _OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "sampling_max_requests": (int, "a number of requests"),
     "sampling_max_tokens": (int, "a number of tokens"),
     "resources_tool": (bool, "true or false"),
+    "require_approval": (str, "'never', 'always' or 'destructive'"),
 }
 
 
@@ -386,12 +399,18 @@ def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
         raise MCPConfigError(f"{where}: {exc}") from exc
 
 
+_NULLABLE = frozenset({"max_result_chars"})
+"""Options whose None means something other than their default (`null`: results whole)."""
+
+
 def _options(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The entry's `MCPServer` options, each checked for its JSON type."""
     options: dict[str, Any] = {}
     for key, (kinds, expected) in _OPTIONS.items():
         value = entry.get(key)
         if value is None:
+            if key in _NULLABLE and key in entry:
+                options[key] = None  # `null` written out: the field's None, not its default
             continue
         if isinstance(value, bool) and kinds is not bool:
             raise MCPConfigError(f"{where}.{key}: expected {expected}")
@@ -435,6 +454,13 @@ def _string_map(entry: Mapping[str, Any], key: str, where: str) -> dict[str, str
 
 
 def _expand(value: str, where: str) -> str:
+    prompted = _PROMPTED.search(value)
+    if prompted is not None:
+        raise MCPConfigError(
+            f"{where}: {prompted.group(0)} asks VS Code to prompt for a value, which "
+            f"agentloop does not do; write ${{VARIABLE}} and set that environment variable"
+        )
+
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = os.environ.get(name)

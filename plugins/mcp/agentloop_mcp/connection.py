@@ -11,6 +11,12 @@ supervisor closes it, settles the calls that were in flight, waits (with backoff
 reconnects once for every call that is waiting. A call in flight during the drop is sent
 again only if the tool says it is safe (`readOnlyHint` or `idempotentHint`), and only
 once; any other gets an error saying it may or may not have run.
+
+Under `protocol: auto` a server that also speaks the handshake era is reached on the
+newest protocol, which gives a server no channel for requests of its own; a server that
+asks anyway (sampling, elicitation, roots, as servers written in the usual style do) has
+the call refused. The supervisor then lets the other calls finish, reconnects with the
+initialize handshake, which has that channel, and sends the refused call again.
 """
 
 from __future__ import annotations
@@ -34,8 +40,14 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from .capabilities import ElicitationHandler, elicitation_callback, roots_callback
+from .capabilities import (
+    ElicitationHandler,
+    elicitation_callback,
+    logging_callback,
+    roots_callback,
+)
 from .config import MCPServer
+from .protocols import known_mode, no_back_channel_message, remember_handshake
 from .sampling import Caller, MCPSampling, in_call, sampling_callback
 from .transport import (
     MCPConnectError,
@@ -43,6 +55,7 @@ from .transport import (
     connection_lost,
     describe,
     garbled,
+    no_back_channel,
     not_delivered,
     transport,
 )
@@ -93,6 +106,8 @@ class _Request:
     """How many dropped connections it was in flight on."""
     abandoned: bool = False
     """The caller stopped waiting (timeout, cancellation)."""
+    switched: bool = False
+    """Refused for want of a back-channel, and waiting for a handshake-era connection."""
     scope: anyio.CancelScope | None = field(default=None, repr=False)
 
     def abandon(self) -> None:
@@ -150,6 +165,16 @@ class ServerConnection:
         self._answered = 0
         self._tools_changed = anyio.Event()
         self._log = _log.bind(mcp_server=server.name)
+        self._mode = known_mode(server)
+        """The SDK's connect mode for the next connection (`legacy` once a server asked)."""
+        self._version: str | None = None
+        """The protocol version of the live connection."""
+        self._handshake_refused = False
+        """Whether a switch to the handshake era failed (the server speaks only the new one)."""
+        self._switch: anyio.Event | None = None
+        """Set when a refused call asks for a handshake-era connection."""
+        self._ended = anyio.Event()
+        """Set when a call ends (what a switch of era waits for)."""
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -258,7 +283,10 @@ class ServerConnection:
             healthy = connected and self._answered > 0
             self._settle(reason)
             failures = 0 if healthy else failures + 1
-            if failures >= self._attempts:
+            if self._switch is not None and self._switch.is_set():
+                self._switch = None  # a switch of era, not a failure: reconnect at once
+                failures = 0
+            elif failures >= self._attempts:
                 self._log.warning("mcp.unavailable", reason=reason, attempts=failures)
                 self._fail_waiting(
                     f"MCP server '{self.server.name}' is unavailable ({reason}); "
@@ -271,6 +299,11 @@ class ServerConnection:
                 self._log.warning("mcp.reconnecting", reason=reason, delay=delay)
                 await anyio.sleep(delay)
             connected, reason = await self._connection(ready=None, first=False)
+            if not connected and self._mode != self.server.mode:
+                self._log.info("mcp.handshake_refused", reason=reason)
+                self._mode, self._handshake_refused = self.server.mode, True
+                self._refuse_switched()
+                connected, reason = await self._connection(ready=None, first=False)
 
     async def _connection(
         self, *, ready: Callable[[], None] | None, first: bool
@@ -289,6 +322,9 @@ class ServerConnection:
                     connected = True
                     self.connections += 1
                     self._answered = 0
+                    self._version = client.protocol_version
+                    if self._mode == "auto" and self._version not in MODERN_PROTOCOL_VERSIONS:
+                        remember_handshake(self.server)  # it ignored the probe: skip it next time
                     self._log.info(
                         "mcp.connected",
                         protocol_version=client.protocol_version,
@@ -306,28 +342,53 @@ class ServerConnection:
     def _client(self, lost: anyio.Event, garbage: list[str]) -> Client:
         return Client(
             transport(self.server, lost, garbage),
-            mode=self.server.mode,
+            mode=self._mode,
             cache=None,
             message_handler=self._on_message,
             client_info=_CLIENT_INFO,
             sampling_callback=self._sampling,
             elicitation_callback=self._elicitation,
             list_roots_callback=self._roots,
+            logging_callback=logging_callback(self.server),
+            log_level="info",  # the newest protocol sends logs only to who asks for them
         )
 
     async def _serve(self, client: Client, lost: anyio.Event) -> None:
+        self._switch = anyio.Event()
+        pump = anyio.CancelScope()
         async with anyio.create_task_group() as group:
             retry, self._retry = self._retry, []
             for request in retry:
                 self._start(group, client, request, lost)
-            group.start_soon(self._pump, group, client, lost)
+            group.start_soon(self._pump, group, client, lost, pump)
+            group.start_soon(self._on_switch, pump, lost)
             group.start_soon(self._watch_tools, client)
             await lost.wait()
             group.cancel_scope.cancel()
 
-    async def _pump(self, group: anyio.abc.TaskGroup, client: Client, lost: anyio.Event) -> None:
-        async for request in self._receive:
-            self._start(group, client, request, lost)
+    async def _pump(
+        self,
+        group: anyio.abc.TaskGroup,
+        client: Client,
+        lost: anyio.Event,
+        scope: anyio.CancelScope,
+    ) -> None:
+        with scope:
+            async for request in self._receive:
+                self._start(group, client, request, lost)
+
+    async def _on_switch(self, pump: anyio.CancelScope, lost: anyio.Event) -> None:
+        """When a call needs the handshake era: take no new call, let the others finish."""
+        assert self._switch is not None
+        await self._switch.wait()
+        pump.cancel()  # new calls wait in the channel for the next connection
+        while any(r.state == "sent" for r in self._in_flight):
+            self._ended = anyio.Event()
+            await self._ended.wait()
+        self._mode = "legacy"
+        remember_handshake(self.server)
+        self._log.info("mcp.handshake_era", reason="the server asked the client a question")
+        lost.set()
 
     def _start(
         self, group: anyio.abc.TaskGroup, client: Client, request: _Request, lost: anyio.Event
@@ -377,10 +438,15 @@ class ServerConnection:
                 if connection_lost(exc):
                     lost.set()
                     return  # settled by the supervisor once the connection is closed
-                outcome = _Failure(
-                    f"MCP server '{self.server.name}' refused the call to '{request.name}': "
-                    f"{exc.error.message} (code {exc.error.code})"
-                )
+                if no_back_channel(exc):
+                    if self._switch_era(request):
+                        return  # sent again on the handshake-era connection
+                    outcome = _Failure(self._no_back_channel(request.name))
+                else:
+                    outcome = _Failure(
+                        f"MCP server '{self.server.name}' refused the call to '{request.name}': "
+                        f"{exc.error.message} (code {exc.error.code})"
+                    )
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 lost.set()
                 return
@@ -391,6 +457,7 @@ class ServerConnection:
                 )
         request.scope = None
         self._in_flight.pop(request, None)
+        self._ended.set()  # one call fewer for a switch of era to wait for
         if scope.cancelled_caught and request.abandoned:
             request.answer(None)  # abandoned by its caller
             return
@@ -401,6 +468,28 @@ class ServerConnection:
             )
         self._answered += 1
         request.answer(outcome)
+
+    def _switch_era(self, request: _Request) -> bool:
+        """Ask for a handshake-era connection for a call a server refused; False if none."""
+        if self.server.protocol != "auto" or self._version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        if self._handshake_refused or request.switched or self._switch is None:
+            return False
+        request.state = "queued"  # the server refused it: sent again after the switch
+        request.switched = True
+        request.scope = None
+        self._switch.set()
+        return True
+
+    def _no_back_channel(self, tool: str) -> str:
+        refused, version = self._handshake_refused, self._version
+        return no_back_channel_message(self.server, tool, version, handshake_refused=refused)
+
+    def _refuse_switched(self) -> None:
+        """Answer the calls that waited for a handshake-era connection the server refused."""
+        for request in [r for r in self._retry if r.switched]:
+            self._retry.remove(request)
+            request.answer(_Failure(self._no_back_channel(request.name)))
 
     def _settle(self, reason: str) -> None:
         """After a drop: send queued and retryable calls again; answer the others."""

@@ -141,7 +141,27 @@ def _image(data: str, media_type: str, what: str) -> ContentBlock:
         )
     if not _is_base64(data):
         return TextBlock(text=f"[{what} omitted: the server sent invalid base64 data]")
+    found = sniff_image(base64.b64decode(data[:64]))
+    if found != media_type:
+        # The API refuses the whole request over one image whose bytes are not its type.
+        actual = f"look like {found}" if found else "are not an image the model reads"
+        return TextBlock(text=f"[{what} omitted: labelled {media_type}, but its bytes {actual}]")
     return ImageBlock(source={"type": "base64", "media_type": media_type, "data": data})
+
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def sniff_image(head: bytes) -> str | None:
+    """The image type (of `IMAGE_TYPES`) that an image's first bytes show, or None."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
 
 
 def _resource(

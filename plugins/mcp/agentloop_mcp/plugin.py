@@ -37,7 +37,7 @@ __all__ = (
 CONFIG_ENV_VAR = "AGENTLOOP_MCP_CONFIG"
 """Path of the `mcpServers` config file whose servers' tools the plugin registers."""
 
-ACTIONS = ("resources", "read", "prompts", "prompt")
+ACTIONS = ("resources", "templates", "read", "prompts", "prompt")
 """What `agentloop mcp` shows: a server's resources, one of them, its prompts, one of them."""
 
 _cli: dict[str, Any] = {}
@@ -179,5 +179,11 @@ def agentloop_register_tools(register: Callable[..., Any]) -> None:
             if line not in _warned:
                 _warned.add(line)
                 print(f"agentloop: warning: {line}", file=sys.stderr)
-    for mcp_tool in source.tools():
-        register(mcp_tool)
+    for mcp_tool in source.bridged():
+        # The model sees names, and the server chose this one, not us: where another
+        # plugin has it, that plugin's tool stays and this one is left out, with a warning.
+        register(
+            mcp_tool,
+            gives_way=f"it is MCP server '{mcp_tool.server}''s {mcp_tool.mcp_name!r}: "
+            'give that server a "prefix" in the MCP config to keep it',
+        )

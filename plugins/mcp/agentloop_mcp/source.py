@@ -3,8 +3,10 @@
 `async with MCPToolSource(servers) as source:` starts one supervisor task per server (in a
 task group the source owns), waits until every server answered with its tool list or
 failed, and names the tools (prefix, then characters the API does not allow replaced by
-`_`). A server that fails to start, times out, or offers names that collide is left out
-and listed in `source.errors`; the others work (`strict=True` makes any failure fatal).
+`_`). A server that fails to start or times out is left out and listed in
+`source.errors`; tools whose names collide (in one server once made valid, or with an
+earlier server's) are left out and listed in `source.skipped`; the rest work
+(`strict=True` makes any of these fatal).
 Leaving the block stops the supervisors, which close their connections and stop the
 server processes. `source.tools()` is the current listing, sorted by name.
 """
@@ -202,19 +204,27 @@ class MCPToolSource:
             await connection.run(task_status=task_status)
 
     def _accept(self, connected: list[ServerConnection]) -> dict[str, list[MCPTool]]:
-        """Each server's named tools; a server whose names collide is left out (or raises)."""
+        """Each server's named tools; a tool whose name another server has is left out.
+
+        With `strict`, a clash raises instead.
+        """
         named: dict[str, list[MCPTool]] = {}
+        owners: dict[str, MCPTool] = {}
         for connection in connected:
-            name = connection.server.name
-            try:
-                tools, skipped = self._name_tools(connection)
-                _check_collisions({**named, name: tools})
-            except DuplicateToolError as exc:
+            tools, skipped = self._name_tools(connection)
+            kept = []
+            for tool in tools:
+                first = owners.get(tool.name)
+                if first is None:
+                    kept.append(tool)
+                    owners[tool.name] = tool
+                    continue
+                reason = _clash(first, tool)
                 if self.strict:
-                    raise
-                self._leave_out(name, str(exc))
-                continue
-            named[name] = tools
+                    raise DuplicateToolError(reason)
+                _log.info("mcp.tool_skipped", mcp_server=tool.server, tool=tool.mcp_name)
+                skipped.append(MCPProblem(tool.server, reason, tool=tool.mcp_name))
+            named[connection.server.name] = kept
             self.skipped += skipped
         return named
 
@@ -232,7 +242,11 @@ class MCPToolSource:
                     MCPProblem(server.name, f"cannot list its resources: {exc}", "read_resource")
                 )
                 continue
-            tool = MCPResourceTool(connection, name, resources)
+            try:
+                templates = await _list_templates(connection)
+            except MCPRequestError:  # templates are optional: a server may not list them
+                templates = []
+            tool = MCPResourceTool(connection, name, resources, templates)
             try:
                 _check_collisions({**self._tools, server.name: [*self._tools[server.name], tool]})
             except DuplicateToolError as exc:
@@ -292,6 +306,15 @@ class MCPToolSource:
                 server is open.
         """
         return await _list_resources(self._connection(server))
+
+    async def list_resource_templates(self, server: str) -> list[mcp_types.ResourceTemplate]:
+        """The resource templates a server lists (every page): URIs with `{placeholders}`.
+
+        Raises:
+            MCPRequestError: the server refused or is gone; ConfigurationError: no such
+                server is open.
+        """
+        return await _list_templates(self._connection(server))
 
     async def read_resource(
         self, server: str, uri: str
@@ -363,6 +386,7 @@ class MCPToolSource:
         """The server's tools under the names the model sees, and the tools left out."""
         server = connection.server
         tools: dict[str, MCPTool] = {}
+        clashed: dict[str, MCPTool] = {}
         skipped: list[MCPProblem] = []
         for spec in connection.tools:
             if not server.offers(spec.name):
@@ -375,11 +399,21 @@ class MCPToolSource:
                 )
                 skipped.append(MCPProblem(server.name, reason, tool=spec.name))
                 continue
-            if name in tools:
-                raise DuplicateToolError(
-                    f"MCP server '{server.name}' offers two tools named {name!r} "
-                    f"({tools[name].mcp_name!r} and {spec.name!r}) once made valid for the API"
+            if name in tools or name in clashed:
+                first = tools.pop(name, None) or clashed[name]
+                clashed[name] = first
+                reason = (
+                    f"its name becomes {name!r} once made valid for the API, as "
+                    f"{first.mcp_name!r}'s does; both are left out (exclude one of them)"
                 )
+                if self.strict:
+                    raise DuplicateToolError(f"MCP server '{server.name}': tool {reason}")
+                skipped += [
+                    MCPProblem(server.name, reason, tool=t)
+                    for t in {first.mcp_name, spec.name}
+                    if not any(p.tool == t and p.reason == reason for p in skipped)
+                ]
+                continue
             tools[name] = MCPTool(connection, spec, name)
         return sorted(tools.values(), key=lambda t: t.name), skipped
 
@@ -415,6 +449,18 @@ async def _list_resources(connection: ServerConnection) -> list[mcp_types.Resour
     return found
 
 
+async def _list_templates(connection: ServerConnection) -> list[mcp_types.ResourceTemplate]:
+    found: list[mcp_types.ResourceTemplate] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = await connection.fetch("list_resource_templates", cursor=cursor)
+        found.extend(page.resource_templates)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return found
+
+
 def _unusable(spec: mcp_types.Tool, name: str) -> str | None:
     """Why a listed tool cannot be offered to the model, or None."""
     if not 0 < len(name) <= 128:
@@ -424,6 +470,15 @@ def _unusable(spec: mcp_types.Tool, name: str) -> str | None:
     return None
 
 
+def _clash(first: MCPTool, tool: MCPTool) -> str:
+    """Why `tool` is left out: another server's tool has its name."""
+    return (
+        f"tool name {tool.name!r} is offered by MCP server '{first.server}' "
+        f"(as {first.mcp_name!r}) and by MCP server '{tool.server}' (as {tool.mcp_name!r}); "
+        f"the model addresses tools by name, so give one of them a prefix"
+    )
+
+
 def _check_collisions(named: dict[str, list[MCPTool]]) -> None:
     """Raise `DuplicateToolError` naming both servers when two offer one tool name."""
     owner: dict[str, MCPTool] = {}
@@ -431,9 +486,4 @@ def _check_collisions(named: dict[str, list[MCPTool]]) -> None:
         for tool in tools:
             first = owner.setdefault(tool.name, tool)
             if first is not tool:
-                raise DuplicateToolError(
-                    f"tool name {tool.name!r} is offered by MCP server '{first.server}' "
-                    f"(as {first.mcp_name!r}) and by MCP server '{tool.server}' "
-                    f"(as {tool.mcp_name!r}); the model addresses tools by name, so give "
-                    "one of them a prefix"
-                )
+                raise DuplicateToolError(_clash(first, tool))

@@ -8,7 +8,7 @@ sends the call to the server's supervisor and turns the result into tool_result 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -19,6 +19,7 @@ from agentloop.messages import ContentBlock
 from agentloop.progress import progress_reporter
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from .config import MCPServer
 from .connection import MCPRequestError, ServerConnection
 from .content import to_content
 from .sampling import Caller
@@ -44,6 +45,7 @@ class MCPTool(Tool):
             description=spec.description or "",
             timeout=connection.server.timeout,
             input_schema=spec.input_schema,
+            requires_approval=_approval(connection.server.name, connection.server, spec),
         )
         self.source = f"mcp:{connection.server.name}"
         self.__doc__ = self.description
@@ -118,13 +120,25 @@ class MCPResourceTool(MCPTool):
     """
 
     def __init__(
-        self, connection: ServerConnection, name: str, resources: list[mcp_types.Resource]
+        self,
+        connection: ServerConnection,
+        name: str,
+        resources: list[mcp_types.Resource],
+        templates: Sequence[mcp_types.ResourceTemplate] = (),
     ) -> None:
         """Describe the reading tool `name` of `connection`'s server."""
         shown = [f"- {r.uri} ({r.name})" for r in resources[:50]]
         more = [f"- ... and {len(resources) - 50} more"] if len(resources) > 50 else []
+        patterns = [f"- {t.uri_template} ({t.name})" for t in templates[:20]]
+        if patterns:
+            patterns.insert(0, "URI templates (fill in each {placeholder}):")
         description = "\n".join(
-            [f"Read a resource of MCP server '{connection.server.name}' by its URI.", *shown, *more]
+            [
+                f"Read a resource of MCP server '{connection.server.name}' by its URI.",
+                *shown,
+                *more,
+                *patterns,
+            ]
         )
         spec = mcp_types.Tool(
             name="read_resource",
@@ -155,6 +169,34 @@ class MCPResourceTool(MCPTool):
         ]
         result = mcp_types.CallToolResult(content=embedded)
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
+
+
+def _approval(name: str, server: MCPServer, spec: mcp_types.Tool) -> Any:
+    """The tool's `requires_approval`, from the server's `require_approval` option.
+
+    `destructive` follows the MCP hints: a tool is destructive unless it says it is
+    read-only or says `destructiveHint: false` (the specification's default is true).
+    """
+    choice = server.require_approval
+    if choice == "always":
+        reason = f"MCP server '{name}' requires approval for each call (require_approval)"
+    elif choice == "destructive" and _destructive(spec.annotations):
+        reason = f"MCP server '{name}' says {spec.name!r} may be destructive (require_approval)"
+    else:
+        return False
+
+    def ask(ctx: RunContext[Any], arguments: dict[str, Any]) -> str:
+        return reason
+
+    return ask
+
+
+def _destructive(hints: mcp_types.ToolAnnotations | None) -> bool:
+    if hints is None:
+        return True
+    if hints.read_only_hint:
+        return False
+    return hints.destructive_hint is not False
 
 
 def _validator(schema: dict[str, Any], server: str, tool: str) -> Any:

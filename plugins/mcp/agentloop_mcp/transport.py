@@ -1,13 +1,16 @@
 """How a connection reaches its MCP server, and the errors it reports.
 
 `transport` opens the server's transport (a stdio process, SSE, or streamable HTTP) with a
-read stream that marks the connection lost when it ends and keeps the first line a server
-wrote that is not an MCP message; the helpers below tell apart a request that never
+read stream that marks the connection lost when it ends, mends or answers a reply the SDK
+could not read (so the call it answers does not wait for ever), and keeps the first line a
+server wrote that is not an MCP message; the helpers below tell apart a request that never
 reached the server from one cut off mid-way.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +26,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.message import SessionMessage
 
 from .config import MCPServer
@@ -35,11 +38,26 @@ __all__ = (
     "connection_lost",
     "describe",
     "garbled",
+    "no_back_channel",
     "not_delivered",
     "transport",
 )
 
 _log = get_logger()
+
+
+class _ReportedByTheStream(logging.Filter):
+    """Drops the SDK's record of a stdout line it could not parse, traceback and all.
+
+    The SDK logs one per line a server writes that is not JSON-RPC; the read stream below
+    mends the line or reports it, once per connection (`mcp.not_a_message`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_ReportedByTheStream())
 
 NOT_DELIVERED = "request not delivered"
 """Starts the message of a call that provably never reached the server (connect refused)."""
@@ -72,12 +90,15 @@ async def transport(
             args=list(server.args),
             env=dict(server.env) or None,
             cwd=server.cwd,
+            # Bytes that are not UTF-8 (a string cut mid-character) become U+FFFD in
+            # their line, rather than an error that ends the connection.
+            encoding_error_handler="replace",
         )
         async with stdio_client(params, errlog=_errlog()) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
     elif server.transport == "sse":
         async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
-            yield _WatchedStream(read, lost, garbage), write
+            yield _WatchedStream(read, lost, garbage, server.name), write
     else:
         async with (
             _HTTPClient(
@@ -85,7 +106,7 @@ async def transport(
             ) as http,
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
-            yield _WatchedStream(read, lost, garbage), write  # type: ignore[misc]
+            yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
 
 
 def garbled(garbage: list[str]) -> str | None:
@@ -105,8 +126,9 @@ class _WatchedStream:
     stdout) in `garbage`, to explain a failed connect.
     """
 
-    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str]) -> None:
+    def __init__(self, inner: Any, lost: anyio.Event, garbage: list[str], server: str) -> None:
         self._inner = inner
+        self._server = server
         self._lost = lost
         self._garbage = garbage
 
@@ -122,9 +144,13 @@ class _WatchedStream:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._lost.set()
             raise
+        if isinstance(item, Exception):
+            mended = _mend(item, self._server)
+            if mended is not None:
+                return mended
         if isinstance(item, Exception) and not self._garbage:
             self._garbage.append(_first_line(item))
-            _log.warning("mcp.not_a_message", error=self._garbage[0])
+            _log.warning("mcp.not_a_message", mcp_server=self._server, error=self._garbage[0])
         return item
 
     async def aclose(self) -> None:
@@ -157,9 +183,13 @@ class _HTTPClient(httpx2.AsyncClient):
     """
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
-        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error."""
+        """Send `request`; a refused POST becomes a 503 carrying a JSON-RPC error.
+
+        A 401 or 403 without a JSON-RPC error of its own gets one that says so (the SDK
+        would report "Server returned an error response").
+        """
         try:
-            return await super().send(request, **kwargs)
+            response = await super().send(request, **kwargs)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             if request.method != "POST":
                 raise
@@ -172,6 +202,24 @@ class _HTTPClient(httpx2.AsyncClient):
                 },
             }
             return httpx2.Response(503, json=body, request=request)
+        kind = response.headers.get("content-type", "")
+        if response.status_code not in _AUTH_REFUSED or kind.startswith("application/json"):
+            return response
+        await response.aclose()
+        status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        error = {
+            "code": mcp_types.INVALID_REQUEST,
+            "message": f"{status}: {_AUTH_REFUSED[response.status_code]}",
+        }
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
+        return httpx2.Response(response.status_code, json=body, request=request)
+
+
+_AUTH_REFUSED = {
+    401: "the server wants authorization, and the token is missing or wrong (give it in "
+    'the server\'s "headers", e.g. "Authorization": "Bearer ${TOKEN}")',
+    403: "the server refused the token given (wrong, expired, or without the permission)",
+}
 
 
 def not_delivered(error: MCPError) -> bool:
@@ -181,6 +229,14 @@ def not_delivered(error: MCPError) -> bool:
         return True
     # A server that restarted does not know our session: it refused the call unread.
     return error.error.code == mcp_types.INVALID_REQUEST and message == "Session terminated"
+
+
+def no_back_channel(error: MCPError) -> bool:
+    """Whether a server refused a call because it could not ask the client a question."""
+    if isinstance(error, NoBackChannelError):
+        return True
+    data = error.error
+    return data.code == mcp_types.INVALID_REQUEST and "no back-channel" in data.message
 
 
 def connection_lost(error: MCPError) -> bool:
@@ -198,6 +254,52 @@ def _errlog() -> TextIO:
         except (AttributeError, OSError, ValueError):
             continue
     raise MCPConnectError("no stderr to give an MCP server process")
+
+
+def _mend(exc: Exception, server: str) -> SessionMessage | None:
+    """A message for a line the SDK could not read, when the line is JSON-RPC after all.
+
+    A lone UTF-16 surrogate in a string (what a JavaScript server writes when it cuts a
+    string mid-emoji) is valid JSON that the SDK's parser refuses: such strings get U+FFFD
+    in its place. A reply that still cannot be read becomes an error reply to its request,
+    so the call ends now instead of at its timeout. None: not JSON-RPC at all.
+    """
+    if not isinstance(exc, pydantic.ValidationError):
+        return None
+    found = [e.get("input") for e in exc.errors()]
+    if not found or not isinstance(found[0], str):
+        return None
+    try:
+        data = json.loads(found[0])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
+        return None
+    try:
+        message = mcp_types.jsonrpc_message_adapter.validate_python(_mended(data), by_name=False)
+    except ValueError as error:
+        if data.get("id") is None or not ("result" in data or "error" in data):
+            return None
+        reason = _first_line(error)
+        _log.warning("mcp.unreadable_reply", mcp_server=server, id=data["id"], error=reason)
+        failure = mcp_types.ErrorData(
+            code=mcp_types.INTERNAL_ERROR,
+            message=f"the server's reply could not be read ({reason})",
+        )
+        return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=data["id"], error=failure))
+    _log.warning("mcp.reply_mended", mcp_server=server, reason="a lone UTF-16 surrogate")
+    return SessionMessage(message)
+
+
+def _mended(value: Any) -> Any:
+    """`value` with each lone UTF-16 surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    return value
 
 
 def _first_line(exc: Exception) -> str:

@@ -11,6 +11,18 @@ from _mcp_support import ConnectionLog, HTTPServerProcess, pid_alive, stdio_decl
 from agentloop_mcp import MCPServer
 
 
+@pytest.fixture(autouse=True)
+def protocol_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """What `protocol: auto` learns stays in this test (a file of its own, memory cleared)."""
+    from agentloop_mcp import protocols
+
+    path = tmp_path / "mcp-protocols.json"
+    monkeypatch.setenv(protocols.CACHE_ENV_VAR, str(path))
+    protocols._seen.clear()
+    yield path
+    protocols._seen.clear()
+
+
 @pytest.fixture
 def conn_log(tmp_path: Path) -> ConnectionLog:
     return ConnectionLog(tmp_path / "connections.log")

@@ -126,11 +126,16 @@ def build(name: str) -> SDKServer:
 
     @server.tool()
     def odd_picture() -> CallToolResult:
-        """An SVG image (the API cannot take it) and one with broken base64."""
+        """An SVG image (the API cannot take it), one with broken base64, random bytes
+        labelled PNG, and a GIF labelled PNG."""
+        noise = base64.b64encode(bytes(range(7, 200))).decode()
+        gif = base64.b64encode(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").decode()
         return CallToolResult(
             content=[
                 ImageContent(type="image", data="PHN2Zy8+", mimeType="image/svg+xml"),
                 ImageContent(type="image", data="not base64!", mimeType="image/png"),
+                ImageContent(type="image", data=noise, mimeType="image/png"),
+                ImageContent(type="image", data=gif, mimeType="image/png"),
             ]
         )
 
@@ -265,6 +270,13 @@ def build(name: str) -> SDKServer:
         return ",".join(f"{r.name}={r.uri}" for r in listed.roots)
 
     @server.tool()
+    async def chatter(ctx: Context) -> str:
+        """Send two log notifications, then answer."""
+        await ctx.info("starting", logger_name="chat")
+        await ctx.warning({"disk": "almost full"}, logger_name="chat")
+        return "chatted"
+
+    @server.tool()
     def nothing() -> CallToolResult:
         """An empty result."""
         return CallToolResult(content=[])
@@ -334,6 +346,11 @@ def build(name: str) -> SDKServer:
     def today() -> str:
         """Today's notes."""
         return "buy milk"
+
+    @server.resource("notes://day/{day}", name="day", mime_type="text/plain")
+    def day(day: str) -> str:
+        """One day's notes."""
+        return f"notes of {day}"
 
     @server.prompt(name="review")
     def review(code: str) -> str:

@@ -9,7 +9,10 @@ some servers do with `server/discover`). Options:
     --garbage           write a line that is not JSON-RPC for every line read
     --mute              answer nothing at all (no handshake)
 
-`tools/call` of `crash` exits the process mid-call; any other tool echoes its arguments.
+`tools/call` of `crash` exits the process mid-call; `cut_emoji` answers with a lone UTF-16
+surrogate in its text (a JavaScript string cut mid-emoji); `latin1` with a byte that is not
+UTF-8 in its text; `unreadable` with a reply whose result is not a tool result; any other
+tool echoes its arguments.
 """
 
 from __future__ import annotations
@@ -50,10 +53,27 @@ def main() -> None:
         elif method == "tools/list":
             result = {"tools": tools}
         elif method == "tools/call":
-            if params.get("name") == "crash":
+            name = params.get("name")
+            if name == "crash":
                 os._exit(1)
+            if name == "latin1":
+                head = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"content": [{"type": "text", "text": "caf"}]},
+                    }
+                )
+                raw = head.replace('"caf"', '"caf\xe9"').encode("latin-1")
+                sys.stdout.buffer.write(raw + b"\n")
+                sys.stdout.flush()
+                continue
             text = json.dumps(params.get("arguments") or {}, sort_keys=True)
+            if name == "cut_emoji":
+                text = "cut \ud83d"  # json.dumps writes it as the escape \ud83d
             result = {"content": [{"type": "text", "text": text}]}
+            if name == "unreadable":
+                result = {"content": "not a list"}
         else:
             continue  # ignored, never answered
         print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)

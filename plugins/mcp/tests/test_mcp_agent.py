@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
+import pytest
 from _mcp_support import ConnectionLog, HTTPServerProcess, pid_alive
 from agentloop import Agent, RunResult
 from agentloop.lint import lint_history
@@ -98,3 +99,30 @@ async def test_cancelling_a_run_mid_call_leaves_a_valid_history_and_no_process(
         "content": CANCELLED_MESSAGE,
         "is_error": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("choice", "waiting"),
+    [
+        pytest.param("destructive", ["add"], id="destructive"),
+        pytest.param("always", ["add", "echo"], id="always"),
+        pytest.param("never", [], id="never"),
+    ],
+)
+async def test_require_approval_sends_calls_through_the_approval_flow(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, choice: str, waiting: list[str]
+) -> None:
+    """`echo` is marked read-only; `add` has no hints, so it may be destructive."""
+    async with MCPToolSource([stdio_server(require_approval=choice)]) as source:
+        script = [
+            reply(tool_call("echo", {"text": "hi"}), tool_call("add", {"a": 1, "b": 2})),
+            reply("done"),
+        ]
+        agent = Agent(provider=ScriptedProvider(script), tools=source.tools())
+        result = await agent.run("go")
+    assert sorted(a.name for a in result.approvals) == waiting
+    assert result.stop_reason == ("approval_required" if waiting else "end_turn")
+    for approval in result.approvals:
+        assert "MCP server 'local'" in approval.reason and "require_approval" in approval.reason
+    ran = {c.name: c.output for c in result.tool_calls}
+    assert ran == {k: v for k, v in {"echo": "hi", "add": "3"}.items() if k not in waiting}

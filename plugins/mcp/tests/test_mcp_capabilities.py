@@ -121,10 +121,64 @@ async def test_the_terminal_prompt_asks_each_field(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr("sys.stdin", io.StringIO("Ada\n36\n"))
     answer = await terminal_elicitation("files", form)
     assert (answer.action, answer.content) == ("accept", {"name": "Ada", "age": 36})
-    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("!decline\n"))
     assert (await terminal_elicitation("files", form)).action == "decline"
+    monkeypatch.setattr("sys.stdin", io.StringIO("Ada\n!cancel\n"))
+    assert (await terminal_elicitation("files", form)).action == "cancel"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert (await terminal_elicitation("files", form)).action == "cancel"
+
+
+async def test_the_terminal_form_checks_answers_and_shows_defaults_and_choices(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from agentloop_mcp import terminal_elicitation
+
+    form = mcp_types.ElicitRequestFormParams(
+        message="Order?",
+        requested_schema={
+            "type": "object",
+            "properties": {
+                "count": {"type": "integer", "minimum": 1, "maximum": 9},
+                "colour": {
+                    "type": "string",
+                    "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}],
+                },
+                "gift": {"type": "boolean", "default": True},
+                "note": {"type": "string", "maxLength": 5},
+            },
+            "required": ["count", "colour"],
+        },
+    )
+    typed = ["three", "12", "", "3", "blue", "2", "", "far too long", ""]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(typed) + "\n"))
+    answer = await terminal_elicitation("shop", form)
+    assert (answer.action, answer.content) == ("accept", {"count": 3, "colour": "g", "gift": True})
+    shown = capsys.readouterr().err
+    assert "count [integer, at least 1, at most 9]: " in shown
+    assert "'three' is not a whole number; try again" in shown
+    assert "12 is greater than the maximum of 9; try again" in shown
+    assert "this field needs an answer; try again" in shown
+    assert "1) Red (r)" in shown and "2) Green (g)" in shown
+    assert "'blue' is not valid under any of the given schemas; try again" in shown
+    assert "gift [boolean, y/n, default True]: " in shown
+    assert "note [string, at most 5 characters, optional]: " in shown
+    assert "'far too long' is too long; try again" in shown
+
+
+async def test_a_server_asks_through_the_terminal_form(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from agentloop_mcp import terminal_elicitation
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("\nAda\n"))  # asked again: a name is required
+    async with MCPToolSource([stdio_server()], elicitation=terminal_elicitation) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert await tools["ask"]() == "accept: Ada"
 
 
 async def test_resources_and_prompts_from_python(
@@ -160,10 +214,37 @@ async def test_resources_as_a_read_tool(
         tools = {t.name: t for t in source.tools()}
         reader = tools["my_notes_read_resource"]
         assert reader.description == (
-            "Read a resource of MCP server 'my.notes' by its URI.\n- notes://today (today)"
+            "Read a resource of MCP server 'my.notes' by its URI.\n- notes://today (today)\n"
+            "URI templates (fill in each {placeholder}):\n- notes://day/{day} (day)"
         )
         assert await reader(uri="notes://today") == "Resource notes://today:\nbuy milk"
+        assert await reader(uri="notes://day/monday") == (
+            "Resource notes://day/monday:\nnotes of monday"
+        )
+        [template] = await source.list_resource_templates("my.notes")
+        assert (template.uri_template, template.name) == ("notes://day/{day}", "day")
         with pytest.raises(ToolError, match="Unknown resource"):
             await reader(uri="notes://nope")
     async with MCPToolSource([stdio_server()]) as source:  # off by default
         assert not [t for t in source.tools() if t.name.endswith("read_resource")]
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_server_log_notifications_reach_the_agentloop_logger(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog, protocol: str
+) -> None:
+    from structlog.testing import capture_logs
+
+    async with MCPToolSource([stdio_server(protocol=protocol)]) as source:
+        tools = {t.name: t for t in source.tools()}
+        with capture_logs() as logs:
+            assert await tools["chatter"]() == "chatted"
+    sent = [
+        (e["log_level"], e["level_sent"], e["logger_name"], e["data"])
+        for e in logs
+        if e["event"] == "mcp.server_log" and e["mcp_server"] == "local"
+    ]
+    assert sent == [
+        ("info", "info", "chat", "starting"),
+        ("warning", "warning", "chat", {"disk": "almost full"}),
+    ]

@@ -290,3 +290,33 @@ def test_bad_config_files_say_where_and_why(tmp_path: Path, data: Any, message: 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(MCPConfigError, match="cannot read the MCP config"):
         load_config(tmp_path / "nope.json")
+
+
+def test_a_null_max_result_chars_sends_results_whole() -> None:
+    [whole, default] = parse_config(
+        {"mcpServers": {"a": {"command": "x", "max_result_chars": None}, "b": {"command": "x"}}}
+    )
+    assert whole.max_result_chars is None
+    assert default.max_result_chars == 1_000_000
+
+
+def test_a_vs_code_input_variable_is_refused_clearly() -> None:
+    entry = {
+        "url": "https://example.com/mcp",
+        "headers": {"Authorization": "Bearer ${input:token}"},
+    }
+    with pytest.raises(MCPConfigError) as caught:
+        parse_config({"servers": {"gh": entry}}, origin="mcp.json")
+    assert str(caught.value) == (
+        "mcp.json: servers.gh.headers.Authorization: ${input:token} asks VS Code to prompt "
+        "for a value, which agentloop does not do; write ${VARIABLE} and set that "
+        "environment variable"
+    )
+
+
+def test_require_approval_is_read_and_checked() -> None:
+    [server] = parse_config({"mcpServers": {"a": {"command": "x", "require_approval": "always"}}})
+    assert server.require_approval == "always"
+    assert MCPServer.stdio("x").require_approval == "never"
+    with pytest.raises(MCPConfigError, match="require_approval must be 'never', 'always' or"):
+        parse_config({"mcpServers": {"a": {"command": "x", "require_approval": "sometimes"}}})

@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
-from _mcp_support import SERVER_SCRIPT, ConnectionLog, HTTPServerProcess
+from _mcp_support import SERVER_SCRIPT, ConnectionLog
 from agentloop.errors import DuplicateToolError
 
 from agentloop_mcp import MCPConnectError, MCPProblem, MCPServer, MCPToolSource
@@ -58,23 +59,29 @@ async def test_a_server_that_times_out_is_left_out(
         ]
 
 
-async def test_a_server_whose_names_collide_is_left_out(
-    stdio_server: Callable[..., MCPServer], http_server: HTTPServerProcess, no_leaks: ConnectionLog
+async def test_only_the_tools_whose_names_collide_are_left_out(
+    stdio_server: Callable[..., MCPServer], no_leaks: ConnectionLog
 ) -> None:
-    # Between servers: the later one is left out, and the message names both.
-    async with MCPToolSource([stdio_server(), http_server.declare()]) as source:
-        assert {t.server for t in source.tools()} == {"local"}  # type: ignore[attr-defined]
-        [problem] = source.errors
-        assert problem.server == "remote"
+    # Between servers: the later one's clashing tool is left out, and the message names both.
+    other = raw("other", "--tools", json.dumps([tool("echo"), tool("shout")]), protocol="legacy")
+    async with MCPToolSource([stdio_server(), other]) as source:
+        tools = {t.name: t for t in source.tools()}
+        assert tools["echo"].server == "local"  # type: ignore[attr-defined]
+        assert tools["shout"].server == "other"  # type: ignore[attr-defined]
+        assert source.errors == []
+        [problem] = source.skipped
+        assert (problem.server, problem.tool) == ("other", "echo")
         assert "MCP server 'local'" in problem.reason and "prefix" in problem.reason
-        # The left-out server's tools are not called by accident later.
-        assert await next(t for t in source.tools() if t.name == "echo")(text="x") == "x"
+        assert await tools["echo"](text="x") == "x"
+        assert await tools["shout"](a=1) == '{"a": 1}'
     # Within one server: two names that become one once made valid for the API.
-    clash = raw("clash", "--tools", json.dumps([tool("a.b"), tool("a_b")]))
-    async with MCPToolSource([clash, stdio_server()]) as source:
-        assert "echo" in [t.name for t in source.tools()]
-        [problem] = source.errors
-        assert problem.server == "clash" and "'a.b' and 'a_b'" in problem.reason
+    listing = [tool("a.b"), tool("a_b"), tool("c")]
+    clash = raw("clash", "--tools", json.dumps(listing), protocol="legacy")
+    async with MCPToolSource([clash]) as source:
+        assert [t.name for t in source.tools()] == ["c"]
+        assert source.errors == []
+        assert sorted(p.tool or "" for p in source.skipped) == ["a.b", "a_b"]
+        assert all("'a_b'" in p.reason for p in source.skipped)
     with pytest.raises(DuplicateToolError):
         async with MCPToolSource([clash], strict=True):
             pass  # pragma: no cover
@@ -157,3 +164,18 @@ async def test_a_server_that_crashes_mid_call_fails_that_call_only(
             await tools["c_crash"]()
         assert await tools["echo"](text="fine") == "fine"  # the other server is untouched
         assert await tools["c_echo"](x=1) == '{"x": 1}'  # and this one reconnected
+
+
+async def test_a_reply_the_sdk_cannot_parse_answers_its_call_at_once() -> None:
+    """A lone UTF-16 surrogate (a JavaScript string cut mid-emoji) or a byte that is not
+    UTF-8 in a reply: the call is answered now (U+FFFD in place), and the next one works."""
+    listing = [tool("cut_emoji"), tool("latin1"), tool("echo")]
+    async with MCPToolSource(
+        [raw("js", "--tools", json.dumps(listing), protocol="legacy")]
+    ) as source:
+        tools = {t.name: t for t in source.tools()}
+        with anyio.fail_after(20):  # before the fix, each hung until its timeout
+            assert await tools["cut_emoji"]() == "cut \ufffd"
+            assert await tools["echo"](n=1) == '{"n": 1}'
+            assert await tools["latin1"]() == "caf\ufffd"
+            assert await tools["echo"](n=2) == '{"n": 2}'

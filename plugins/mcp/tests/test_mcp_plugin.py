@@ -191,6 +191,7 @@ def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
+    env["AGENTLOOP_MCP_PROTOCOL_CACHE"] = os.environ["AGENTLOOP_MCP_PROTOCOL_CACHE"]
 
     def mcp(*words: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "agentloop", "mcp", *words, "--mcp-config", str(config)]
@@ -200,6 +201,8 @@ def test_the_mcp_command_shows_resources_and_prompts(config: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout == "notes://today  today (text/plain): Today's notes.\n"
     assert mcp("read", "test", "notes://today").stdout == "buy milk\n"
+    templates = mcp("templates", "test")
+    assert templates.stdout == "notes://day/{day}  day (text/plain): One day's notes.\n"
     assert mcp("prompts", "test").stdout == "review(code): Review a piece of code.\n"
     filled = mcp("prompt", "test", "review", "code=x = 1")
     assert filled.stdout == "user: Please review:\nx = 1\n"
@@ -299,6 +302,7 @@ def test_mcp_strict_makes_a_failed_server_an_error_wherever_the_config_is_used(
     command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # cortex keeps its files in the working directory
     path = tmp_path / "ghost.json"
     path.write_text(json.dumps(GHOST))
     lenient, warned = command(*words, "--mcp-config", str(path))
@@ -309,3 +313,56 @@ def test_mcp_strict_makes_a_failed_server_an_error_wherever_the_config_is_used(
     [line] = err.splitlines()
     assert line.startswith("agentloop: error: plugin 'mcp' failed: MCPConnectError: ")
     assert "'ghost'" in line
+
+
+RAW_SERVER = Path(__file__).with_name("raw_server.py")
+
+
+@pytest.mark.parametrize("words", [("tools",), ("run", "hi", "--offline")], ids=["tools", "run"])
+def test_a_tool_another_plugin_has_is_left_out_with_one_warning(
+    command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    """cortex has `read_file`; so does this server (as server-filesystem does)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # cortex keeps its files in the working directory
+    listing = [{"name": n, "inputSchema": {"type": "object"}} for n in ("read_file", "list_dir")]
+    server = {
+        "command": sys.executable,
+        "args": [str(RAW_SERVER), "--tools", json.dumps(listing)],
+        "protocol": "legacy",
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"files": server}}))
+    code, err = command(*words, "--mcp-config", str(path))
+    assert code == 0, err
+    [line] = [line for line in err.splitlines() if "warning" in line]
+    assert line == (
+        "agentloop: warning: tool 'read_file' of plugin 'mcp' left out: plugin 'cortex' "
+        "registers a tool of that name; it is MCP server 'files''s 'read_file': give that "
+        'server a "prefix" in the MCP config to keep it'
+    )
+    manager = PluginManager()
+    manager.load_entry_points()
+    tools = {t.name: t.source for t in manager.tools()}
+    assert tools["read_file"] == "cortex" and tools["list_dir"] == "mcp"
+    assert manager.left_out == [line.removeprefix("agentloop: warning: ")]
+
+
+@pytest.mark.parametrize("words", [("tools",), ("run", "hi", "--offline")], ids=["tools", "run"])
+def test_a_server_writing_stray_lines_is_one_warning_line(
+    command: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    server = {
+        "command": sys.executable,
+        "args": [str(RAW_SERVER), "--garbage"],  # a stray line for each line it reads
+        "protocol": "legacy",
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"chatty": server}}))
+    code, err = command(*words, "--mcp-config", str(path))
+    assert code == 0, err
+    assert "Traceback" not in err and "Failed to parse" not in err
+    [line] = [line for line in err.splitlines() if "chatty" in line]
+    assert "mcp.not_a_message" in line and "this is not JSON-RPC" in line

@@ -23,6 +23,7 @@ EXPECTED = [
     "ask",
     "big_text",
     "block",
+    "chatter",
     "dotted_name",
     "echo",
     "fail",
@@ -162,9 +163,17 @@ async def test_results_become_content_blocks(
         assert data == TextBlock(text='Resource file:///data.json:\n{"k": 1}')
         assert link == TextBlock(text="Resource link: report <file:///report.csv> (text/csv)")
 
-        svg, broken = await tools["odd_picture"]()
+        svg, broken, noise, gif = await tools["odd_picture"]()
         assert "image/svg+xml" in svg.text and "omitted" in svg.text
         assert "invalid base64" in broken.text
+        # Bytes that are not what their label says are a note, never an image block.
+        assert noise == TextBlock(
+            text="[image omitted: labelled image/png, but its bytes are not an image the "
+            "model reads]"
+        )
+        assert gif == TextBlock(
+            text="[image omitted: labelled image/png, but its bytes look like image/gif]"
+        )
 
         assert await tools["structured_only"]() == '{"temperature": 21, "unit": "c"}'
         assert await tools["nothing"]() is None

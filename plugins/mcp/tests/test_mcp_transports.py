@@ -3,6 +3,7 @@ prefixes from any name, instructions, and a server that writes garbage on stdout
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -90,3 +91,86 @@ async def test_a_server_writing_garbage_is_reported_clearly(
     # A server that writes a stray line now and then still works.
     async with MCPToolSource([raw("chatty", "--garbage", protocol="legacy")]) as source:
         assert await source.tools()[0](b=2) == '{"b": 2}'
+
+
+DENYING_SERVER = """
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Deny(BaseHTTPRequestHandler):
+    def deny(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(int(sys.argv[2]))
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    do_POST = do_GET = do_DELETE = deny
+
+    def log_message(self, *args):
+        pass
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Deny).serve_forever()
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        pytest.param(
+            401,
+            "HTTP 401 Unauthorized: the server wants authorization, and the token is missing or wrong",
+            id="401",
+        ),
+        pytest.param(403, "HTTP 403 Forbidden: the server refused the token given", id="403"),
+    ],
+)
+async def test_an_http_server_refusing_authorization_is_named_as_such(
+    status: int, said: str
+) -> None:
+    import subprocess
+
+    from _mcp_support import free_port, wait_until
+
+    port = free_port()
+    process = await anyio.open_process(
+        [sys.executable, "-c", DENYING_SERVER, str(port), str(status)], stdin=subprocess.DEVNULL
+    )
+    try:
+
+        def accepts() -> bool:
+            import socket
+
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        await wait_until(accepts, "the denying server")
+        async with MCPToolSource(
+            [MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="gh")]
+        ) as source:
+            [problem] = source.errors
+        assert problem.server == "gh" and said in problem.reason
+        assert "Server returned an error response" not in problem.reason
+    finally:
+        process.kill()
+        await process.wait()
+        await process.aclose()
+
+
+async def test_auto_remembers_a_server_that_ignores_the_probe(protocol_cache: Path) -> None:
+    """The probe's wait is paid once per server command, then the handshake is used at once,
+    in this process and (through the cache file) the next."""
+    from agentloop_mcp import protocols
+
+    declared = raw("quiet")
+    assert declared.protocol == "auto"
+    async with MCPToolSource([declared]) as source:  # waits for the probe, then falls back
+        assert await source.tools()[0](a=1) == '{"a": 1}'
+    assert declared.describe() in json.loads(await anyio.Path(protocol_cache).read_text())
+    for fresh_process in (False, True):
+        if fresh_process:
+            protocols._seen.clear()  # as the next `agentloop run` starts
+        started = anyio.current_time()
+        async with MCPToolSource([raw("quiet")]) as source:
+            assert await source.tools()[0](a=2) == '{"a": 2}'
+        assert anyio.current_time() - started <= 3.0
