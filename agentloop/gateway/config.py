@@ -52,6 +52,10 @@ class GatewayConfig:
     """Session store URL: `sqlite:///PATH`, `redis://HOST:PORT/DB` or `memory://`."""
     session_ttl: float = 3600.0
     """Seconds a stored session is kept after it was last written."""
+    store_timeout: float = 10.0
+    """Seconds the gateway waits for its session store, or for an answer from the durable
+    runs' database, before it answers a 500 `api_error` (a run under way when the
+    database stops answering is answered within 1.5 times this)."""
     tools: Sequence[Tool] = ()
     """The gateway's own tools (run inside the loop, never shown to the client)."""
     capabilities: Sequence[Capability] = ()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Protocol
 
 import anyio
@@ -29,7 +29,9 @@ from agentloop.providers.base import MessageStart, ModelResponse
 from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
-from .errors import answer_failure, json_answer
+from .durable import given_up_when
+from .errors import json_answer
+from .failures import client_failure
 from .upstream import client_headers
 from .visible import PING, VisibleStream, sse
 
@@ -68,13 +70,15 @@ class StreamResponse(Response):
         deps: Any,
         ping_interval: float,
         durable: Callable[[], AbstractAsyncContextManager[RunEvents]] | None = None,
+        watch: Callable[[], Awaitable[None]] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         """Answer `call`; `finish` stores a finished run, `keep_partial` a failed one.
 
         `durable` opens the events of the durable run that answers `call` (instead of
         the call's own run): a client going away leaves that run going, and the answer
-        ends when the run does. `headers` are added to the answer's.
+        ends when the run does, or when `watch` raises (`StoreUnavailable`: the run's
+        database stopped answering). `headers` are added to the answer's.
         """
         self.call = call
         self.finish = finish
@@ -82,6 +86,7 @@ class StreamResponse(Response):
         self.deps = deps
         self.ping_interval = ping_interval
         self.durable = durable
+        self.watch = watch
         self.extra_headers = dict(headers or {})
         self.background = None
 
@@ -101,6 +106,10 @@ class StreamResponse(Response):
                         writing.cancel_scope.cancel()
                 if self.durable is None:
                     group.cancel_scope.cancel()
+
+    def _watched(self) -> AbstractAsyncContextManager[None]:
+        """Where the run's events are read: given up when `watch` raises."""
+        return given_up_when(self.watch) if self.watch is not None else nullcontext()
 
     def _events(self) -> AbstractAsyncContextManager[RunEvents]:
         """The events of the run answering the call."""
@@ -125,7 +134,7 @@ class StreamResponse(Response):
         with send_items:
             try:
                 with continued_trace(call):
-                    async with self._events() as stream:
+                    async with self._watched(), self._events() as stream:
                         async for event in stream:
                             passing(event)
                 result = stream.result
@@ -182,7 +191,7 @@ class StreamResponse(Response):
                 await body(value, more=False)
                 return
             elif kind == "error":
-                failure = answer_failure(value, request_id)
+                failure = client_failure(self.call, value)
                 _log.info(
                     "gateway.failed", status=failure.status, error=str(value), streamed=started
                 )
