@@ -126,6 +126,8 @@ class Gateway:
         check_count("tool_concurrency", config.tool_concurrency)
         check_seconds("tool_timeout", config.tool_timeout)
         check_seconds("store_timeout", config.store_timeout)
+        check_count("stream_buffer", config.stream_buffer)
+        check_seconds("slow_client_timeout", config.slow_client_timeout)
         self.durable = durable
         if durable is None and config.durable is not None:
             self.durable = open_durable(
@@ -302,6 +304,8 @@ class Gateway:
             keep_partial=self._keep_partial,
             deps=self.config.deps,
             ping_interval=self.config.ping_interval,
+            buffer=self.config.stream_buffer,
+            patience=self.config.slow_client_timeout,
             **options,
         )
 

@@ -10,6 +10,7 @@ configured by the command that calls it (`agentloop`, `python -m agentloop.gatew
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -27,6 +28,7 @@ from agentloop.tools import Tool
 
 from .config import EXECUTOR_ID_ENV
 from .durable import DBOS_FILE
+from .guard import ConnectionLimits
 from .stores import DEFAULT_STORE
 
 __all__ = ("SHUTDOWN_GRACE", "add_serve_command", "serve_command")
@@ -109,6 +111,42 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         "answering 500 api_error (default: 10)",
     )
     serve.add_argument(
+        "--head-timeout",
+        type=seconds,
+        default=ConnectionLimits.head_timeout,
+        metavar="SECONDS",
+        help="seconds a request's head may take to arrive (default: 10)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=seconds,
+        default=ConnectionLimits.body_timeout,
+        metavar="SECONDS",
+        help="seconds a request's body may take to arrive after its head (default: 60)",
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=_connections,
+        default=ConnectionLimits.per_address,
+        metavar="N",
+        help="connections one client address may hold open at once (0: no limit; default: 64)",
+    )
+    serve.add_argument(
+        "--stream-buffer",
+        type=whole_number,
+        default=256,
+        metavar="N",
+        help="SSE events a streamed answer holds for a slow client (default: 256)",
+    )
+    serve.add_argument(
+        "--slow-client-timeout",
+        type=seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds a streamed answer's buffer may stay full before its client is "
+        "dropped and its run cancelled (default: 30)",
+    )
+    serve.add_argument(
         "--max-rounds", type=whole_number, default=10, help="upstream requests per request"
     )
     serve.add_argument(
@@ -153,6 +191,18 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
     )
     serve.set_defaults(handler=serve_command)
     return serve
+
+
+def _connections(value: str) -> int:
+    """A number of connections: a whole number >= 0 (0: no limit)."""
+    if value.strip() == "0":
+        return 0
+    try:
+        return whole_number(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 0 (0: no limit), got {value!r}"
+        ) from None
 
 
 def _read_secret(path: str | None) -> bytes | None:
@@ -229,8 +279,11 @@ def serve_command(
     """
     try:
         import uvicorn
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
         from .app import Gateway, GatewayConfig
+        from .guard import Guard
     except ImportError as exc:
         print(
             f"agentloop: error: {exc.name or exc} is missing; "
@@ -254,6 +307,8 @@ def serve_command(
             store=args.store,
             session_ttl=args.session_ttl,
             store_timeout=args.store_timeout,
+            stream_buffer=args.stream_buffer,
+            slow_client_timeout=args.slow_client_timeout,
             tools=tools,
             capabilities=capabilities,
             max_rounds=args.max_rounds,
@@ -279,11 +334,24 @@ def serve_command(
         f"(tools: {names}{wrapped}; store: {args.store}"
         f"{'; durable: ' + args.durable if args.durable else ''})"
     )
+    guard = Guard(
+        ConnectionLimits(
+            head_timeout=args.head_timeout,
+            body_timeout=args.body_timeout,
+            per_address=args.max_connections_per_address,
+        )
+    )
+    # The guard sees each connection's own address, so it runs outside of uvicorn's
+    # proxy headers, which the command applies inside it as uvicorn would.
+    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    app: Any = gateway.app()  # an ASGI app (uvicorn's types are narrower than Starlette's)
     server = _server_class(uvicorn)(
         uvicorn.Config(
-            gateway.app(),
+            guard.app(ProxyHeadersMiddleware(app, trusted_hosts=trusted)),
             host=args.host,
             port=port_in_use,
+            http=guard.protocol(AutoHTTPProtocol),
+            proxy_headers=False,
             lifespan="off",  # the server starts the gateway itself (see `_server_class`)
             log_level="info" if verbose else "warning",
             access_log=verbose,

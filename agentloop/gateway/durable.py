@@ -146,18 +146,26 @@ async def given_up_when(check: Callable[[], Awaitable[None]]) -> AsyncIterator[N
         StoreUnavailable: what `check` raised.
     """
     failed: list[StoreUnavailable] = []
-    async with anyio.create_task_group() as group:
+    body = anyio.CancelScope()
 
-        async def watch() -> None:
-            try:
-                await check()
-            except StoreUnavailable as exc:
-                failed.append(exc)
-                group.cancel_scope.cancel()
+    async def watch() -> None:
+        try:
+            await check()
+        except StoreUnavailable as exc:
+            failed.append(exc)
+            body.cancel()
 
-        group.start_soon(watch)
-        yield
-        group.cancel_scope.cancel()
+    watching = anyio.create_task_group()
+    await watching.__aenter__()
+    try:
+        watching.start_soon(watch)
+        with body:
+            yield
+    finally:
+        watching.cancel_scope.cancel()
+        # Not given the block's error: the task group would wrap it in an ExceptionGroup,
+        # and the block's own error is what the caller answers.
+        await watching.__aexit__(None, None, None)
     if failed:
         raise failed[0]
 
