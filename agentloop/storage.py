@@ -85,17 +85,35 @@ def _set_up(db: sqlite3.Connection, schema: str) -> None:
             time.sleep(0.01)
 
 
+REDIS_HEALTH_CHECK_INTERVAL = 10
+"""Seconds a pooled Redis connection may sit unused before it is pinged when borrowed."""
+
+
 def redis_client(url: str) -> Any:
     """A `redis.asyncio.Redis` for `url` (not yet connected: it connects on first use).
+
+    After a Redis restart, every pooled connection is dead, and the first command on each
+    would fail: a command that meets a connection error (or a timeout) is sent once more
+    on a new connection, and a connection unused for `REDIS_HEALTH_CHECK_INTERVAL`
+    seconds is pinged before it is used. (redis-py retries only the errors it is told
+    to, and is told none by default.)
 
     Raises:
         ConfigurationError: the `redis` package is not installed.
     """
     try:
         from redis import asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError, TimeoutError
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ConfigurationError(
             "a Redis store needs the redis package: pip install 'agentloop-runner[redis]' "
             "(the gateway extra includes it)"
         ) from exc
-    return aioredis.from_url(url)
+    return aioredis.from_url(
+        url,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[ConnectionError, TimeoutError],
+        health_check_interval=REDIS_HEALTH_CHECK_INTERVAL,
+    )

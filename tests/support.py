@@ -75,44 +75,56 @@ def wait_healthy_url(url: str) -> None:
 class RedisProcess:
     url: str
     process: subprocess.Popen[bytes]
+    port: int = 0
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: no chance to tidy up)."""
         self.process.kill()
         self.process.wait(10)
 
+    def restart(self) -> None:
+        """Kill the server and start a new one on its port (empty: nothing persists)."""
+        self.stop()
+        self.process = _start_redis(self.port)
 
-@contextmanager
-def redis_process() -> Iterator[RedisProcess]:
-    """A real `redis-server` on a free port, without persistence."""
+
+def _start_redis(port: int) -> subprocess.Popen[bytes]:
+    """`redis-server` on `port`, once it answers PING."""
     binary = shutil.which("redis-server")
     if binary is None:
         if os.environ.get("CI") == "true":
             pytest.fail("redis-server is not installed (.ci/run installs it)")
         pytest.skip("redis-server is not on PATH (apt-get install redis-server)")
-    port = free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", *REDIS_OPTIONS],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return process
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("redis-server did not start")
+        time.sleep(0.02)
+
+
+@contextmanager
+def redis_process() -> Iterator[RedisProcess]:
+    """A real `redis-server` on a free port, without persistence."""
+    port = free_port()
+    server = RedisProcess(f"redis://127.0.0.1:{port}/0", _start_redis(port), port)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("redis-server did not start")
-            time.sleep(0.02)
-        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process)
+        yield server
     finally:
-        process.terminate()
-        process.wait(10)
+        server.process.terminate()
+        server.process.wait(10)
 
 
 @contextmanager
@@ -134,6 +146,30 @@ def _postgres_bin() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
+@dataclass
+class PostgresProcess:
+    """A running throwaway cluster, which a test may stop and start again."""
+
+    url: str
+    """Its base URL (naming no database)."""
+    ctl: list[str]
+    """`pg_ctl -D DATA` (as the cluster's user)."""
+    options: list[str]
+    """What `start` passes to `pg_ctl start`."""
+
+    def stop(self) -> None:
+        """Stop the server at once (`immediate`: no chance to tidy up, like a crash)."""
+        subprocess.run(
+            [*self.ctl, "-m", "immediate", "stop"], check=True, capture_output=True, timeout=60
+        )
+
+    def start(self) -> None:
+        """Start the server again on the same port and data; returns once it accepts."""
+        subprocess.run(
+            [*self.ctl, *self.options, "start"], check=True, capture_output=True, timeout=90
+        )
+
+
 @contextmanager
 def postgres_cluster() -> Iterator[str]:
     """A throwaway PostgreSQL cluster on 127.0.0.1 in a temporary folder; its base URL.
@@ -141,6 +177,13 @@ def postgres_cluster() -> Iterator[str]:
     The URL names no database: each user creates one of its own. PostgreSQL refuses to
     run as root; as root, the cluster belongs to the `postgres` user the package creates.
     """
+    with postgres_process() as server:
+        yield server.url
+
+
+@contextmanager
+def postgres_process() -> Iterator[PostgresProcess]:
+    """The cluster of `postgres_cluster`, with what it takes to stop and start it again."""
     bindir = _postgres_bin()
     if bindir is None:
         pytest.skip(
@@ -163,12 +206,13 @@ def postgres_cluster() -> Iterator[str]:
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(
-            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
-             "-l", str(root / "log.txt"), "-w", "-t", "60", "start"],
-            check=True, capture_output=True, timeout=90,
-        )  # fmt: skip
-        yield f"postgresql://postgres@127.0.0.1:{port}"
+        server = PostgresProcess(
+            f"postgresql://postgres@127.0.0.1:{port}",
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data)],
+            ["-o", options, "-l", str(root / "log.txt"), "-w", "-t", "60"],
+        )
+        server.start()
+        yield server
     finally:
         subprocess.run(
             [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],

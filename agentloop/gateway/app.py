@@ -29,7 +29,7 @@ from agentloop._wire import random_id
 from agentloop.agent import Agent
 from agentloop.capabilities.base import check_capabilities
 from agentloop.checks import check_count, check_seconds
-from agentloop.errors import ConfigurationError, ProviderError
+from agentloop.errors import ConfigurationError, ProviderError, SessionError
 from agentloop.events import ModelResponded
 from agentloop.logs import get_logger
 from agentloop.providers.base import ModelResponse
@@ -38,8 +38,9 @@ from agentloop.result import RunResult
 
 from .calls import Call, continued_trace, expand_thread
 from .config import GATEWAY_KEYS_ENV, RUN_HEADER, SECRET_ENV, SESSION_HEADER, GatewayConfig
-from .durable import DurableRequests, open_durable
-from .errors import Refusal, answer_failure, error_body, json_answer, store_failure
+from .durable import DurableRequests, given_up_when, open_durable
+from .errors import Refusal, error_body, json_answer, store_failure
+from .failures import client_failure
 from .parsing import (
     AGENT_FIELDS,
     OPTION_NAMES,
@@ -124,6 +125,9 @@ class Gateway:
         check_count("max_rounds", config.max_rounds)
         check_count("tool_concurrency", config.tool_concurrency)
         check_seconds("tool_timeout", config.tool_timeout)
+        check_seconds("store_timeout", config.store_timeout)
+        check_count("stream_buffer", config.stream_buffer)
+        check_seconds("slow_client_timeout", config.slow_client_timeout)
         self.durable = durable
         if durable is None and config.durable is not None:
             self.durable = open_durable(
@@ -142,8 +146,18 @@ class Gateway:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Open the store, read (or make) the secret, make the upstream clients."""
-        await self.store.open()
+        """Open the store, read (or make) the secret, make the upstream clients.
+
+        Raises:
+            SessionError: the session store (or the durable runs' database) cannot be
+                opened: its server is down, its file cannot be made, ...
+        """
+        try:
+            await self.store.open()
+        except Exception as exc:
+            raise SessionError(
+                f"the session store {self.config.store} cannot be opened: {exc}"
+            ) from exc
         if self.config.secret is not None:
             self.sessions = Sessions(self.store, self.config.secret)
         else:
@@ -155,7 +169,12 @@ class Gateway:
             transport=self.config.upstream_transport,
         )
         if self.durable is not None:
-            await self.durable.open()
+            try:
+                await self.durable.open()
+            except Exception as exc:
+                raise SessionError(
+                    f"the durable runs' database cannot be opened ({self.config.durable}): {exc}"
+                ) from exc
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
 
     async def aclose(self) -> None:
@@ -168,8 +187,17 @@ class Gateway:
         await self.store.aclose()
 
     @asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        await self.start()
+    async def running(self) -> AsyncIterator[None]:
+        """The gateway started (`start`), with its store purged now and then, then closed.
+
+        The app's lifespan; `agentloop serve` enters it before uvicorn serves, so a
+        store that cannot be opened is one line of error, not a server's traceback.
+        """
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()  # what did open
+            raise
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._purge_forever)
@@ -177,6 +205,11 @@ class Gateway:
                 group.cancel_scope.cancel()
         finally:
             await self.aclose()
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async with self.running():
+            yield
 
     async def _purge_forever(self) -> None:
         interval = min(max(self.config.session_ttl / 2, 0.05), 60.0)
@@ -252,7 +285,7 @@ class Gateway:
             group.cancel_scope.cancel()
         if error is not None:
             await self._keep_partial(call, error)
-            failure = answer_failure(error, request_id)
+            failure = client_failure(call, error)
             _log.info("gateway.failed", status=failure.status, error=str(error))
             return json_answer(failure.status, failure.body, request_id, failure.headers)
         if result is None:  # the client went away: nobody to answer
@@ -271,6 +304,8 @@ class Gateway:
             keep_partial=self._keep_partial,
             deps=self.config.deps,
             ping_interval=self.config.ping_interval,
+            buffer=self.config.stream_buffer,
+            patience=self.config.slow_client_timeout,
             **options,
         )
 
@@ -282,19 +317,26 @@ class Gateway:
         (a retry) gets the whole answer as SSE once the run has ended: the run's stream
         may begin with a step's attempt that a crash cut short, which the client could
         not take back. A client that goes away does not cancel the run: its retry gets
-        the answer.
+        the answer. Nor does a database that stops answering (`store_timeout`): the
+        client gets a 500 `api_error`, and its retry finds the run where it stopped.
         """
         assert self.durable is not None and call.run_id is not None
         request_id = call.request_id
+        watch = partial(self.durable.watch, call.run_id, self.config.store_timeout)
         try:
-            attempt = await self.durable.starts(call.run_id) if call.stream else None
-            if attempt is not None:
-                durable = partial(self.durable.stream, call, attempt)
-                return self._streamed(call, durable=durable, headers={RUN_HEADER: attempt})
-            finished = await self.durable.run(call, call.run_id)
+            async with given_up_when(watch):
+                attempt = await self.durable.starts(call.run_id) if call.stream else None
+                if attempt is not None:
+                    return self._streamed(
+                        call,
+                        durable=partial(self.durable.stream, call, attempt),
+                        watch=partial(self.durable.watch, attempt, self.config.store_timeout),
+                        headers={RUN_HEADER: attempt},
+                    )
+                finished = await self.durable.run(call, call.run_id)
         except Exception as error:
             await self._keep_partial(call, error)
-            failure = answer_failure(error, request_id)
+            failure = client_failure(call, error)
             _log.info("gateway.failed", status=failure.status, error=str(error), durable=True)
             return json_answer(failure.status, failure.body, request_id, failure.headers)
         responses = finished.responses
@@ -387,7 +429,7 @@ class Gateway:
             canonical = canonical_request(body, headers, request.query_params)
             run_id = request_run_id(self.sessions, scope, canonical)
         assert self.sessions is not None
-        thread = await expand_thread(self.sessions, body, scope)
+        thread = await expand_thread(self.sessions, body, scope, within=self.config.store_timeout)
         check_fields(body, MessagesFields)
         visible: list[Any] = body["messages"]
         client_tools = body.get("tools") or []
@@ -465,7 +507,9 @@ class Gateway:
         """
         assert self.sessions is not None
         if self.internal:  # a failed attempt of this very request may have run tools
-            with store_failure("finding the conversation's session"):
+            with store_failure(
+                "finding the conversation's session", within=self.config.store_timeout
+            ):
                 kept = await self.sessions.restore(scope, visible, retry=True)
             if kept.session is not None:
                 _log.info("gateway.retry_resumed", rounds_kept=len(kept.session.messages))
@@ -474,7 +518,7 @@ class Gateway:
         if end == 0:
             return Found(None), list(visible)
         prefix = visible[:end]
-        with store_failure("finding the conversation's session"):
+        with store_failure("finding the conversation's session", within=self.config.store_timeout):
             found = await self.sessions.restore(scope, prefix)
         if found.session is None:
             if found.ambiguous:
@@ -499,7 +543,8 @@ class Gateway:
         reply = {"role": "assistant", "content": message["content"]}
         hidden = call.session is not None or result.rounds > 1 or bool(result.tool_calls)
         try:
-            await self._save(call, result, reply, hidden=hidden)
+            with anyio.fail_after(self.config.store_timeout):
+                await self._save(call, result, reply, hidden=hidden)
         except Exception as exc:  # the answer is made: it reaches the client all the same
             _log.warning(
                 "gateway.session_not_saved",
@@ -525,9 +570,10 @@ class Gateway:
         if partial is None or not partial.tool_calls:
             return
         try:
-            await self.sessions.check_secret()
-            key = self.sessions.retry_key(call.scope, call.visible)
-            await self.sessions.save(key, partial.messages, parent=call.session)
+            with anyio.fail_after(self.config.store_timeout):
+                await self.sessions.check_secret()
+                key = self.sessions.retry_key(call.scope, call.visible)
+                await self.sessions.save(key, partial.messages, parent=call.session)
         except Exception as failure:
             _log.warning("gateway.partial_not_saved", error=repr(failure))
         else:

@@ -6,6 +6,7 @@ stream (`streaming`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,8 +78,13 @@ def continued_trace(call: Call) -> Iterator[None]:
         otel_context.detach(token)
 
 
-async def expand_thread(sessions: Sessions, body: dict[str, Any], scope: str) -> ThreadCall | None:
-    """Expand a message-thread request into a whole conversation (in place)."""
+async def expand_thread(
+    sessions: Sessions, body: dict[str, Any], scope: str, *, within: float = math.inf
+) -> ThreadCall | None:
+    """Expand a message-thread request into a whole conversation (in place).
+
+    The store has `within` seconds to find the thread.
+    """
     thread = body.pop("thread", None)
     if thread is None:
         return None
@@ -103,7 +109,7 @@ async def expand_thread(sessions: Sessions, body: dict[str, Any], scope: str) ->
             "a continue request cannot send them",
             {"error_code": "thread_fingerprint_mismatch"},
         )
-    with store_failure("finding the thread"):
+    with store_failure("finding the thread", within=within):
         parent = await sessions.load_thread(sessions.thread_key(scope, previous))
     if parent is None:
         raise Refusal(

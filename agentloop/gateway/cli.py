@@ -11,12 +11,13 @@ most `SHUTDOWN_GRACE` seconds). Logging is configured by the command that calls 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,32 @@ def _read_secret(path: str | None) -> bytes | None:
 
 def _server_class(uvicorn: Any) -> Any:
     class Server(uvicorn.Server):  # type: ignore[misc]
-        """uvicorn's server, exiting 0 after a graceful stop.
+        """uvicorn's server around a started gateway, exiting 0 after a graceful stop.
+
+        The gateway is started (its store opened) before uvicorn serves, in the server's
+        event loop: a gateway that cannot start is kept in `startup_error` for the
+        command to say in one line, instead of uvicorn's lifespan traceback.
 
         uvicorn raises the signal again once it has shut down, so the process dies of it
         (status -15); a gateway stopped by SIGTERM has finished its requests and exits 0.
         """
+
+        def __init__(self, config: Any, gateway: Any, banner: str) -> None:
+            super().__init__(config)
+            self.gateway = gateway
+            self.banner = banner
+            """Printed once the gateway has started."""
+            self.startup_error: Exception | None = None
+
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            async with AsyncExitStack() as stack:
+                try:
+                    await stack.enter_async_context(self.gateway.running())
+                except Exception as exc:
+                    self.startup_error = exc
+                    return
+                print(self.banner, file=sys.stderr, flush=True)
+                await super().serve(sockets)
 
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -88,8 +110,11 @@ def serve_command(
     """
     try:
         import uvicorn
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
         from .app import Gateway, GatewayConfig
+        from .guard import ConnectionLimits, Guard
     except ImportError as exc:
         print(
             f"agentloop: error: {exc.name or exc} is missing; "
@@ -112,6 +137,9 @@ def serve_command(
             upstream=args.upstream,
             store=args.store,
             session_ttl=args.session_ttl,
+            store_timeout=args.store_timeout,
+            stream_buffer=args.stream_buffer,
+            slow_client_timeout=args.slow_client_timeout,
             tools=tools,
             capabilities=capabilities,
             max_rounds=args.max_rounds,
@@ -129,28 +157,45 @@ def serve_command(
         print(f"agentloop: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False))  # logging itself is the command's
+    names = ", ".join(t.name for t in tools) or "none"
+    wrapped = f"; capabilities: {', '.join(args.capabilities)}" if args.capabilities else ""
+    port_in_use = listening.getsockname()[1]  # the one the system chose for --port 0
+    banner = (
+        f"agentloop gateway on http://{args.host}:{port_in_use} -> {args.upstream} "
+        f"(tools: {names}{wrapped}; store: {args.store}"
+        f"{'; durable: ' + args.durable if args.durable else ''})"
+    )
+    guard = Guard(
+        ConnectionLimits(
+            head_timeout=args.head_timeout,
+            body_timeout=args.body_timeout,
+            per_address=args.max_connections_per_address,
+        )
+    )
+    # The guard sees each connection's own address, so it runs outside of uvicorn's
+    # proxy headers, which the command applies inside it as uvicorn would.
+    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    app: Any = gateway.app()  # an ASGI app (uvicorn's types are narrower than Starlette's)
     server = _server_class(uvicorn)(
         uvicorn.Config(
-            gateway.app(),
+            guard.app(ProxyHeadersMiddleware(app, trusted_hosts=trusted)),
             host=args.host,
-            port=args.port,
-            lifespan="on",
+            port=port_in_use,
+            http=guard.protocol(AutoHTTPProtocol),
+            proxy_headers=False,
+            lifespan="off",  # the server starts the gateway itself (see `_server_class`)
             log_level="info" if verbose else "warning",
             access_log=verbose,
             timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
-        )
-    )
-    names = ", ".join(t.name for t in tools) or "none"
-    wrapped = f"; capabilities: {', '.join(args.capabilities)}" if args.capabilities else ""
-    print(
-        f"agentloop gateway on http://{args.host}:{args.port} -> {args.upstream} "
-        f"(tools: {names}{wrapped}; store: {args.store}"
-        f"{'; durable: ' + args.durable if args.durable else ''})",
-        file=sys.stderr,
-        flush=True,
+        ),
+        gateway,
+        banner,
     )
     with listening:
         server.run(sockets=[listening])
+    if server.startup_error is not None:
+        print(f"agentloop: error: {server.startup_error}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK if server.started else EXIT_FAILED
 
 

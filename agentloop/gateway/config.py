@@ -50,6 +50,10 @@ class GatewayConfig:
     """Session store URL: `sqlite:///PATH`, `redis://HOST:PORT/DB` or `memory://`."""
     session_ttl: float = 3600.0
     """Seconds a stored session is kept after it was last written."""
+    store_timeout: float = 10.0
+    """Seconds the gateway waits for its session store, or for an answer from the durable
+    runs' database, before it answers a 500 `api_error` (a run under way when the
+    database stops answering is answered within 1.5 times this)."""
     tools: Sequence[Tool] = ()
     """The gateway's own tools (run inside the loop, never shown to the client)."""
     capabilities: Sequence[Capability] = ()
@@ -71,6 +75,12 @@ class GatewayConfig:
     default one is made and kept in the store, and checked on every lookup."""
     ping_interval: float = 5.0
     """Seconds of silence after which a stream gets a `ping` event."""
+    stream_buffer: int = 256
+    """SSE events a streamed answer holds for a client that reads slower than the
+    upstream writes; while they wait, the upstream is read no faster."""
+    slow_client_timeout: float = 30.0
+    """Seconds a streamed answer's buffer may stay full before its client is dropped:
+    its connection closed, its run (and upstream request) cancelled, its usage logged."""
     upstream_timeout: float | None = None
     """Seconds the SDK waits for an upstream response, and the longest silence within an
     upstream stream (the SDK's 600 when None; `math.inf` for no limit)."""

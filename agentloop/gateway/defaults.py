@@ -6,7 +6,14 @@ it do so without importing the stores, the SDK or DBOS they configure.
 
 from __future__ import annotations
 
-__all__ = ("DBOS_FILE", "DEFAULT_STORE", "EXECUTOR_ID_ENV")
+__all__ = (
+    "BODY_TIMEOUT",
+    "CONNECTIONS_PER_ADDRESS",
+    "DBOS_FILE",
+    "DEFAULT_STORE",
+    "EXECUTOR_ID_ENV",
+    "HEAD_TIMEOUT",
+)
 
 DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
 """The store used when none is given: a SQLite file in the working directory."""
@@ -16,3 +23,12 @@ DBOS_FILE = "agentloop-gateway-dbos.sqlite"
 
 EXECUTOR_ID_ENV = "AGENTLOOP_GATEWAY_EXECUTOR_ID"
 """The environment variable of `GatewayConfig.durable_executor_id`, when not given."""
+
+HEAD_TIMEOUT = 10.0
+"""Seconds a request's head may take to arrive (`ConnectionLimits.head_timeout`)."""
+
+BODY_TIMEOUT = 60.0
+"""Seconds a request's body may take after its head (`ConnectionLimits.body_timeout`)."""
+
+CONNECTIONS_PER_ADDRESS = 64
+"""Connections one client address may hold open (`ConnectionLimits.per_address`)."""

@@ -47,9 +47,10 @@ from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
 from .defaults import DBOS_FILE
+from .errors import StoreUnavailable
 
 if TYPE_CHECKING:
-    from dbos import DBOSConfig
+    from dbos import DBOSClient, DBOSConfig
 
     from agentloop.durable.dbos import DurableAgent
     from agentloop.durable.streams import DurableStream
@@ -62,6 +63,7 @@ __all__ = (
     "Finished",
     "RequestProvider",
     "dbos_url",
+    "given_up_when",
     "open_durable",
 )
 
@@ -120,6 +122,50 @@ class DurableRequests(Protocol):
         Leaving the block stops reading: the run goes on without this reader.
         """
         ...
+
+    async def watch(self, run_id: str, patience: float) -> None:
+        """Ask the database about run `run_id` now and then, for as long as it answers.
+
+        Raises:
+            StoreUnavailable: the database failed, or did not answer within `patience`
+                seconds (the run itself waits for it, and goes on when it is back).
+        """
+        ...
+
+
+@asynccontextmanager
+async def given_up_when(check: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """The block, given up (cancelled) when `check` raises `StoreUnavailable`.
+
+    The engine waits for an unreachable database as long as it takes, and so would its
+    reader: a client is answered instead, and its retry finds the run where it stopped.
+
+    Raises:
+        StoreUnavailable: what `check` raised.
+    """
+    failed: list[StoreUnavailable] = []
+    body = anyio.CancelScope()
+
+    async def watch() -> None:
+        try:
+            await check()
+        except StoreUnavailable as exc:
+            failed.append(exc)
+            body.cancel()
+
+    watching = anyio.create_task_group()
+    await watching.__aenter__()
+    try:
+        watching.start_soon(watch)
+        with body:
+            yield
+    finally:
+        watching.cancel_scope.cancel()
+        # Not given the block's error: the task group would wrap it in an ExceptionGroup,
+        # and the block's own error is what the caller answers.
+        await watching.__aexit__(None, None, None)
+    if failed:
+        raise failed[0]
 
 
 def dbos_url(option: str, store: str) -> str:
@@ -315,10 +361,12 @@ class DBOSRequests:
             capabilities=[ClientFields(self.provider), *capabilities],
         )
         self.durable: DurableAgent[Any] | None = None
+        self.probe: DBOSClient | None = None
+        """What `watch` asks the database through."""
 
     async def open(self) -> None:
         """Configure DBOS, register the durable agent, launch (recovering earlier runs)."""
-        from dbos import DBOS
+        from dbos import DBOS, DBOSClient
 
         from agentloop.durable.dbos import DurableAgent
 
@@ -329,6 +377,9 @@ class DBOSRequests:
         DBOS(config=config)
         self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
         DBOS.launch()
+        self.probe = DBOSClient(
+            system_database_url=self.url, retry_connection_errors=False, system_database_pool_size=2
+        )
         executor = DBOS.executor_id
         _log.info("gateway.durable", engine="dbos", database=_shown(self.url), executor=executor)
 
@@ -336,6 +387,9 @@ class DBOSRequests:
         """Stop DBOS (runs under way are recovered by the next process)."""
         from dbos import DBOS
 
+        if self.probe is not None:
+            self.probe.destroy()
+            self.probe = None
         if self.durable is not None:
             self.durable = None
             DBOS.destroy(destroy_registry=True)
@@ -377,6 +431,26 @@ class DBOSRequests:
                 yield stream
         finally:
             self.provider.detach(attempt, call.agent)
+
+    async def watch(self, run_id: str, patience: float) -> None:
+        """Check the database answers every `patience / 2` seconds; raise when it does not.
+
+        Checked through a client that raises on a lost connection: DBOS itself waits and
+        tries again for as long as it takes, which is right for the run, not for a probe.
+        """
+        assert self.probe is not None, "open() first"
+        while True:
+            with anyio.move_on_after(patience) as probe:
+                try:
+                    await self.probe.check_connection_async()
+                except Exception as exc:
+                    raise StoreUnavailable(f"the durable runs' database failed: {exc}") from exc
+            if probe.cancelled_caught:
+                raise StoreUnavailable(
+                    f"the durable runs' database did not answer within {patience:g} seconds; "
+                    "the run goes on when it is back: send the request again"
+                )
+            await anyio.sleep(patience / 2)
 
     async def _attempt(self, run_id: str) -> tuple[str, bool]:
         """`run_id`, or the id of the attempt after the last one that failed; if it exists."""

@@ -11,7 +11,14 @@ from typing import Any
 
 from agentloop.cli.values import finite_seconds, port, seconds, whole_number
 
-from .defaults import DBOS_FILE, DEFAULT_STORE, EXECUTOR_ID_ENV
+from .defaults import (
+    BODY_TIMEOUT,
+    CONNECTIONS_PER_ADDRESS,
+    DBOS_FILE,
+    DEFAULT_STORE,
+    EXECUTOR_ID_ENV,
+    HEAD_TIMEOUT,
+)
 
 __all__ = ("add_serve_command",)
 
@@ -78,6 +85,52 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         help="seconds a stored session is kept (default: 3600)",
     )
     serve.add_argument(
+        "--store-timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds to wait for the session store or the durable runs' database before "
+        "answering 500 api_error (default: 10)",
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=seconds,
+        default=HEAD_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds a request's head may take to arrive (default: {HEAD_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=seconds,
+        default=BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds a request's body may take to arrive after its head "
+        f"(default: {BODY_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=_connections,
+        default=CONNECTIONS_PER_ADDRESS,
+        metavar="N",
+        help="connections one client address may hold open at once (0: no limit; "
+        f"default: {CONNECTIONS_PER_ADDRESS})",
+    )
+    serve.add_argument(
+        "--stream-buffer",
+        type=whole_number,
+        default=256,
+        metavar="N",
+        help="SSE events a streamed answer holds for a slow client (default: 256)",
+    )
+    serve.add_argument(
+        "--slow-client-timeout",
+        type=seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds a streamed answer's buffer may stay full before its client is "
+        "dropped and its run cancelled (default: 30)",
+    )
+    serve.add_argument(
         "--max-rounds", type=whole_number, default=10, help="upstream requests per request"
     )
     serve.add_argument(
@@ -129,3 +182,15 @@ def _serve(args: argparse.Namespace) -> int:
     from .cli import serve_command
 
     return serve_command(args)
+
+
+def _connections(value: str) -> int:
+    """A number of connections: a whole number >= 0 (0: no limit)."""
+    if value.strip() == "0":
+        return 0
+    try:
+        return whole_number(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 0 (0: no limit), got {value!r}"
+        ) from None

@@ -140,9 +140,14 @@ def start_gateway(
     store: str = "memory://",
     env: dict[str, str] | None = None,
     args: Sequence[str] = (),
+    port: int | None = None,
+    healthy_within: float = 60,
 ) -> GatewayProcess:
-    """`python -m agentloop.gateway` with the test tools; returns once /healthz answers 200."""
-    port = free_port()
+    """`python -m agentloop.gateway` with the test tools; returns once /healthz answers 200.
+
+    On `port` when given (a restarted replica keeps its address), else on a free one.
+    """
+    port = port or free_port()
     environment = {k: v for k, v in os.environ.items() if k not in _ENV_DROPPED}
     environment["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(site), environment.get("PYTHONPATH", "")) if p
@@ -154,7 +159,7 @@ def start_gateway(
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=environment, stdout=out, stderr=subprocess.STDOUT)
     gateway = GatewayProcess(f"http://127.0.0.1:{port}", process, log)
-    wait_until_healthy(gateway)
+    wait_until_healthy(gateway, healthy_within)
     return gateway
 
 

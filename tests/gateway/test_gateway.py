@@ -34,6 +34,7 @@ from _gateway import (
 )
 from support import free_port
 
+from agentloop.gateway.errors import HIDDEN_ERROR
 from agentloop.testing import Fault, Paced, RawResponse, reply, sse_events, tool_call
 from agentloop.testing.scripted import cache_markers
 from agentloop.testing.server import count_tokens
@@ -588,9 +589,10 @@ async def test_upstream_error_mid_stream_is_an_error_event(
             ) as stream:
                 async for _ in stream:
                     pass
+    # The failed round carried the hidden lookup: its type is kept, not its message.
     assert caught.value.body == {
         "type": "error",
-        "error": {"type": "overloaded_error", "message": "Overloaded"},
+        "error": {"type": "overloaded_error", "message": HIDDEN_ERROR},
     }
 
 

@@ -42,6 +42,7 @@ from agentloop.events import (
 )
 from agentloop.gateway.app import RUN_HEADER, GatewayConfig
 from agentloop.gateway.calls import Call
+from agentloop.gateway.errors import HIDDEN_ERROR
 from agentloop.gateway.streaming import StreamResponse
 from agentloop.messages import TextBlock, ToolUseBlock
 from agentloop.providers.base import BlockDelta, BlockStart, BlockStop, MessageStart, ModelResponse
@@ -327,7 +328,7 @@ async def test_upstream_errors_reach_a_streaming_client_and_its_retry_goes_on(
     events = sse_events(first_text)
     assert events[-1] == (
         "error",
-        {"type": "error", "error": {"type": "invalid_request_error", "message": "not today"}},
+        {"type": "error", "error": {"type": "invalid_request_error", "message": HIDDEN_ERROR}},
     )
     assert [d["delta"]["text"] for n, d in events if n == "content_block_delta"] == ["Looking."]
     # The retry is a new attempt, streamed, going on from the partial run kept for it.

@@ -103,6 +103,24 @@ async def test_a_dead_redis_is_an_api_error_and_a_finished_answer_still_arrives(
     assert len(upstream.requests) == 2, "the failed lookup never went upstream"
 
 
+async def test_the_first_request_after_a_redis_restart_is_answered(
+    upstream: MessagesServer,
+) -> None:
+    with redis_process() as server:
+        config = GatewayConfig(
+            upstream=upstream.base_url, store=server.url, tools=[lookup], secret=b"fixed"
+        )
+        async with gateway_on(config) as url, client(url) as http:
+            answer = await http.messages.create(model="m", max_tokens=50, messages=ASK)
+            # Every pooled connection to Redis dies with it; the new server is empty.
+            await anyio.to_thread.run_sync(server.restart)
+            raw = await http.messages.with_raw_response.create(
+                model="m", max_tokens=50, messages=follow_up(answer)
+            )
+    assert raw.http_response.status_code == 200
+    assert dump((await raw.parse()).content) == [{"type": "text", "text": "And else?"}]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_sqlite_file_locked_by_another_process_loses_no_answer(
     upstream: MessagesServer, tmp_path: Path, stream: bool

@@ -1,0 +1,111 @@
+"""A durable gateway whose database goes down answers within its store timeout.
+
+The gateway is served in this process with `--durable` on a PostgreSQL cluster of the
+test's own, which the test stops while a run's tool call is under way and starts again:
+the request in flight and a new one get a 500 `api_error` within a bounded time, and
+the retry after PostgreSQL is back attaches to the run, whose tool ran once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import anthropic
+import anyio
+import pytest
+from _gateway import gateway_on
+from support import postgres_process
+
+from agentloop import tool
+from agentloop.gateway.app import GatewayConfig
+from agentloop.testing import MessagesServer, reply, tool_call
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.durable]
+
+STORE_TIMEOUT = 2.0
+BOUND = 5 * STORE_TIMEOUT
+"""How long a client may wait for its error: 1.5 store timeouts, and room for a busy box."""
+
+QUESTION: list[Any] = [{"role": "user", "content": "Charge order 42."}]
+
+
+def answer(body: dict[str, Any]) -> Any:
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
+        return reply("Charged once.")
+    return reply(tool_call("charge", {"order": 42}))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_durable_gateway_answers_500_in_bounded_time_while_postgres_is_down(
+    stream: bool,
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    charges: list[int] = []
+
+    @tool
+    async def charge(order: int) -> str:
+        """Charge an order."""
+        charges.append(order)
+        started.set()
+        await release.wait()
+        return f"order {order} charged"
+
+    upstream = MessagesServer(answer).start()
+    with postgres_process() as postgres:
+        config = GatewayConfig(
+            upstream=upstream.base_url,
+            store="memory://",
+            tools=[charge],
+            durable=f"dbos:{postgres.url}/agentloop_{uuid.uuid4().hex[:12]}",
+            store_timeout=STORE_TIMEOUT,
+        )
+        try:
+            async with gateway_on(config) as url:
+                client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
+                failures: list[tuple[anthropic.APIStatusError, float]] = []
+
+                async def ask(messages: list[Any]) -> Any:
+                    if stream:
+                        async with client.messages.stream(
+                            model="m", max_tokens=50, messages=messages
+                        ) as events:
+                            return await events.get_final_message()
+                    return await client.messages.create(model="m", max_tokens=50, messages=messages)
+
+                async def in_flight() -> None:
+                    with pytest.raises(anthropic.APIStatusError) as caught:
+                        await ask(QUESTION)
+                    failures.append((caught.value, time.monotonic() - stopped))
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(in_flight)
+                    with anyio.fail_after(60):
+                        await started.wait()
+                    await anyio.to_thread.run_sync(postgres.stop)
+                    stopped = time.monotonic()
+                    release.set()  # the call ends; its result cannot be recorded
+                # A new request, while the database is still down.
+                asked = time.monotonic()
+                with pytest.raises(anthropic.APIStatusError) as new:
+                    await ask([{"role": "user", "content": "Charge order 43."}])
+                waited_new = time.monotonic() - asked
+                await anyio.to_thread.run_sync(postgres.start)
+                # The client's retry of the first request, once the database is back.
+                retried = await ask(QUESTION)
+                await client.close()
+        finally:
+            upstream.stop()
+    ((error, waited),) = failures
+    for failure in (error, new.value):
+        body = failure.body
+        assert isinstance(body, dict) and body["error"]["type"] == "api_error", body
+        assert "durable runs' database" in body["error"]["message"]
+    if not stream:
+        assert error.status_code == new.value.status_code == 500
+        assert error.body["request_id"] == error.request_id
+    assert waited < BOUND and waited_new < BOUND, (waited, waited_new)
+    assert [b.text for b in retried.content if b.type == "text"] == ["Charged once."]
+    assert charges == [42], "the retry attached to the run: the call ran once"
