@@ -21,6 +21,7 @@ import json
 import os
 import random
 import sys
+import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -174,3 +175,25 @@ def test_a_fleet_of_three_finishes_every_run_once_whatever_process_is_killed(
         started.setdefault(start["key"], set()).add(start["pid"])
     twice = {key: pids & survivors for key, pids in started.items() if len(pids & survivors) > 1}
     assert not twice, f"calls started by two processes that both lived: {twice}"
+
+
+async def test_launch_refuses_the_executor_id_of_a_live_process(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    from agentloop.durable.dbos import launch
+    from agentloop.errors import ConfigurationError
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    config = {"name": "fleet", "system_database_url": url, "executor_id": "worker-1"}
+    async with launch(config, lease_seconds=30):
+        pass  # leaves its lease run out: the id is free again
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # a live process of that id renews its lease
+        connection.execute(
+            sa.text("UPDATE agentloop_leases SET holder = 'other', expires_at = :t"),
+            {"t": time.time() + 3600},
+        )
+    engine.dispose()
+    with pytest.raises(ConfigurationError, match="'worker-1' belongs to a live process"):
+        async with launch(config, lease_seconds=0.2):
+            pytest.fail("launched beside a live process of its executor id")
