@@ -72,3 +72,17 @@ async def test_a_run_of_many_rounds_of_4_kb_results_ends_as_a_plain_run(
     assert [(c.tool_use_id, c.output) for c in result.tool_calls] == [
         (c.tool_use_id, c.output) for c in plain.tool_calls
     ]
+
+
+async def test_a_continued_run_carries_its_tool_log_once_not_beside_its_messages() -> None:
+    import json
+
+    from agentloop.durable.temporal.carry import carried_calls, restored_calls
+
+    result = await Agent(provider=ScriptedProvider(script(30)), tools=[read], max_rounds=31).run(
+        "Read every page."
+    )
+    carried = carried_calls(result.messages, result.tool_calls)
+    # The 4 kB outputs are in the messages once; the log does not carry them again.
+    assert len(json.dumps(carried)) < 0.1 * len(json.dumps(result.messages))
+    assert restored_calls(result.messages, json.loads(json.dumps(carried))) == result.tool_calls
