@@ -9,7 +9,8 @@ ToolError                      raised by a tool or an output validator: the mode
 └── ModelRetry                 deprecated name of ToolError
 AgentloopError
 ├── ConfigurationError         a mistake in how agentloop was set up
-│   └── DuplicateToolError     two tools share one name
+│   ├── DuplicateToolError     two tools share one name
+│   └── VersionMismatchError   a durable run under way belongs to another application version
 ├── HistoryError               a history the API would reject (the linter's verdict)
 ├── ProviderError              the model API failed; the SDK exception is the __cause__
 │   ├── MissingAPIKeyError     no credentials at all, raised before any request
@@ -81,6 +82,7 @@ __all__ = (
     "ToolCallFailed",
     "ToolError",
     "UsageLimitExceeded",
+    "VersionMismatchError",
     "api_error",
 )
 
@@ -141,6 +143,25 @@ class ConfigurationError(AgentloopError):
 
 class DuplicateToolError(ConfigurationError):
     """Two tools were registered under one name; the model addresses tools by name."""
+
+
+class VersionMismatchError(ConfigurationError):
+    """A durable run is under way on another application version than this process's.
+
+    A workflow engine hands a run only to a process of the version that started it (DBOS
+    recovers and dequeues the runs of its own `application_version`), so no process of
+    this version would ever finish it: waiting for it would hang. The message names both
+    versions and how to drain the old one (see "Rolling upgrades" in the durable docs).
+    """
+
+    def __init__(self, message: str, *, run_id: str, run_version: str, version: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The run."""
+        self.run_version = run_version
+        """The application version the run belongs to."""
+        self.version = version
+        """This process's application version."""
 
 
 class HistoryError(AgentloopError, ValueError):

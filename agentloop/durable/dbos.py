@@ -37,6 +37,7 @@ from dbos import error as dbos_errors
 from agentloop.agent import Agent
 from agentloop.approval import Decision
 from agentloop.calls import ToolCall, ToolDefinition, ToolResult, sendable
+from agentloop.durable.dbos_fleet import APPLICATION_VERSION, Lease, check_version, launch
 from agentloop.durable.dbos_workflow import (
     NOT_SENT,
     STOP_ATTRIBUTE,
@@ -72,7 +73,7 @@ from agentloop.result import OutputT, RunResult
 from agentloop.resume import plan
 from agentloop.runstate import CANCELLED_MESSAGE
 
-__all__ = ("DurableAgent",)
+__all__ = ("APPLICATION_VERSION", "DurableAgent", "Lease", "launch")
 
 
 _POLL_SECONDS = 0.1
@@ -382,11 +383,27 @@ class DurableAgent(Generic[OutputT]):
                 f"deps are recorded with the run, so they must be JSON values ({exc}); "
                 "make live objects with DurableAgent(deps_factory=...)"
             ) from exc
+        if run_id is not None and (existing := await self._attached(run_id)) is not None:
+            return existing
         with SetWorkflowID(run_id) if run_id is not None else no_workflow_id():
             try:
                 return await DBOS.start_workflow_async(self._workflow, request)
             except dbos_errors.MaxRecoveryAttemptsExceededError as exc:
                 raise await self._given_up(exc.workflow_id) from exc
+
+    async def _attached(self, run_id: str) -> WorkflowHandleAsync[dict[str, Any]] | None:
+        """The handle of the run `run_id` if it exists, checked against this version.
+
+        Attaching through `retrieve_workflow_async` rather than starting again: a start
+        of a run DBOS recovered (through its queue) makes DBOS warn that the run is in
+        another queue, once per attached run.
+        """
+        status = await DBOS.get_workflow_status_async(run_id)
+        if status is None:
+            return None
+        check_version(run_id, status)
+        handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)
+        return handle
 
     async def result(self, run_id: str, *, output_type: Any = None) -> RunResult[Any]:
         """The result of the run `run_id`, waiting for it if it is under way.
@@ -408,6 +425,7 @@ class DurableAgent(Generic[OutputT]):
         status = await DBOS.get_workflow_status_async(run_id)
         if status is None or status.input is None:
             raise ConfigurationError(f"there is no run {run_id!r}")
+        check_version(run_id, status)
         if output_type is None:
             output_type = status.input["args"][0]["output_type"]
         handle: WorkflowHandleAsync[dict[str, Any]] = await DBOS.retrieve_workflow_async(run_id)

@@ -378,7 +378,8 @@ class World:
         self.crash.at("after-effect", ctx.tool_use_id)
 
     def start(self, ctx: RunContext, tool_name: str) -> None:
-        _append_line(self.starts, {"key": ctx.idempotency_key, "tool": tool_name})
+        start = {"key": ctx.idempotency_key, "tool": tool_name, "pid": os.getpid()}
+        _append_line(self.starts, start)
         self.crash.at("mid-tool", ctx.tool_use_id)
 
     def finish(self, ctx: RunContext) -> None:

@@ -13,6 +13,13 @@ the run `RUN_ID` and prints what happened on stdout, one line each:
   read with `run_stream`, its model's answers paced by `paced_script`);
 - `RESULT <json>` and `REQUESTS <n>` (model requests this process sent) at the end.
 
+Versions and fleets: `DURABLE_FLEET=1` launches through `agentloop.durable.dbos.launch`
+(its default version, a new executor id, a lease of `DURABLE_LEASE` seconds);
+`DURABLE_VERSION=<v>` names the application version (`default`: none, DBOS's own hash or
+agentloop's); `DURABLE_UPGRADE=1` registers one more durable agent, as a new release of
+the app would. Attaching to a run of another version prints `MISMATCH <json>` (the
+error's `run_version`, `version` and message) instead of `RESULT`.
+
 `DURABLE_MAX_RECOVERY=<n>` gives the durable agent `max_recovery_attempts=n`;
 `DURABLE_MAX_USES=<n>` gives `record` `max_uses=n`.
 `DURABLE_CAPABILITY=1` gives the agent the `Witness` capability, whose effects (a line in
@@ -26,7 +33,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
@@ -141,23 +149,29 @@ def make_agent(server: MessagesServer, max_uses: int | None = None, **options: A
     )
 
 
-def dbos_config(url: str) -> Any:
+def dbos_config(url: str, version: str | None = "tests") -> Any:
     """DBOS's configuration for the tests' app on the system database `url`."""
-    return {
+    config = {
         "name": "agentloop-tests",
         "system_database_url": url,
-        "application_version": "tests",
         "log_level": "WARNING",
         "notification_listener_polling_interval_sec": 0.01,
     }
+    return config if version is None else {**config, "application_version": version}
 
 
-async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None]) -> None:
+async def _main(
+    url: str, run_id: str, workdir: str, launch: Callable[[], AbstractAsyncContextManager[Any]]
+) -> None:
     from agentloop.durable.dbos import DurableAgent
     from agentloop.durable.records import result_to_json
+    from agentloop.errors import VersionMismatchError
 
     streams = os.environ.get("DURABLE_STREAM") == "1"
-    async with MessagesServer(paced_script if streams else script) as server:
+    async with (
+        MessagesServer(paced_script if streams else script) as server,
+        AsyncExitStack() as stack,
+    ):
         recoveries = int(os.environ.get("DURABLE_MAX_RECOVERY", "100"))
         max_uses = os.environ.get("DURABLE_MAX_USES")
         witness = [Witness(workdir)] if os.environ.get("DURABLE_CAPABILITY") == "1" else []
@@ -165,7 +179,9 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
             server, None if max_uses is None else int(max_uses), capabilities=witness
         )
         durable = DurableAgent(agent, max_recovery_attempts=recoveries)
-        launch()  # recovers a run an earlier process left unfinished
+        if os.environ.get("DURABLE_UPGRADE") == "1":
+            DurableAgent(make_agent(server), name="ledger-audit")  # what the release added
+        await stack.enter_async_context(launch())  # recovers what an earlier process left
         wait = os.environ.get("DURABLE_WAIT") == "1"
         arguments: dict[str, Any] = {
             "run_id": run_id,
@@ -181,6 +197,13 @@ async def _main(url: str, run_id: str, workdir: str, launch: Callable[[], None])
         async with anyio.create_task_group() as group:
             if wait:
                 group.start_soon(announce_wait)
+            if os.environ.get("DURABLE_VERSION_CHECK") == "1":
+                try:
+                    await durable.result(run_id)
+                except VersionMismatchError as exc:
+                    found = {"run_version": exc.run_version, "version": exc.version}
+                    print("MISMATCH " + json.dumps({**found, "message": str(exc)}), flush=True)
+                    return
             if streams:
                 async with durable.run_stream("Record a and b.", **arguments) as stream:
                     async for event in stream:
@@ -199,10 +222,21 @@ def main() -> None:
     from dbos import DBOS
 
     url, run_id, workdir = sys.argv[1:4]
+    version = os.environ.get("DURABLE_VERSION", "tests")
+    config = dbos_config(url, None if version == "default" else version)
 
-    def launch() -> None:
-        DBOS(config=dbos_config(url))
-        DBOS.launch()
+    @asynccontextmanager
+    async def launch() -> AsyncIterator[None]:
+        if os.environ.get("DURABLE_FLEET") == "1":
+            from agentloop.durable.dbos import launch as launch_fleet
+
+            lease = float(os.environ.get("DURABLE_LEASE", "15"))
+            async with launch_fleet(config, lease_seconds=lease):
+                yield
+        else:
+            DBOS(config=config)
+            DBOS.launch()
+            yield
 
     try:
         anyio.run(_main, url, run_id, workdir, launch)

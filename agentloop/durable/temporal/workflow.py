@@ -28,12 +28,13 @@ from agentloop.approval import Approve, Decision, Deny
 from agentloop.calls import ToolCall, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher
+from agentloop.durable.temporal.carry import carried_calls, restored_calls
 from agentloop.durable.temporal.results import ERROR_FIELDS, error_of
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError
 from agentloop.messages import parse_history
 from agentloop.providers.base import ModelRequest, ModelResponse
-from agentloop.result import RunResult, ToolCallRecord, Usage
+from agentloop.result import RunResult, Usage
 from agentloop.resume import plan
 from agentloop.run import Run
 from agentloop.state import PausedRun
@@ -170,7 +171,7 @@ def _beginning(data: dict[str, Any], run_id: str) -> dict[str, Any]:
         messages=parse_history(carry["messages"]),
         finished=[],
         pending=[],
-        tool_calls=[ToolCallRecord(**c) for c in carry["tool_calls"]],
+        tool_calls=restored_calls(carry["messages"], carry["tool_calls"]),
         container=carry["container"],
         external=carry["external"],
         cost=carry["cost"],
@@ -463,7 +464,7 @@ def _carry(result: RunResult[Any], data: dict[str, Any]) -> dict[str, Any]:
         "messages": result.messages,
         "rounds": result.rounds - 1,  # the round about to start has not been sent
         "usage": asdict(result.usage),
-        "tool_calls": [asdict(c) for c in result.tool_calls],
+        "tool_calls": carried_calls(result.messages, result.tool_calls),
         "container": result.container,
         "external": data["carry"]["external"] if "carry" in data else data["external_tools"],
         "cost": result.cost,
