@@ -23,10 +23,10 @@ import pluggy
 
 from . import hookspecs
 from .capabilities.base import Capability
+from .capability_catalogue import CapabilityRegistrar, PluginCapability
 from .errors import ConfigurationError, DuplicateToolError
 from .hookspecs import PROJECT_NAME
 from .logs import get_logger
-from .plugin_capabilities import CapabilityRegistrar, PluginCapability
 
 if TYPE_CHECKING:
     from .tools import Tool
