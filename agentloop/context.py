@@ -88,6 +88,9 @@ class RunContext(Generic[DepsT]):
     answers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """In a resumed turn, the caller's answers to the calls the run waited for, by
     tool_use id: a sub-agent's call finds there the sub-run it resumes (`PausedRun`)."""
+    apart: bool = field(default=False, repr=False)
+    """True where the call runs apart from its run (a Temporal activity, on a worker):
+    nothing there can carry a paused sub-run back to the run."""
 
     @property
     def idempotency_key(self) -> str:

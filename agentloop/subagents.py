@@ -100,9 +100,10 @@ def agent_tool(
         result = run.result
         if result.state is None:
             return result.text or f"(the {name} agent answered without text)"
-        if ctx.meter is None:
-            # Run outside its calling run (in a durable engine's worker): nothing can
-            # carry the paused sub-run back to the run, nor bring it its answers.
+        if ctx.apart or ctx.meter is None:
+            # Run outside its calling run (in a durable engine's worker, or by hand):
+            # nothing can carry the paused sub-run back to the run, nor bring it its
+            # answers.
             waits = ", ".join(
                 [f"'{a.name}' (approval)" for a in result.approvals]
                 + [f"'{p['name']}' (external)" for p in result.pending]

@@ -156,6 +156,7 @@ def _context(durable: ActivityOwner, data: dict[str, Any]) -> RunContext[Any]:
         limiter=durable.call_limiter(),
         timeout=config.tool_timeout,
         shared_limiter=config.tool_limiter,
+        apart=True,
     )
 
 
