@@ -17,7 +17,6 @@ from agentloop.defaults import DEFAULT_MODEL
 from agentloop.errors import ConfigurationError
 
 from .exits import EXIT_OK
-from .setups import choose_tools, offline_model, run_deps, run_setups
 from .values import port, whole_number
 
 if TYPE_CHECKING:
@@ -68,6 +67,7 @@ def chat_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     from agentloop.providers.anthropic import AnthropicProvider
 
     from .logs import configure_logging
+    from .setups import choose_tools, offline_model, run_deps, run_setups
 
     try:
         import uvicorn
