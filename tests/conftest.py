@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
@@ -54,21 +53,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "both_formats: run the test's `http_agent` on the Chat Completions path too "
         "(OpenAIChatProvider over ChatCompletionsServer), besides the Messages API",
     )
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop a DBOS a test left launched, so its threads do not keep the process alive.
-
-    After a test stopped the database under a launched DBOS (the gateway's store-down
-    test, a cluster torn down at the session's end), DBOS's background threads retry
-    against it for good, and the interpreter would wait for them at exit.
-    """
-    dbos = sys.modules.get("dbos")
-    if dbos is not None:
-        try:
-            dbos.DBOS.destroy(destroy_registry=True)
-        except Exception:  # nothing was launched, or it is already down
-            pass
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
