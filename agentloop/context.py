@@ -143,7 +143,10 @@ class RunContext(Generic[DepsT]):
 
 
 async def counted_apart(
-    ctx: RunContext[Any], effect: Callable[[RunContext[Any]], Awaitable[T]]
+    ctx: RunContext[Any],
+    effect: Callable[[RunContext[Any]], Awaitable[T]],
+    *,
+    call: ToolCall | None = None,
 ) -> tuple[T, Spent]:
     """Run one effect (a model request, a call) counting what it spends apart.
 
@@ -155,12 +158,17 @@ async def counted_apart(
     (limits still see the run's totals as they were when it began, plus its own
     spending; a context with no meter gets one), and what the copy counted is returned
     with the outcome. An effect that raises leaves no outcome to carry it: what it spent
-    is counted on `ctx` at once.
+    is counted on `ctx` at once. Given a `call`, the context `effect` gets also names it
+    (as `ctx.for_call(call)` would: one copy of the context per call, not two).
     """
     meter = copy.copy(ctx.meter) if ctx.meter is not None else Meter(None, ctx.model)
     at_start = meter.spent
+    if call is None:
+        counting = replace(ctx, meter=meter)
+    else:
+        counting = replace(ctx, meter=meter, tool_use_id=call.id, tool_name=call.name)
     try:
-        outcome = await effect(replace(ctx, meter=meter))
+        outcome = await effect(counting)
     except BaseException:
         spent = meter.spent - at_start
         ctx.add_usage(spent.usage, spent.cost, tool_calls=spent.tool_calls)

@@ -192,7 +192,7 @@ class ToolRegistry:
         the caller propagates, and so does a tool's `BaseException` that is not an
         `Exception` (`SystemExit`, `KeyboardInterrupt`, ...).
         """
-        if ctx.tool_use_id != call.id:  # through `run_call_through`, it names the call already
+        if ctx.tool_use_id != call.id:  # through `CallGroup`, it names the call already
             ctx = ctx.for_call(call)
         if ctx.tracing is None:
             result = await self._run(call, ctx)
@@ -221,7 +221,8 @@ class ToolRegistry:
         `AgentloopError` goes on (it ends the run); any other failure answers the call
         with an `is_error` result naming it.
         """
-        ctx = ctx.for_call(call)
+        if ctx.tool_use_id != call.id:  # through `CallGroup`, it names the call already
+            ctx = ctx.for_call(call)
 
         async def tool(changed: ToolCall) -> ToolResult:
             # A capability may change the input; the call keeps its id and name.
@@ -404,7 +405,7 @@ class CallGroup:
 
         async def run() -> ToolResult:
             # What a sub-run or a capability spends inside the call rides on its result.
-            result, spent = await counted_apart(self.context, run_here)
+            result, spent = await counted_apart(self.context, run_here, call=call)
             return result.with_spent(spent)
 
         try:

@@ -27,11 +27,11 @@ class BenchModel(ScriptedModel):
         super().__init__(respond, lint=False)
         self.sinks: list[list[Any]] = [self.requests]
 
-    def check(self, body: Mapping[str, Any]) -> list[Message]:
+    def check(self, body: Mapping[str, Any], *, allow_file_sources: bool = False) -> list[Message]:
         return []
 
-    def respond(self, body: Mapping[str, Any]) -> Any:
-        answer = super().respond(body)
+    def respond(self, body: Mapping[str, Any], *, allow_file_sources: bool = False) -> Any:
+        answer = super().respond(body, allow_file_sources=allow_file_sources)
         for sink in self.sinks:
             sink.clear()
         return answer

@@ -124,7 +124,7 @@ async def run_call(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, An
     async def run_here() -> ToolResult:
         # What a sub-run or a capability spends inside the call rides on its result.
         result, spent = await counted_apart(
-            context, lambda ctx: registry.run_call_through(call, ctx, capabilities)
+            context, lambda ctx: registry.run_call_through(call, ctx, capabilities), call=call
         )
         return result.with_spent(spent)
 
