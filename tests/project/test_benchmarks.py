@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_scenario_runs_end_to_end() -> None:
+    command = ["-m", "benchmarks", "--scenario", "S3", "--contender", "agentloop", "--runs", "1"]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--scenario", "S3", "--contender", "agentloop"]
-        + ["--runs", "1"],
+        [sys.executable, *command],
         cwd=ROOT,
         capture_output=True,
         text=True,
