@@ -10,39 +10,30 @@ from __future__ import annotations
 
 import types
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, overload
 
-import anyio
 from typing_extensions import Unpack
 
 from .calls import ToolDefinition
-from .config import DEFAULT_MODEL, AgentConfig, AgentOptions
+from .config import DEFAULT_MODEL, AgentConfig, AgentOptions, check_deps
 from .context import DepsT
 from .errors import ConfigurationError
-from .messages import ContentBlock
-from .options import ResumeOptions, RunOptions, StartOptions
+from .layers import Prompt, RunLayers, RunOutputT
+from .options import StartOptions
 from .output import OutputValidator, check_validator
 from .providers.base import Provider
 from .registry import ToolRegistry
-from .result import OutputT, RunResult
-from .run import Run, cancelled_on_exit
-from .server_tools import ServerTool, check_announced
+from .result import OutputT
+from .run import Run
+from .server_tools import ServerTool
 from .tools import Tool
-
-if TYPE_CHECKING:
-    from .batches import BatchOutcome, BatchStore
 
 __all__ = ("DEFAULT_MODEL", "Agent")
 
-RunOutputT = TypeVar("RunOutputT")
-"""The output type of one run given `output_type=`, instead of the agent's."""
-Prompt = str | Sequence[ContentBlock] | None
 
-
-class Agent(Generic[DepsT, OutputT]):
+class Agent(RunLayers[DepsT, OutputT]):
     """Runs the model and its tools until the model is done.
 
     One `Agent` holds configuration only (`agent.config`, `agent.registry`); every run
@@ -111,17 +102,9 @@ class Agent(Generic[DepsT, OutputT]):
             else ToolRegistry(t for t in listed if not isinstance(t, ServerTool))
         )
         """The agent's tools (those it runs itself; `config.server_tools` the others)."""
-        deferred = [t.name for t in self.registry if t.defer_loading]
-        check_announced(self.registry.names, deferred, self.config.request_params)
         self.deps_type = deps_type
         """The type of its runs' `deps` (None: any)."""
-        required = self.config.approval_required
-        if isinstance(required, frozenset) and (
-            unknown := sorted(required - set(self.registry.names))
-        ):
-            raise ConfigurationError(
-                f"approval_required names {', '.join(unknown)}, not tools of this agent"
-            )
+        self.config.check_tools(self.registry)
         self._validators: list[OutputValidator] = []
 
     @property
@@ -226,290 +209,10 @@ class Agent(Generic[DepsT, OutputT]):
         print(run.result.text, run.usage)
         ```
         """
-        self._check_deps(options.get("deps"))
+        check_deps(options.get("deps"), self.deps_type)
         return Run(
             self.config, self.registry, self._validators, prompt, output_type=output_type, **options
         )
-
-    def _check_deps(self, deps: object) -> None:
-        """Refuse `deps` that are not of the agent's `deps_type` (when that is a class)."""
-        expected = self.deps_type
-        if deps is None or expected is None or not isinstance(expected, type):
-            return
-        try:
-            fits = isinstance(deps, expected)
-        except TypeError:  # a Protocol that is not runtime-checkable, say: not checkable
-            return
-        if not fits:
-            raise ConfigurationError(
-                f"deps must be a {expected.__qualname__} (the agent's deps_type), "
-                f"not {type(deps).__qualname__}"
-            )
-
-    # -- thin layers over `start`
-
-    @overload
-    async def run(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: None = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[OutputT]: ...
-    @overload
-    async def run(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: type[RunOutputT],
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[RunOutputT]: ...
-    @overload
-    async def run(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: types.UnionType,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[Any]: ...
-
-    async def run(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: Any = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[Any]:
-        """Run the model and its tools until the model stops or a limit is reached.
-
-        Takes what `start` takes (`history`, `deps`, `tools` for this run alone,
-        `external_tools`, `session`, `usage_limits`, `output_type`; see `RunOptions`).
-        A cancellation around it cancels the run and goes on, without a result: to keep
-        the partial result of a run you may cancel, run it through `start`
-        (docs/runs.md).
-
-        Raises:
-            ConfigurationError: the prompt or history is not of a usable type, or
-                `history` and `session` were both given.
-            HistoryError: `history` breaks an API rule (see `repair`).
-            OutputValidationError: no valid output within `output_retries` (typed output).
-            ProviderError: the API failed; `.result` holds the partial run.
-            ToolCallFailed: a tool failed under `on_tool_error="stop"`.
-            SessionConflict: another run appended to `session` first; nothing was
-                stored, and `.result` holds this run's result.
-            UsageLimitExceeded: the run went over a usage limit, or its next request
-                would have; `.result` holds the partial run.
-        """
-        async with self.start(prompt, output_type=output_type, stream=False, **options) as run:
-            pass
-        return run.result
-
-    async def count_tokens(
-        self, prompt: Prompt = None, *, output_type: Any = None, **options: Unpack[StartOptions]
-    ) -> int:
-        """The input tokens the request a run would send first uses, counted by the API.
-
-        Takes what `start` takes (`history` or `session`, `tools`, `external_tools`,
-        `deps`, `output_type`, ...): the request counted is the one that run would send
-        (system prompt, tools, history and `prompt`, with cache markers), through the
-        Messages API's count endpoint; nothing is sent to the model. `Run.count_tokens`
-        does the same for a run you hold, which can then be entered.
-
-        ```python
-        tokens = await agent.count_tokens("Summarise this file", history=earlier)
-        ```
-
-        Raises:
-            ConfigurationError: the provider cannot count tokens (Chat Completions), or
-                an option is not usable (as for `run`).
-            ProviderError: the count endpoint failed.
-        """
-        return await self.start(prompt, output_type=output_type, **options).count_tokens()
-
-    async def run_batch(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        job: str = "batch",
-        store: BatchStore | None = None,
-        poll_interval: float = 30.0,
-        **options: Unpack[RunOptions],
-    ) -> list[BatchOutcome]:
-        """Run each of `prompts`, every round's requests sent together as a message batch.
-
-        The runs go round by round: once every run still going has its next request
-        ready, those requests go out as one batch of the Message Batches API (billed at
-        half price), and each run gets its response when the batch has ended; tool
-        calls run here, in parallel, as in `run`. Each response is priced at the batch
-        rate (`Usage.batch_requests`). See docs/batches.md.
-
-        Args:
-            prompts: One run's prompt each.
-            job: The job's name in `store`: run the same job again (same prompts, same
-                options) after a crash to pick its pending batch up.
-            store: Where the runs' responses and tool results, and the pending batches'
-                ids, are kept (`BatchStore("jobs.db")`); by default in memory, and a
-                batch left pending when the job stops is cancelled.
-            poll_interval: Seconds between two looks at a pending batch.
-            **options: What `run` takes besides the prompt (`history`, `deps`, `tools`,
-                `usage_limits`, `output_type`, ...), the same for every run.
-
-        Returns:
-            Per prompt, in order: the run's `RunResult`, or the `AgentloopError` that
-            ended it (a request of a batch that errored, a usage limit, ...).
-
-        Raises:
-            ConfigurationError: the provider cannot send batches (only the Anthropic one
-                can), or an argument is not usable.
-        """
-        from .batches import run_batch
-
-        return await run_batch(
-            self.start,
-            self.provider,
-            prompts,
-            job=job,
-            store=store,
-            poll_interval=poll_interval,
-            **options,
-        )
-
-    @overload
-    def run_sync(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: None = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[OutputT]: ...
-    @overload
-    def run_sync(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: type[RunOutputT],
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[RunOutputT]: ...
-    @overload
-    def run_sync(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: types.UnionType,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[Any]: ...
-
-    def run_sync(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: Any = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> RunResult[Any]:
-        """`run()` for scripts and notebooks without a running event loop (same arguments)."""
-        return anyio.run(partial(self.run, prompt, output_type=output_type, **options))
-
-    @overload
-    def run_stream(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: None = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> AbstractAsyncContextManager[Run[OutputT]]: ...
-    @overload
-    def run_stream(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: type[RunOutputT],
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> AbstractAsyncContextManager[Run[RunOutputT]]: ...
-    @overload
-    def run_stream(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: types.UnionType,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> AbstractAsyncContextManager[Run[Any]]: ...
-
-    @asynccontextmanager
-    async def run_stream(
-        self,
-        prompt: Prompt = None,
-        *,
-        output_type: Any = None,
-        **options: Unpack[RunOptions[DepsT]],
-    ) -> AsyncIterator[Run[Any]]:
-        """`start()`, streamed, as a block: leaving it before the run ends cancels the run.
-
-        ```python
-        async with agent.run_stream("Weather in Paris?") as run:
-            async for event in run:
-                print(event)
-        print(run.result.text)
-        ```
-        """
-        async with cancelled_on_exit(self.start(prompt, output_type=output_type, **options)) as run:
-            yield run
-
-    async def resume(
-        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions[DepsT]]
-    ) -> RunResult[Any]:
-        """Continue a run that ended with calls waiting, from its `RunResult.state`.
-
-        The state may come from another process (stored as JSON); this agent must be
-        configured as the one that ran it. Approved calls run (with the edited input, if
-        one is given); denied ones are answered `is_error` with the reason; external
-        calls are answered with `results`; then the loop goes on as if the run had never
-        stopped (see docs/approval.md). `agent.start(state=...)` holds such a run.
-
-        Args:
-            state: `RunResult.state` of the paused run (as it was, or read back from JSON);
-                with a `session`, by default the paused run's state stored there.
-            **options: `decisions` (`Approve()`, `Approve(input=...)` or `Deny("reason")`
-                for every call in `RunResult.approvals`, by tool_use id), `results` (for
-                every call of an external tool, `RunResult.pending`: what it returned, a
-                `ToolError`, or a `tool_result` block), `deps` (handed to tools again;
-                they are not in the state), `tools` (the tools the paused run was given
-                for itself alone, given again: they are not in the state either),
-                `session` (the paused run's, which what the resumed run adds is
-                appended to).
-
-        Raises:
-            ResumeError: the state cannot be resumed (`InvalidStateError`,
-                `StateVersionError`, `TamperedStateError`) or the answers do not fit the
-                waiting calls (`DecisionError`); raised before anything runs.
-            ConfigurationError: this agent lacks a tool the paused run needs.
-            ProviderError, ToolCallFailed: as for `run`.
-        """
-        async with self._resuming(state, options, stream=False) as run:
-            pass
-        return run.result
-
-    @asynccontextmanager
-    async def resume_stream(
-        self, state: Mapping[str, Any] | None = None, **options: Unpack[ResumeOptions[DepsT]]
-    ) -> AsyncIterator[Run[Any]]:
-        """`resume()` as a stream of events, as `run_stream()` is to `run()`.
-
-        The answered calls of the paused turn are reported first (`ToolCallReady` for
-        the approved ones, `ToolResultEvent` for every new result), then the loop's
-        events follow. The errors of `resume()` are raised on entering the block.
-        """
-        async with cancelled_on_exit(self._resuming(state, options, stream=True)) as run:
-            yield run
-
-    def _resuming(
-        self, state: Mapping[str, Any] | None, options: ResumeOptions[DepsT], *, stream: bool
-    ) -> Run[Any]:
-        """The run that continues a paused one (from `state`, or the one in its session)."""
-        # Answers are always given (none is an empty set), so the run resumes, and a
-        # waiting call left unanswered is refused as such.
-        if options.get("decisions") is None and options.get("results") is None:
-            options = {**options, "decisions": {}}
-        return self.start(state=state, stream=stream, **options)
 
     def as_tool(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import anyio
 from opentelemetry.trace import TracerProvider
@@ -23,9 +23,12 @@ from .limits import UsageLimits, check_provider
 from .output import OutputMode, OutputSchema, output_schema
 from .providers.base import Provider
 from .providers.caching import CacheSetting, cache_marker
-from .server_tools import ServerTool, server_request_params
+from .server_tools import ServerTool, check_announced, server_request_params
 
-__all__ = ("DEFAULT_MODEL", "AgentConfig", "AgentOptions", "schema_of")
+if TYPE_CHECKING:
+    from .registry import ToolRegistry
+
+__all__ = ("DEFAULT_MODEL", "AgentConfig", "AgentOptions", "check_deps", "schema_of")
 
 
 class AgentOptions(TypedDict, total=False):
@@ -189,6 +192,23 @@ class AgentConfig:
         self.output_schema  # noqa: B018 (refuses an output type it cannot describe)
         self.request_params  # noqa: B018 (refuses context management it cannot send)
 
+    def check_tools(self, registry: ToolRegistry) -> None:
+        """Refuse options that name tools the agent lacks, or that clash with its tools.
+
+        Raises:
+            ConfigurationError: `approval_required` names a tool not in `registry`, a
+                server tool has a function tool's name, or a tool is deferred with no
+                tool search to find it.
+        """
+        names = registry.names
+        required = self.approval_required
+        if isinstance(required, frozenset) and (unknown := sorted(required - set(names))):
+            raise ConfigurationError(
+                f"approval_required names {', '.join(unknown)}, not tools of this agent"
+            )
+        deferred = [t.name for t in registry if t.defer_loading]
+        check_announced(names, deferred, self.request_params)
+
     @property
     def request_params(self) -> dict[str, Any]:
         """`params`, with `context_management`, the server tools and the betas they need."""
@@ -215,6 +235,25 @@ class AgentConfig:
     def output_schema(self) -> OutputSchema | None:
         """The schema of `output_type` (None for `str`: the output is the text)."""
         return schema_of(self.output_type)
+
+
+def check_deps(deps: object, deps_type: type | None) -> None:
+    """Refuse a run's `deps` that are not of the agent's `deps_type` (when that is a class).
+
+    Raises:
+        ConfigurationError: `deps` is of another class.
+    """
+    if deps is None or deps_type is None or not isinstance(deps_type, type):
+        return
+    try:
+        fits = isinstance(deps, deps_type)
+    except TypeError:  # a Protocol that is not runtime-checkable, say: not checkable
+        return
+    if not fits:
+        raise ConfigurationError(
+            f"deps must be a {deps_type.__qualname__} (the agent's deps_type), "
+            f"not {type(deps).__qualname__}"
+        )
 
 
 def schema_of(output_type: Any) -> OutputSchema | None:
