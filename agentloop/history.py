@@ -71,6 +71,11 @@ class History:
         self._messages: list[Message] = list(messages)
         self._linter = linter or HistoryLinter()
         self._silent = False  # the latest response had nothing to keep
+        # Every tool_use id of the history, kept as it grows: a new response's ids are
+        # checked against it each round without reading the whole history again.
+        self._tool_use_ids = {
+            u.id for m in self._messages if m.role == "assistant" for u in m.tool_uses
+        }
 
     @classmethod
     def start(
@@ -162,19 +167,16 @@ class History:
         return calls
 
     def _check_ids(self, blocks: Sequence[ContentBlock]) -> None:
-        seen = self._tool_use_ids()
+        new: set[str] = set()
         for block in blocks:
             if isinstance(block, ToolUseBlock):
-                if block.id in seen:
+                if block.id in self._tool_use_ids or block.id in new:
                     raise InvalidResponseError(
                         f"the model's response repeats the tool_use id {block.id!r}; a "
                         "history holding it could not be sent again, so the response was "
                         "not added"
                     )
-                seen.add(block.id)
-
-    def _tool_use_ids(self) -> set[str]:
-        return {u.id for m in self._messages if m.role == "assistant" for u in m.tool_uses}
+                new.add(block.id)
 
     def _append_assistant(self, blocks: Sequence[ContentBlock]) -> None:
         """Add the model's blocks, as received, less the text the API would not take back.
@@ -195,6 +197,7 @@ class History:
             self._messages[-1] = Message.of_blocks("assistant", [*last.blocks, *kept])
         else:
             self._messages.append(Message.of_blocks("assistant", kept))
+        self._tool_use_ids.update(b.id for b in kept if isinstance(b, ToolUseBlock))
 
     # -- tool results
 
@@ -231,13 +234,13 @@ class History:
         return pairs
 
     def _add_partial(self, blocks: Sequence[ContentBlock]) -> None:
-        seen = self._tool_use_ids()
+        new: set[str] = set()
         kept: list[ContentBlock] = []
         for block in blocks:
             if isinstance(block, ToolUseBlock):
-                if block.id in seen:
+                if block.id in self._tool_use_ids or block.id in new:
                     continue
-                seen.add(block.id)
+                new.add(block.id)
                 if not isinstance(block.input, dict):
                     block = block.model_copy(update={"input": {}})
             kept.append(block)
