@@ -44,6 +44,7 @@ if typing.TYPE_CHECKING:
     from .events import Event as Event
     from .events import ModelResponded as ModelResponded
     from .events import ModelStreamEvent as ModelStreamEvent
+    from .events import RequestRetry as RequestRetry
     from .events import RequestStarted as RequestStarted
     from .events import RoundFinished as RoundFinished
     from .events import RunFinished as RunFinished
@@ -131,6 +132,7 @@ _MODULES = {
     "RedactedThinkingBlock": "messages",
     "RedisSession": "sessions",
     "RepairReport": "repairs",
+    "RequestRetry": "events",
     "RequestStarted": "events",
     "Retries": "capabilities",
     "RoundFinished": "events",

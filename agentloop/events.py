@@ -24,6 +24,7 @@ __all__ = (
     "ModelStreamEvent",
     "OutputReady",
     "PartialOutput",
+    "RequestRetry",
     "RequestStarted",
     "ResponseReplaced",
     "ResponseWatch",
@@ -55,6 +56,23 @@ class RequestStarted:
 
     round: int
     """Which request of the run, from 1."""
+
+
+@dataclass(frozen=True)
+class RequestRetry:
+    """A model request failed in a way worth retrying, and is sent again after `wait`.
+
+    The provider retries a lost or refused connection, a timeout, 408, 409, 429 and 5xx
+    answers (overloaded included) as often as the client's `max_retries` allows; a
+    streamed request only until its first content arrived.
+    """
+
+    attempt: int
+    """Which retry this is, from 1."""
+    wait: float
+    """Seconds waited before sending again: the API's `retry-after`, or the backoff."""
+    reason: str
+    """Why, in a few words: "connection refused", "429 rate limited", "529 overloaded"."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +282,7 @@ class RunFinished:
 Event = Union[  # noqa: UP007 (readable as a list)
     RunStarted,
     RequestStarted,
+    RequestRetry,
     TextDelta,
     ThinkingDelta,
     ToolCallStarted,

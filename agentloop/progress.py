@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from .events import Event, ToolProgress
 
-__all__ = ("ProgressReporter", "progress_reporter", "report_progress")
+__all__ = ("ProgressReporter", "progress_reporter", "report_event", "report_progress")
 
 ProgressReporter = Callable[[float, "float | None", "str | None"], None]
 """`reporter(progress, total, message)`: one report of the call it was taken in."""
@@ -55,6 +55,17 @@ def report_progress(
     reporter = progress_reporter()
     if reporter is not None:
         reporter(progress, total, message)
+
+
+def report_event(event: Event) -> None:
+    """Put `event` on the stream of the run whose task this is; nowhere outside a run.
+
+    For events made below the run's loop, where no handler is passed down: a provider's
+    `RequestRetry`, for one.
+    """
+    sink = _sink.get()
+    if sink is not None:
+        sink(event)
 
 
 @contextmanager

@@ -19,11 +19,13 @@ import anyio
 
 from agentloop.agent import Agent
 from agentloop.errors import ConfigurationError
+from agentloop.events import RequestRetry
 from agentloop.gateway.cli import serve_command
 from agentloop.plugins import PluginManager
 from agentloop.providers.anthropic import AnthropicProvider
 from agentloop.providers.base import Provider
 from agentloop.result import RunResult
+from agentloop.run import Run
 from agentloop.sessions.base import Session
 from agentloop.sessions.named import open_session, sqlite_path
 from agentloop.tools import Tool
@@ -125,10 +127,11 @@ async def _run(
     """The run, then the API client's connections closed (in the run's event loop).
 
     Calls that wait for approval are asked about on the terminal (`approve.decide`) and
-    the run resumed with the answers, until it ends otherwise.
+    the run resumed with the answers, until it ends otherwise. Each retry of a model
+    request is told on standard error as it begins its wait.
     """
     try:
-        result = await agent.run(prompt, deps=deps, session=session)
+        result = await _told(agent.start(prompt, deps=deps, session=session, stream=False))
         while result.stop_reason == "approval_required" and result.state is not None:
             decisions = await decide(
                 result.approvals,
@@ -137,15 +140,32 @@ async def _run(
                 stdin=sys.stdin,
                 out=sys.stderr,
             )
-            result = await agent.resume(
-                result.state, decisions=decisions, deps=deps, session=session
+            resumed = agent.start(
+                state=result.state, decisions=decisions, deps=deps, session=session, stream=False
             )
+            result = await _told(resumed)
         return result
     finally:
         client = getattr(provider, "client", None)
         close = getattr(client, "close", None)
         if close is not None:
             await close()
+
+
+async def _told(run: Run[Any]) -> RunResult:
+    """`run`'s result, each `RequestRetry` printed on standard error as it happens.
+
+    An unreachable API otherwise shows nothing for the seconds its retries take.
+    """
+    async with run:
+        async for event in run:
+            if isinstance(event, RequestRetry):
+                print(
+                    f"agentloop: retrying in {event.wait:.1f} s: {event.reason}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return run.result
 
 
 def serve_with_plugins(args: argparse.Namespace, *, manager: PluginManager) -> int:

@@ -90,12 +90,14 @@ def without_sdk_retries(provider: Provider) -> Provider:
             provider.client.with_options(max_retries=0),
             stream=provider.streaming,
             max_retry_wait=provider.max_retry_wait,
+            retry_delay=provider.retry_delay,
         )
     if isinstance(provider, OpenAIChatProvider):
         return OpenAIChatProvider(
             provider.client.with_options(max_retries=0),
             compat=provider.compat,
             stream=provider.streaming,
+            retry_delay=provider.retry_delay,
         )
     return provider
 

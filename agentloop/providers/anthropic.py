@@ -32,22 +32,16 @@ from functools import cache
 from typing import Any, TypeAlias
 
 import anthropic
-import anyio
 import httpx2
-import tenacity
 from opentelemetry import propagate, trace
 
 from agentloop import errors
 from agentloop.checks import check_seconds
 
 from .anthropic_stream import StreamedMessage
-from .base import (
-    ModelRequest,
-    ModelResponse,
-    StreamEvent,
-    retry_after,
-)
+from .base import ModelRequest, ModelResponse, StreamEvent
 from .caching import with_breakpoints
+from .retrying import NotRetried, send_with_retries
 
 __all__ = ("AnthropicProvider", "api_output_schema", "translate_error")
 
@@ -116,6 +110,7 @@ class AnthropicProvider:
         *,
         stream: bool = False,
         max_retry_wait: float = 60.0,
+        retry_delay: float = 0.5,
         **client_options: Any,
     ) -> None:
         """Create a provider.
@@ -130,11 +125,13 @@ class AnthropicProvider:
             max_retry_wait: The longest `retry-after` (seconds) worth waiting for: an
                 error answer asking for more is raised at once, with its headers, rather
                 than retried.
+            retry_delay: The first backoff (seconds) before a retry when the API names no
+                wait; it doubles with each retry, up to 8 s (the SDK's shape).
             **client_options: Passed to `AsyncAnthropic(...)` when no client is given.
 
         Raises:
             ConfigurationError: `client` is one of the SDK's synchronous clients, or
-                `max_retry_wait` is not a number of seconds > 0.
+                `max_retry_wait` or `retry_delay` is not a number of seconds > 0.
         """
         if isinstance(client, _SYNC_CLIENTS):
             name = type(client).__name__
@@ -146,12 +143,12 @@ class AnthropicProvider:
         self.streaming = stream
         """Whether `complete()` receives responses as a stream too."""
         self.max_retry_wait = check_seconds("max_retry_wait", max_retry_wait)
-        """The longest `retry-after` the client's retries wait for."""
-        # The user's client, with one more middleware: it ends the SDK's retries when the
-        # API asks for a longer wait than `max_retry_wait`.
-        self._client = self.client.with_options(
-            middleware=[*self.client.middleware, self._no_long_waits]
-        )
+        """The longest `retry-after` the retries wait for."""
+        self.retry_delay = check_seconds("retry_delay", retry_delay)
+        """The first backoff between two attempts when the API names no wait."""
+        # The user's client without the SDK's hidden retries: `send_with_retries` does
+        # them, as often as `client.max_retries` says, and tells each one.
+        self._client = self.client.with_options(max_retries=0)
 
     def _check_credentials(self) -> None:
         """Raise `MissingAPIKeyError` before sending when the client has no credentials.
@@ -179,13 +176,20 @@ class AnthropicProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the response; API failures raise `ProviderError`s.
 
-        The client's own retries (`max_retries`) apply, up to `max_retry_wait` per wait.
+        Retried as often as the client's `max_retries` says (`send_with_retries`), up
+        to `max_retry_wait` per wait, each retry a `RequestRetry` event.
         """
         if self.streaming:
             return await self.stream(request, _ignore)
         self._check_credentials()
         request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=False)
+        return await self._with_retries(lambda: self._complete_once(request, messages, arguments))
+
+    async def _complete_once(
+        self, request: ModelRequest, messages: Any, arguments: dict[str, Any]
+    ) -> ModelResponse:
+        """One attempt at `complete()`."""
         try:
             try:
                 raw = await messages.with_raw_response.create(**arguments)
@@ -219,15 +223,24 @@ class AnthropicProvider:
         messages, arguments = _arguments(self._client, request, stream=False)
         accepted = frozenset(inspect.signature(messages.count_tokens).parameters)
         arguments = {k: v for k, v in arguments.items() if k in accepted and k != "extra_body"}
-        try:
-            counted = await messages.count_tokens(**arguments)
-        except anthropic.APIError as exc:
-            raise _translate(exc) from exc
-        except anthropic.AnthropicError as exc:  # e.g. Bedrock, which cannot count tokens
-            raise self._refused(exc) from exc
-        except httpx2.TransportError as exc:
-            raise _connection_lost(exc) from exc
-        return int(counted.input_tokens)
+
+        async def count() -> int:
+            try:
+                counted = await messages.count_tokens(**arguments)
+            except anthropic.APIError as exc:
+                raise _translate(exc) from exc
+            except anthropic.AnthropicError as exc:  # e.g. Bedrock, which cannot count tokens
+                raise self._refused(exc) from exc
+            except httpx2.TransportError as exc:
+                raise _connection_lost(exc) from exc
+            return int(counted.input_tokens)
+
+        return await send_with_retries(
+            count,
+            max_retries=self.client.max_retries,
+            max_wait=self.max_retry_wait,
+            first_delay=self.retry_delay,
+        )
 
     def batch_entry(self, request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
         """`request` as the `params` of a message batch's entry, and the betas it needs.
@@ -246,29 +259,26 @@ class AnthropicProvider:
     ) -> ModelResponse:
         """Stream `request`, reporting each block as it arrives.
 
-        The SDK retries a failed response status itself. An overloaded, rate-limit or
-        server error that arrives *inside* the stream, before any content block, is
-        retried here (with tenacity: exponential backoff from 0.5 s to at most 8 s, with
-        jitter), at most `client.max_retries` times; nothing already delivered is ever
+        A failed attempt is retried as `complete()`'s are (a failed status, a refused
+        connection, or an overloaded, rate-limit or server error inside the stream), but
+        only before any content block arrived: nothing already delivered is ever
         delivered twice.
         """
         self._check_credentials()
         request = with_breakpoints(request)
         messages, arguments = _arguments(self._client, request, stream=True)
-        retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.client.max_retries + 1),
-            wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=8.0, jitter=0.25),
-            retry=tenacity.retry_if_exception_type(_EmptyStreamFailed),
-            sleep=anyio.sleep,
-            reraise=True,
+        return await self._with_retries(
+            lambda: self._stream_once(request, messages, arguments, on_event)
         )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._stream_once(request, messages, arguments, on_event)
-        except _EmptyStreamFailed as exc:
-            raise exc.error from exc.__cause__
-        raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[ModelResponse]]) -> ModelResponse:
+        """`attempt()`, retried as the client's `max_retries` and `max_retry_wait` allow."""
+        return await send_with_retries(
+            attempt,
+            max_retries=self.client.max_retries,
+            max_wait=self.max_retry_wait,
+            first_delay=self.retry_delay,
+        )
 
     async def _stream_once(
         self,
@@ -277,7 +287,7 @@ class AnthropicProvider:
         arguments: dict[str, Any],
         on_event: Callable[[StreamEvent], Awaitable[None]],
     ) -> ModelResponse:
-        """One streamed attempt; an error before any block is an `_EmptyStreamFailed`."""
+        """One streamed attempt; an error after a block arrived is wrapped `NotRetried`."""
         delivered = False
         try:
             try:
@@ -294,25 +304,24 @@ class AnthropicProvider:
                     await message.add(event, on_event)
         except anthropic.APIError as exc:
             error = _translate(exc)
-            # Opening the stream was already retried by the SDK; an error inside an open
-            # stream, before any content, is retried by `stream()`.
-            if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
-                if not delivered and isinstance(error, _RETRYABLE_MID_STREAM):
-                    raise _EmptyStreamFailed(error) from exc
-            raise error from exc
+            error.__cause__ = exc
+            raise (NotRetried(error) if delivered else error) from exc
         except anthropic.AnthropicError as exc:
             raise self._refused(exc) from exc
         except httpx2.TransportError as exc:
-            raise _connection_lost(exc) from exc
+            lost = _connection_lost(exc)
+            lost.__cause__ = exc
+            raise (NotRetried(lost) if delivered else lost) from exc
         except ValueError as exc:
             raise errors.InvalidResponseError(
                 f"the API's stream carried invalid JSON: {exc}"
             ) from exc
         if not message.stopped:
-            raise errors.APIConnectionError(
+            cut = errors.APIConnectionError(
                 "the API's stream ended before `message_stop`: the response is incomplete",
                 headers=_lower(headers),
             )
+            raise NotRetried(cut) if delivered else cut
         return replace(ModelResponse.from_wire(message.body()), headers=message.headers)
 
     async def _post_escaped(
@@ -360,44 +369,6 @@ class AnthropicProvider:
             f"{type(self.client).__name__} refused the request before sending it: {exc}"
         )
 
-    async def _no_long_waits(self, request: Any, call_next: Any) -> Any:
-        """SDK middleware: raise at once an error answer asking for too long a wait."""
-        response = await call_next(request)
-        status = response.status_code
-        if status < 400 or not (status in (408, 409, 429) or status >= 500):
-            return response
-        headers = _lower(response.headers)
-        wait = retry_after(headers)
-        retries = request.max_retries
-        retries = retries if isinstance(retries, int) else self.client.max_retries
-        if wait is None or wait <= self.max_retry_wait or request.retries_taken >= retries:
-            return response  # the SDK waits and retries, or raises, as it would
-        text = await response.text()
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None
-        error = errors.api_error(
-            status, body, message=text, request_id=headers.get("request-id"), headers=headers
-        )
-        raise type(error)(
-            f"{error} (not retried: retry-after {wait:g} s is over max_retry_wait)",
-            status_code=status,
-            request_id=error.request_id,
-            body=body,
-            headers=headers,
-        )
-
-
-class _EmptyStreamFailed(Exception):
-    """A retryable error inside an open stream before any block: `stream()` retries it."""
-
-    def __init__(self, error: errors.ProviderError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-_RETRYABLE_MID_STREAM = (errors.OverloadedError, errors.ServerError, errors.RateLimitError)
 
 _HEADERS = {
     "betas": "anthropic-beta",

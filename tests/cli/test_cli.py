@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -336,15 +337,18 @@ def test_api_error_exits_1(site: Path) -> None:
     assert done.stderr == "agentloop: error: 400 invalid_request_error: nope\n"
 
 
-def test_unreachable_api_is_one_error_line(
+def test_unreachable_api_tells_each_retry_then_one_error_line(
     plugins: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plugins.setenv("ANTHROPIC_API_KEY", "k")
     plugins.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     assert main(["run", "hi"]) == 1
-    assert capsys.readouterr().err == (
-        "agentloop: error: could not reach the Anthropic API: Connection error.\n"
-    )
+    # The SDK's default of two retries, each told as its wait begins (0.5 s, then 1 s,
+    # less up to a quarter).
+    first, second, last = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"agentloop: retrying in 0\.[45] s: connection refused", first)
+    assert re.fullmatch(r"agentloop: retrying in (0\.[89]|1\.0) s: connection refused", second)
+    assert last == "agentloop: error: could not reach the Anthropic API: Connection error."
     # With -v, the library's own event is logged as well.
     assert main(["run", "hi", "-v"]) == 1
     assert "run.error" in capsys.readouterr().err

@@ -56,6 +56,7 @@ PUBLIC = (
     "RedactedThinkingBlock",
     "RedisSession",
     "RepairReport",
+    "RequestRetry",
     "RequestStarted",
     "Retries",
     "RoundFinished",

@@ -30,7 +30,9 @@ import httpx2
 
 from agentloop import errors
 from agentloop._wire import compact_json
+from agentloop.checks import check_seconds
 from agentloop.providers.base import MessageStart, ModelRequest, ModelResponse, StreamEvent
+from agentloop.providers.retrying import NotRetried, send_with_retries
 
 from .compat import ChatCompat, resolve
 from .request import chat_arguments, taken_ids
@@ -85,6 +87,7 @@ class OpenAIChatProvider:
         *,
         compat: str | ChatCompat | None = None,
         stream: bool = False,
+        retry_delay: float = 0.5,
         **client_options: Any,
     ) -> None:
         """Create a provider.
@@ -98,12 +101,14 @@ class OpenAIChatProvider:
                 api.openai.com and the plain format (no quirks) for any other server.
             stream: Receive each response as a stream and return the assembled
                 message, instead of one JSON body.
+            retry_delay: The first backoff (seconds) before a retry when the server
+                names no wait; it doubles with each retry, up to 8 s (the SDK's shape).
             **client_options: Passed to `AsyncOpenAI(...)` when no client is given.
 
         Raises:
             ConfigurationError: the `openai` package is not installed (install the
-                `openai` extra), `client` is not an `AsyncOpenAI`, or `compat` names no
-                preset.
+                `openai` extra), `client` is not an `AsyncOpenAI`, `compat` names no
+                preset, or `retry_delay` is not a number of seconds > 0.
         """
         sdk = _sdk()
         if client is None:
@@ -113,6 +118,11 @@ class OpenAIChatProvider:
                 f"client must be an openai.AsyncOpenAI, not {type(client).__name__}"
             )
         self.client: openai.AsyncOpenAI = client
+        # The user's client without the SDK's hidden retries: `send_with_retries` does
+        # them, as often as `client.max_retries` says, and tells each one.
+        self._client = client.with_options(max_retries=0)
+        self.retry_delay = check_seconds("retry_delay", retry_delay)
+        """The first backoff between two attempts when the server names no wait."""
         self.base_url = str(client.base_url).rstrip("/")
         """Where requests go, for error messages."""
         self.compat = resolve(compat, self.base_url)
@@ -131,16 +141,23 @@ class OpenAIChatProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the response; API failures raise `ProviderError`s.
 
-        The client's own retries (`max_retries`) apply; the SDK does not wait for a
-        `retry-after` over two minutes, and raises at once instead.
+        Retried as often as the client's `max_retries` says (`send_with_retries`, as the
+        SDK would: its backoff, a `retry-after` up to 60 s), each retry a `RequestRetry`
+        event.
         """
         if self.streaming:
             return await self.stream(request, _ignore)
-        sdk = _sdk()
         arguments = self._arguments(request, stream=False)
+        return await self._with_retries(lambda: self._complete_once(request, arguments))
+
+    async def _complete_once(
+        self, request: ModelRequest, arguments: dict[str, Any]
+    ) -> ModelResponse:
+        """One attempt at `complete()`."""
+        sdk = _sdk()
         try:
             try:
-                raw = await self.client.chat.completions.with_raw_response.create(**arguments)
+                raw = await self._client.chat.completions.with_raw_response.create(**arguments)
                 headers, content = raw.headers, raw.content
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
                 response = await self._post_escaped(arguments, stream=False)
@@ -167,16 +184,53 @@ class OpenAIChatProvider:
         next call's first chunk or the finish chunk arrives (at once with
         `ChatCompat.whole_tool_calls`), so the loop starts it while the rest streams. A
         call cut off by `finish_reason: "length"` is reported incomplete and never runs.
+        A failed attempt is retried as `complete()`'s are, but only before its first
+        event: nothing already delivered is ever delivered twice.
         """
-        sdk = _sdk()
         arguments = self._arguments(request, stream=True)
+        return await self._with_retries(lambda: self._stream_once(request, arguments, on_event))
+
+    async def _stream_once(
+        self,
+        request: ModelRequest,
+        arguments: dict[str, Any],
+        on_event: Callable[[StreamEvent], Awaitable[None]],
+    ) -> ModelResponse:
+        """One streamed attempt; its failure after an event is wrapped `NotRetried`."""
+        delivered = False
+
+        async def watched(event: StreamEvent) -> None:
+            nonlocal delivered
+            delivered = True
+            await on_event(event)
+
+        try:
+            return await self._stream_attempt(request, arguments, watched)
+        except errors.ProviderError as exc:
+            if delivered:
+                raise NotRetried(exc) from exc.__cause__
+            raise
+
+    async def _with_retries(self, attempt: Callable[[], Awaitable[ModelResponse]]) -> ModelResponse:
+        """`attempt()`, retried as the client's `max_retries` allows."""
+        return await send_with_retries(
+            attempt, max_retries=self.client.max_retries, first_delay=self.retry_delay
+        )
+
+    async def _stream_attempt(
+        self,
+        request: ModelRequest,
+        arguments: dict[str, Any],
+        on_event: Callable[[StreamEvent], Awaitable[None]],
+    ) -> ModelResponse:
+        sdk = _sdk()
         assembler = ChatStreamAssembler(
             on_event, compat=self.compat, taken=taken_ids(request.messages, self.compat)
         )
         headers: Any = None
         try:
             try:
-                create = self.client.chat.completions.with_streaming_response.create
+                create = self._client.chat.completions.with_streaming_response.create
                 async with create(**arguments) as response:
                     headers = response.headers
                     await _read_events(response.http_response, assembler, on_event)
@@ -214,10 +268,10 @@ class OpenAIChatProvider:
             options["timeout"] = arguments["timeout"]
         sdk = _sdk()
         if not stream:
-            return await self.client.post(
+            return await self._client.post(
                 _PATH, cast_to=httpx2.Response, content=compact_json(body), options=options
             )
-        return await self.client.post(
+        return await self._client.post(
             _PATH,
             cast_to=sdk.types.chat.ChatCompletionChunk,
             content=compact_json(body),
