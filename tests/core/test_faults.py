@@ -72,15 +72,18 @@ async def servers() -> AsyncIterator[list[MessagesServer]]:
 def make(request: pytest.FixtureRequest, servers: list[MessagesServer]) -> Make:
     """An Agent over `server.client(max_retries=...)`, JSON or SSE, with a counting tool."""
 
-    def build(script: Any, *, retries: int, **client_options: Any) -> tuple[Agent, ...]:
+    def build(
+        script: Any, *, retries: int, backoff: float | None = FAST, **client_options: Any
+    ) -> tuple[Agent, ...]:
+        """`backoff`: the first wait before a retry the API names no wait for (None: the
+        provider's default)."""
         server = MessagesServer(script).start()
         servers.append(server)
         client = server.client(max_retries=retries, **client_options)
         tools = Tools()
-        if request.param:
-            agent = Agent(provider=AnthropicProvider(client, stream=True), tools=[tools.lookup])
-        else:
-            agent = Agent(client=client, tools=[tools.lookup])
+        waits = {} if backoff is None else {"retry_delay": backoff}
+        provider = AnthropicProvider(client, stream=request.param, **waits)
+        agent = Agent(provider=provider, tools=[tools.lookup])
         return agent, server, tools
 
     build.streaming = request.param  # type: ignore[attr-defined]
@@ -111,17 +114,20 @@ def check_history(result: RunResult, tools: Tools) -> None:
 # -- retried faults: the run completes
 
 RETRIED = [
-    pytest.param(Fault.rate_limited(retry_after=FAST), id="429"),
-    pytest.param(Fault.server_error(retry_after=FAST), id="500"),
-    pytest.param(Fault.overloaded(retry_after=FAST), id="529"),
-    pytest.param(Fault.server_error(), id="500-sdk-backoff"),
-    pytest.param(Fault.dropped(), id="dropped"),
+    pytest.param(Fault.rate_limited(retry_after=FAST), FAST, id="429"),
+    pytest.param(Fault.server_error(retry_after=FAST), FAST, id="500"),
+    pytest.param(Fault.overloaded(retry_after=FAST), FAST, id="529"),
+    pytest.param(Fault.server_error(), None, id="500-default-backoff"),
+    pytest.param(Fault.dropped(), FAST, id="dropped"),
 ]
 
 
-@pytest.mark.parametrize("fault", RETRIED)
-async def test_retryable_fault_is_retried_and_the_run_completes(make: Make, fault: Fault) -> None:
-    agent, server, tools = make([calls("a", "b"), fault, reply("done")], retries=1)
+@pytest.mark.parametrize(("fault", "backoff"), RETRIED)
+async def test_retryable_fault_is_retried_and_the_run_completes(
+    make: Make, fault: Fault, backoff: float | None
+) -> None:
+    script = [calls("a", "b"), fault, reply("done")]
+    agent, server, tools = make(script, retries=1, backoff=backoff)
     result = await agent.run("go")
     assert result.text == "done" and result.stop_reason == "end_turn"
     assert len(server.requests) == 3 and result.rounds == 2
@@ -147,14 +153,14 @@ async def test_several_faults_in_a_row_are_all_retried(make: Make) -> None:
 
 
 async def test_retry_after_is_honoured(make: Make) -> None:
-    # 0.8 s is well above the SDK's own first backoff (at most 0.5 s).
+    # 0.3 s is well above the first backoff these agents wait (FAST) when told nothing.
     agent, server, _ = make(
-        [calls("a"), Fault.rate_limited(retry_after=0.8), reply("ok")], retries=2
+        [calls("a"), Fault.rate_limited(retry_after=0.3), reply("ok")], retries=2
     )
     result = await agent.run("go")
     assert result.text == "ok"
     times = server.request_times
-    assert 0.75 <= times[2] - times[1] < 4.0
+    assert 0.28 <= times[2] - times[1] < 3.0
 
 
 async def test_a_mid_stream_overload_before_any_block_is_retried(make: Make) -> None:
