@@ -1063,3 +1063,24 @@ async def test_a_tool_value_that_cannot_be_sent_is_an_activity_result_not_a_fail
     (record,) = result.tool_calls
     assert record.is_error is error and says in record.output
     lint_history(parse_history(result.messages))
+
+
+async def test_a_tool_renamed_under_a_recorded_run_fails_its_replay_as_nondeterministic(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    """Unlike DBOS (answered `Unknown tool`, with a warning): see docs/durable.md, Ids."""
+    durable = TemporalAgent(Agent(client=serve(three_rounds).client(), tools=TOOLS), name="eq")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        await durable.run(client, "Go.", run_id=id_, task_queue=queue)
+    history = await client.get_workflow_handle(id_).fetch_history()
+
+    @tool(name="lookup_by_key")
+    async def renamed(key: str) -> str:
+        """Look a key up (the old `lookup`, under a new name)."""
+        return f"value of {key}"
+
+    tools = [renamed, *(t for t in TOOLS if t is not lookup)]
+    changed = TemporalAgent(Agent(provider=ScriptedProvider([]), tools=tools), name="eq")
+    with pytest.raises(NondeterminismError, match="tool:1:toolu_1_a"):
+        await Replayer(workflows=[changed.workflow]).replay_workflow(history)
