@@ -7,9 +7,9 @@ Every run here is the real SDK talking to `MessagesServer` on 127.0.0.1, JSON an
   clean and is sent back byte for byte by `run(history=result.messages)`;
 - any history a caller passes is either sent byte for byte or refused with `HistoryError`
   before anything is sent;
-- a run cancelled at any point (a cancel scope, `stream.cancel()`, leaving the stream, a
-  tool cancelling its caller; asyncio and trio) leaves a valid history, the usage of the
-  responses that came in whole, and no call run twice.
+- a run cancelled at any point (a cancel scope, `task.cancel()`, `stream.cancel()`, leaving
+  the stream, a tool cancelling its caller; asyncio and trio) leaves a valid history, the
+  usage of the responses that came in whole, and no call run twice.
 
 One server per test: each example sets the answers it serves (`Switchboard`). Example
 counts come from the hypothesis profile (tests/conftest.py):
@@ -18,7 +18,9 @@ counts come from the hypothesis profile (tests/conftest.py):
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -713,7 +715,7 @@ async def test_an_empty_text_block_beside_a_call_does_not_break_the_next_request
 
 # --------------------------------------------------------------------------- cancellation
 
-MODES = ["scope", "cancel", "after_turn", "leave", "from_tool"]
+MODES = ["scope", "task", "cancel", "after_turn", "leave", "from_tool"]
 
 
 def usage(k: int) -> dict[str, int]:
@@ -744,6 +746,7 @@ def test_a_run_cancelled_at_any_point_keeps_its_promises(
     mode: str,
     at: int,
 ) -> None:
+    assume(mode != "task" or backend == "asyncio")  # `task.cancel()` is asyncio's
     ran: Counter[str] = Counter()
     lock = threading.Lock()
     started = 0
@@ -796,20 +799,36 @@ def test_a_run_cancelled_at_any_point_keeps_its_promises(
             start = switchboard.serve(answer)
             agent = switchboard.agent(client, streamed, tools=[work, block])
             seen: list[Any] = []
-            with scope:
-                async with agent.run_stream("go") as stream:
-                    async for event in stream:
-                        seen.append(event)
-                        if len(seen) != at:
-                            continue
-                        if mode == "scope":
-                            scope.cancel()
-                        elif mode == "cancel":
-                            stream.cancel()
-                        elif mode == "after_turn":
-                            stream.cancel(after_turn=True)
-                        elif mode == "leave":
-                            break
+            streams: list[Any] = []
+            tasks: list[asyncio.Task[None]] = []
+
+            async def drive() -> None:
+                assert scope is not None
+                with scope:
+                    async with agent.run_stream("go") as stream:
+                        streams.append(stream)
+                        async for event in stream:
+                            seen.append(event)
+                            if len(seen) != at:
+                                continue
+                            if mode == "scope":
+                                scope.cancel()
+                            elif mode == "task":
+                                tasks[0].cancel()  # as a web framework does when a client goes
+                            elif mode == "cancel":
+                                stream.cancel()
+                            elif mode == "after_turn":
+                                stream.cancel(after_turn=True)
+                            elif mode == "leave":
+                                break
+
+            if mode == "task":
+                tasks.append(asyncio.get_running_loop().create_task(drive()))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tasks[0]
+            else:
+                await drive()
+            (stream,) = streams
             result = stream.result
             assert result is not None
             received = len(switchboard.since(start))

@@ -1030,3 +1030,57 @@ async def test_a_streamed_long_run_keeps_its_reader_across_continuations(
     assert len([e for e in events if isinstance(e, ToolResultEvent)]) == rounds
     assert [type(e).__name__ for e in events].count("RunFinished") == 1
     assert isinstance(events[-1], RunFinished) and events[-1].result == stream.result
+
+
+def _cyclic() -> list[Any]:
+    items: list[Any] = [1]
+    items.append(items)
+    return items
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "says"),
+    [
+        pytest.param(_cyclic(), True, "its return value cannot be sent to the model", id="cycle"),
+        pytest.param(object(), True, "its return value cannot be sent to the model", id="object"),
+        pytest.param(b"\x89PNG\xff", False, "in base64:", id="bytes"),
+    ],
+)
+async def test_a_tool_value_that_cannot_be_sent_is_an_activity_result_not_a_failed_workflow(
+    client: Client, queue: str, value: Any, error: bool, says: str
+) -> None:
+    @tool
+    async def give() -> Any:
+        """Give."""
+        return value
+
+    script = [reply(tool_call("give", {}, id="toolu_give")), reply("Done.")]
+    durable = TemporalAgent(Agent(provider=ScriptedProvider(script), tools=[give]), name="giver")
+    async with Worker(client, task_queue=queue, **durable.worker_options()):
+        handle = await durable.start(client, "Go.", run_id=run_id(), task_queue=queue)
+        result = await result_of(handle)
+    assert (result.stop_reason, result.text) == ("end_turn", "Done.")
+    (record,) = result.tool_calls
+    assert record.is_error is error and says in record.output
+    lint_history(parse_history(result.messages))
+
+
+async def test_a_tool_renamed_under_a_recorded_run_fails_its_replay_as_nondeterministic(
+    client: Client, queue: str, serve: Callable[..., MessagesServer]
+) -> None:
+    """Unlike DBOS (answered `Unknown tool`, with a warning): see docs/durable.md, Ids."""
+    durable = TemporalAgent(Agent(client=serve(three_rounds).client(), tools=TOOLS), name="eq")
+    id_ = run_id()
+    async with durable.worker(client, task_queue=queue):
+        await durable.run(client, "Go.", run_id=id_, task_queue=queue)
+    history = await client.get_workflow_handle(id_).fetch_history()
+
+    @tool(name="lookup_by_key")
+    async def renamed(key: str) -> str:
+        """Look a key up (the old `lookup`, under a new name)."""
+        return f"value of {key}"
+
+    tools = [renamed, *(t for t in TOOLS if t is not lookup)]
+    changed = TemporalAgent(Agent(provider=ScriptedProvider([]), tools=tools), name="eq")
+    with pytest.raises(NondeterminismError, match="tool:1:toolu_1_a"):
+        await Replayer(workflows=[changed.workflow]).replay_workflow(history)
