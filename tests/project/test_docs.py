@@ -1,19 +1,26 @@
-"""The documentation: every hook documented, every page in the nav, runnable examples run.
+"""The documentation: every hook documented, every page in the nav, every example runs.
 
-A code block is runnable when the line right before its ```python fence is
-`<!-- test: run -->`. Such a block must be a complete program that needs no network and
-no API key (it uses agentloop.testing); it is run in a fresh interpreter.
+Every ```python block of docs/ (sub-folders too) and of the README is a complete program:
+it is run in a fresh interpreter, and all of them are type-checked by one `mypy --strict`
+run. A block that is not a program (a signature, a piece of a class, a step of a longer
+example) says so with `<!-- test: fragment -->` on the line right before its fence;
+`<!-- test: run -->` there is accepted and changes nothing. The blocks run offline: the
+interpreter's `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` point at a local
+`MessagesServer` that answers any request (`schema_reply`), so `Agent(model=...)` code runs
+as a reader would write it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,9 +28,11 @@ import yaml
 import agentloop.hookspecs
 from agentloop.pricing import cost_of
 from agentloop.result import Usage
+from agentloop.testing import MessagesServer, schema_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
+PLUGINS = ROOT / "plugins"
 RUN_MARKER = "<!-- test: run -->"
 FENCE = re.compile(r"^```python\s*$\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 
@@ -74,42 +83,143 @@ def test_every_page_is_in_the_nav() -> None:
     assert in_nav - pages == set(), "nav entries without a page"
 
 
-def runnable_blocks() -> list[Any]:
-    blocks: list[Any] = []
-    for page in sorted(DOCS.glob("*.md")):
+FRAGMENT_MARKER = "<!-- test: fragment -->"
+BLOCK_SOURCES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ```python block of a page: where it is and what it says."""
+
+    page: str
+    line: int
+    source: str
+
+    @property
+    def module(self) -> str:
+        """A module name for the block, unique among all the blocks."""
+        return "doc_" + re.sub(r"\W", "_", self.page.removesuffix(".md")) + f"_{self.line}"
+
+
+def python_blocks() -> list[tuple[Block, str]]:
+    """Every ```python block of the README and docs/, with the line before its fence."""
+    found = []
+    for page in BLOCK_SOURCES:
         text = page.read_text()
         for match in FENCE.finditer(text):
-            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
-            if before.strip() == RUN_MARKER:
-                line = text.count("\n", 0, match.start()) + 1
-                blocks.append(pytest.param(match.group(1), id=f"{page.name}:{line}"))
-    return blocks
+            before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+            line = text.count("\n", 0, match.start()) + 2  # the block's first line
+            where = page.relative_to(ROOT).as_posix()
+            found.append((Block(where, line, match.group(1)), before))
+    return found
+
+
+def runnable_blocks() -> list[Block]:
+    """The blocks that are programs: all but those marked as fragments."""
+    return [block for block, before in python_blocks() if before != FRAGMENT_MARKER]
+
+
+# What a page asks its reader to install beside agentloop (the dev extra has it all): a
+# block importing one of these modules is skipped, saying so, where it is missing.
+OPTIONAL = {"opentelemetry.sdk": "opentelemetry-sdk"}
+
+
+def missing_package(block: Block) -> str | None:
+    """The optional package the block imports and this interpreter lacks, if any."""
+    for module, package in OPTIONAL.items():
+        if re.search(rf"^\s*(from|import) {re.escape(module)}\b", block.source, re.MULTILINE):
+            if importlib.util.find_spec(module) is None:
+                return package
+    return None
 
 
 def test_runnable_blocks_are_found() -> None:
-    ids = [p.id for p in runnable_blocks()]
-    assert any(i.startswith("quickstart.md") for i in ids)
-    assert any(i.startswith("testing.md") for i in ids)
+    pages = {block.page for block in runnable_blocks()}
+    assert {"docs/quickstart.md", "docs/testing.md", "README.md"} <= pages
+    markers = {before for _, before in python_blocks() if before.startswith("<!-- test")}
+    assert markers <= {RUN_MARKER, FRAGMENT_MARKER}, "an unknown test marker"
 
 
-@pytest.mark.parametrize("source", runnable_blocks())
-def test_runnable_example(source: str, tmp_path: Path) -> None:
-    script = tmp_path / "example.py"
-    script.write_text(source)
+@pytest.fixture(scope="module")
+def generic_model() -> Iterator[MessagesServer]:
+    """A local Messages API that answers any request, for the blocks' default clients."""
+    with MessagesServer(schema_reply) as server:
+        yield server
+
+
+def offline_env(server: MessagesServer) -> dict[str, str]:
+    """This environment, with the SDK's key and address pointed at `server`."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")
+        if not k.startswith(("ANTHROPIC_", "PYTEST_")) and k != "PYTHONPATH"
     }
+    env["ANTHROPIC_BASE_URL"] = server.base_url
+    env["ANTHROPIC_API_KEY"] = "sk-ant-docs-test"
+    return env
+
+
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=f"{b.page}:{b.line}") for b in runnable_blocks()]
+)
+def test_runnable_example(block: Block, generic_model: MessagesServer, tmp_path: Path) -> None:
+    if (package := missing_package(block)) is not None:
+        pytest.skip(f"{block.page} needs {package}, which is not installed")
+    script = tmp_path / f"{block.module}.py"
+    script.write_text(block.source)
     done = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=env,
+        env=offline_env(generic_model),
         timeout=60,
     )
+    assert done.returncode == 0, f"{block.page}:{block.line}\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.timeout(600)  # a cold mypy cache on a busy machine
+def test_runnable_examples_type_check(tmp_path: Path) -> None:
+    """`mypy --strict` accepts every runnable block, checked in one run."""
+    blocks = {f"{b.module}.py": b for b in runnable_blocks() if missing_package(b) is None}
+    for name, block in blocks.items():
+        (tmp_path / name).write_text(block.source)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-error-summary",
+            *map(str, tmp_path.glob("*.py")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,  # finds agentloop's settings and cache, as `.ci/run` leaves them
+        # The plugins are installed in editable mode, which mypy cannot follow.
+        env={**os.environ, "MYPYPATH": os.pathsep.join(map(str, sorted(PLUGINS.iterdir())))},
+        timeout=600,
+    )
+    report = []
+    for found in re.finditer(r"^[^\n]*?([\w]+\.py):(\d+): (.*)$", done.stdout, re.MULTILINE):
+        name, number, message = found.groups()
+        block = blocks.get(name)
+        where = f"{block.page}:{block.line + int(number) - 1}" if block else f"{name}:{number}"
+        report.append(f"{where}: {message}")
+    assert done.returncode == 0 and report == [], "\n".join(report) or done.stdout + done.stderr
+
+
+def test_the_quickstarts_first_run_needs_no_key(tmp_path: Path) -> None:
+    """The Quickstart's first block that runs an agent works offline, with no key at all."""
+    runs = [b for b in runnable_blocks() if b.page == "docs/quickstart.md" and ".run" in b.source]
+    script = tmp_path / "first_run.py"
+    script.write_text(runs[0].source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PYTEST_"))}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "tool_result" in done.stdout
 
 
 # --------------------------------------------------------------------------- model names
