@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
@@ -363,18 +363,22 @@ class DBOSRequests:
         self.durable: DurableAgent[Any] | None = None
         self.probe: DBOSClient | None = None
         """What `watch` asks the database through."""
+        self.connections: str | None = None
+        """The name of DBOS's connections to the database (`dbos_fleet.named`)."""
 
     async def open(self) -> None:
         """Configure DBOS, register the durable agent, launch (recovering earlier runs)."""
         from dbos import DBOS, DBOSClient
 
         from agentloop.durable.dbos import DurableAgent
+        from agentloop.durable.dbos_fleet import named
 
         # DBOS logs through its own handler; only its warnings are the gateway's business.
         config: DBOSConfig = {"name": NAME, "system_database_url": self.url, "log_level": "WARNING"}
         if self.executor_id is not None:
             config["executor_id"] = self.executor_id
-        DBOS(config=config)
+        settings, self.connections = named(config)
+        DBOS(config=cast("DBOSConfig", settings))
         self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
         DBOS.launch()
         self.probe = DBOSClient(
@@ -384,15 +388,15 @@ class DBOSRequests:
         _log.info("gateway.durable", engine="dbos", database=_shown(self.url), executor=executor)
 
     async def aclose(self) -> None:
-        """Stop DBOS (runs under way are recovered by the next process)."""
-        from dbos import DBOS
+        """Stop DBOS, also when its database is down (the next process recovers the runs)."""
+        from agentloop.durable.dbos_fleet import destroy
 
         if self.probe is not None:
             self.probe.destroy()
             self.probe = None
         if self.durable is not None:
             self.durable = None
-            DBOS.destroy(destroy_registry=True)
+            await destroy(self.connections, destroy_registry=True)
 
     async def run(self, call: Call, run_id: str) -> Finished:
         """Run `call` durably as `run_id` (or its latest attempt), or attach to it."""
