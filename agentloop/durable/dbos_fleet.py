@@ -160,7 +160,8 @@ class _Leases:
         address = sa.make_url(url)
         if address.drivername in ("postgresql", "postgres"):
             address = address.set(drivername="postgresql+psycopg")  # DBOS's own driver
-        self.engine = sa.create_engine(address, pool_size=2, max_overflow=0)
+        # A pooled connection may have outlived a restart of the database: ping it first.
+        self.engine = sa.create_engine(address, pool_size=2, max_overflow=0, pool_pre_ping=True)
         self.created = False
 
     def create(self) -> None:
@@ -293,9 +294,15 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
         finally:
             await destroy(name)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(
-                    lambda: leases.release(lease.executor_id, holder, drop=False)
-                )
+                try:
+                    await anyio.to_thread.run_sync(
+                        lambda: leases.release(lease.executor_id, holder, drop=False)
+                    )
+                except sa.exc.SQLAlchemyError as exc:
+                    # The database is down: the lease runs out by itself instead.
+                    _log.warning(
+                        "durable.lease_failed", executor_id=lease.executor_id, error=str(exc)
+                    )
     finally:
         leases.engine.dispose()
 
