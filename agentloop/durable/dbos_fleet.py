@@ -5,6 +5,7 @@ application version, and keeps a lease for the process in the system database: a
 process renews its own, and takes over the unfinished runs of a process whose lease ran
 out. DBOS by itself recovers, at launch, only the runs of its own executor id, and knows
 nothing of which processes live, so a dead process's runs would wait for a process of its id.
+`named` and `destroy` let a process stop DBOS also when its database is down (the gateway's).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dbos import error as dbos_errors
 from agentloop.errors import ConfigurationError, VersionMismatchError
 from agentloop.logs import get_logger
 
-__all__ = ("APPLICATION_VERSION", "Lease", "check_version", "launch")
+__all__ = ("APPLICATION_VERSION", "Lease", "check_version", "destroy", "launch", "named")
 
 APPLICATION_VERSION = "agentloop-1"
 """The application version `launch` gives DBOS unless the configuration names one.
@@ -43,6 +44,9 @@ LEASES_TABLE = "agentloop_leases"
 
 _UNDER_WAY = ("PENDING", "ENQUEUED")
 
+_destroyed: set[str] = set()
+"""The connection names (`named`) of the DBOS instances this process destroyed."""
+
 _log = get_logger()
 
 _metadata = sa.MetaData()
@@ -53,6 +57,63 @@ _leases = sa.Table(
     sa.Column("holder", sa.String(64), nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
 )
+
+
+class _Destroyed(RuntimeError):
+    """A connection asked for by a DBOS thread that outlived its DBOS (see `destroy`)."""
+
+
+def _refuse_destroyed(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+    name = cparams.get("application_name")
+    if name in _destroyed:
+        raise _Destroyed(f"DBOS {name!r} was destroyed: it connects to its database no more")
+
+
+# DBOS makes its engines itself: this sees their connections by the name `named` gives them.
+sa.event.listen(sa.Engine, "do_connect", _refuse_destroyed)
+
+
+def named(config: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """`config` whose PostgreSQL connections carry a name of their own, for `destroy`.
+
+    Args:
+        config: DBOS's configuration (`DBOSConfig`), with its `system_database_url`.
+
+    Returns:
+        The configuration to give DBOS, and the name (None for SQLite, whose database
+        cannot go away under a running process).
+    """
+    settings = dict(config)
+    url = sa.make_url(str(settings.get("system_database_url")))
+    if url.get_backend_name() != "postgresql":
+        return settings, None
+    name = f"agentloop-{uuid.uuid4().hex[:12]}"
+    engine_kwargs = dict(settings.get("db_engine_kwargs") or {})
+    engine_kwargs["connect_args"] = {
+        **(engine_kwargs.get("connect_args") or {}),
+        "application_name": name,
+    }
+    settings["db_engine_kwargs"] = engine_kwargs
+    return settings, name
+
+
+async def destroy(name: str | None, *, destroy_registry: bool = False) -> None:
+    """`DBOS.destroy`, also when the database is down; then refuse DBOS's connections.
+
+    DBOS retries a statement that lost its database without end, in its own executor's
+    threads, and `DBOS.destroy` does not stop them: with the database gone for good, they
+    would keep the process from exiting. Once DBOS is destroyed, each new connection of
+    the DBOS named `name` (`named`) fails with an error DBOS does not retry, so such a
+    thread ends at its next try (DBOS waits at most 90 s between two).
+
+    Args:
+        name: The name `named` gave the DBOS's connections (None: SQLite).
+        destroy_registry: Also forget the registered workflows (`DBOS.destroy`'s).
+    """
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(lambda: DBOS.destroy(destroy_registry=destroy_registry))
+    if name is not None:
+        _destroyed.add(name)
 
 
 def check_version(run_id: str, status: WorkflowStatus) -> None:
@@ -99,7 +160,8 @@ class _Leases:
         address = sa.make_url(url)
         if address.drivername in ("postgresql", "postgres"):
             address = address.set(drivername="postgresql+psycopg")  # DBOS's own driver
-        self.engine = sa.create_engine(address, pool_size=2, max_overflow=0)
+        # A pooled connection may have outlived a restart of the database: ping it first.
+        self.engine = sa.create_engine(address, pool_size=2, max_overflow=0, pool_pre_ping=True)
         self.created = False
 
     def create(self) -> None:
@@ -208,7 +270,7 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
     url = config.get("system_database_url")
     if not isinstance(url, str) or not url:
         raise ConfigurationError("launch needs config['system_database_url'] (SQLite or Postgres)")
-    settings = dict(config)
+    settings, name = named(config)
     if settings.get("application_version") is None:
         settings["application_version"] = APPLICATION_VERSION
     if settings.get("executor_id") is None:
@@ -230,11 +292,17 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
                 yield lease
                 group.cancel_scope.cancel()
         finally:
-            DBOS.destroy()
+            await destroy(name)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(
-                    lambda: leases.release(lease.executor_id, holder, drop=False)
-                )
+                try:
+                    await anyio.to_thread.run_sync(
+                        lambda: leases.release(lease.executor_id, holder, drop=False)
+                    )
+                except sa.exc.SQLAlchemyError as exc:
+                    # The database is down: the lease runs out by itself instead.
+                    _log.warning(
+                        "durable.lease_failed", executor_id=lease.executor_id, error=str(exc)
+                    )
     finally:
         leases.engine.dispose()
 

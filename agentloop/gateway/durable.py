@@ -3,7 +3,7 @@
 A client request the gateway runs with its own tools becomes a run of one
 `agentloop.durable.dbos.DurableAgent` whose id is the request's run id (`runs`): every
 model request and tool call is a DBOS step, recorded in the DBOS system database. When
-the gateway dies mid-run, the next gateway process recovers the run (`DBOS.launch()`),
+the gateway dies mid-run, a live or restarted gateway recovers the run (`launch`),
 its recorded steps are not performed again, and the client's retry of the same request
 attaches to it: the gateway's tools do not run twice (a tool that was running at the
 crash runs again, under the same `RunContext.idempotency_key`). A retry of a request
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -341,9 +341,11 @@ class DBOSRequests:
 
         `deps` is what the tools get (it is not recorded); a recovered run waits at most
         `attach_wait` seconds for its client's retry. `executor_id` is this process's in
-        the database (DBOS's `local` when None): at start, it recovers the runs a process
-        of that id left under way, and no other's. `capabilities` wrap every run (inside
-        its steps: what they do to a response or a result is recorded with it).
+        the database and the key of its lease (`agentloop.durable.dbos.launch`; new for
+        each process when None): at start it recovers the runs a process of its id left
+        under way, and while it lives it takes over those of a process whose lease ran
+        out. `capabilities` wrap every run (inside its steps: what they do to a response
+        or a result is recorded with it).
         """
         self.url = url
         self.executor_id = executor_id
@@ -363,36 +365,42 @@ class DBOSRequests:
         self.durable: DurableAgent[Any] | None = None
         self.probe: DBOSClient | None = None
         """What `watch` asks the database through."""
+        self.launched: AsyncExitStack | None = None
+        """DBOS launched in the fleet (`agentloop.durable.dbos.launch`), until `aclose`."""
 
     async def open(self) -> None:
-        """Configure DBOS, register the durable agent, launch (recovering earlier runs)."""
-        from dbos import DBOS, DBOSClient
+        """Register the durable agent, launch DBOS in the fleet (`launch`), recovering runs."""
+        from dbos import DBOSClient
 
         from agentloop.durable.dbos import DurableAgent
+        from agentloop.durable.dbos_fleet import launch
 
         # DBOS logs through its own handler; only its warnings are the gateway's business.
         config: DBOSConfig = {"name": NAME, "system_database_url": self.url, "log_level": "WARNING"}
         if self.executor_id is not None:
             config["executor_id"] = self.executor_id
-        DBOS(config=config)
         self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
-        DBOS.launch()
+        self.launched = AsyncExitStack()
+        lease = await self.launched.enter_async_context(launch(config))
         self.probe = DBOSClient(
             system_database_url=self.url, retry_connection_errors=False, system_database_pool_size=2
         )
-        executor = DBOS.executor_id
-        _log.info("gateway.durable", engine="dbos", database=_shown(self.url), executor=executor)
+        _log.info(
+            "gateway.durable", engine="dbos", database=_shown(self.url), executor=lease.executor_id
+        )
 
     async def aclose(self) -> None:
-        """Stop DBOS (runs under way are recovered by the next process)."""
+        """Stop DBOS, also when its database is down (the fleet takes over its runs)."""
         from dbos import DBOS
 
         if self.probe is not None:
             self.probe.destroy()
             self.probe = None
-        if self.durable is not None:
-            self.durable = None
-            DBOS.destroy(destroy_registry=True)
+        self.durable = None
+        launched, self.launched = self.launched, None
+        if launched is not None:
+            await launched.aclose()
+        DBOS.destroy(destroy_registry=True)  # DBOS is down: this forgets the durable agent
 
     async def run(self, call: Call, run_id: str) -> Finished:
         """Run `call` durably as `run_id` (or its latest attempt), or attach to it."""

@@ -3,21 +3,24 @@
 The gateway is served in this process with `--durable` on a PostgreSQL cluster of the
 test's own, which the test stops while a run's tool call is under way and starts again:
 the request in flight and a new one get a 500 `api_error` within a bounded time, and
-the retry after PostgreSQL is back attaches to the run, whose tool ran once.
+the retry after PostgreSQL is back attaches to the run, whose tool ran once. A gateway
+stopped while its database is still down lets its process exit (_store_down_child.py).
 """
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import anyio
 import pytest
 from _gateway import gateway_on
-from support import postgres_process
+from support import _postgres_bin, postgres_process
 
 from agentloop import tool
 from agentloop.gateway.app import GatewayConfig
@@ -29,6 +32,11 @@ STORE_TIMEOUT = 2.0
 BOUND = 5 * STORE_TIMEOUT
 """How long a client may wait for its error: 1.5 store timeouts, and room for a busy box."""
 
+CHILD = Path(__file__).parent / "_store_down_child.py"
+EXIT_BOUND = 60.0
+"""How long the child may take to exit after its gateway stopped: DBOS's retries of the
+stopped database wait a few seconds each by then, and the box may be busy."""
+
 QUESTION: list[Any] = [{"role": "user", "content": "Charge order 42."}]
 
 
@@ -39,12 +47,6 @@ def answer(body: dict[str, Any]) -> Any:
     return reply(tool_call("charge", {"order": 42}))
 
 
-@pytest.mark.skipif(
-    os.environ.get("AGENTLOOP_TEST_STORE_DOWN") != "1",
-    reason="opt-in (AGENTLOOP_TEST_STORE_DOWN=1): the in-process DBOS of this test keeps "
-    "retrying the stopped database from its own threads, which then hold the test process "
-    "at exit",
-)
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_durable_gateway_answers_500_in_bounded_time_while_postgres_is_down(
     stream: bool,
@@ -116,3 +118,25 @@ async def test_a_durable_gateway_answers_500_in_bounded_time_while_postgres_is_d
     assert waited < BOUND and waited_new < BOUND, (waited, waited_new)
     assert [b.text for b in retried.content if b.type == "text"] == ["Charged once."]
     assert charges == [42], "the retry attached to the run: the call ran once"
+
+
+def test_a_durable_gateway_stopped_while_postgres_is_down_lets_its_process_exit() -> None:
+    """DBOS's threads retrying the stopped database do not keep the process alive."""
+    if _postgres_bin() is None:
+        pytest.skip("PostgreSQL's initdb not found (apt-get install postgresql)")
+    with subprocess.Popen(
+        [sys.executable, str(CHILD)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None
+            lines = []
+            for line in child.stdout:  # until the gateway stopped (the child's last line)
+                lines.append(line.strip())
+                if line.startswith("CLOSED"):
+                    break
+            assert lines[-2:-1] == ["ANSWERED InternalServerError"], lines
+            assert lines[-1].startswith("CLOSED"), lines
+            assert child.wait(timeout=EXIT_BOUND) == 0, "the process did not exit in time"
+        finally:
+            if child.poll() is None:
+                child.kill()
