@@ -9,9 +9,9 @@ The names are imported on first use, so `import agentloop` (and `agentloop --ver
 does not pay for the SDKs, pydantic and OpenTelemetry until something needs them.
 """
 
-import importlib
 import typing
-import warnings
+
+from .lazy import lazy_exports as _lazy_exports
 
 # Only modules and private names here: every public name of this module is exported.
 if typing.TYPE_CHECKING:
@@ -197,22 +197,6 @@ _DEPRECATED = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
-    """An exported name (or `__version__`), imported from its module on first use."""
-    if name == "__version__":
-        value: typing.Any = _version()
-    elif name in _DEPRECATED:
-        module, new, why = _DEPRECATED[name]
-        warnings.warn(why, DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(f".{module}", __name__), new)
-    elif name in _MODULES:
-        value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
 def _version() -> str:
     from importlib import metadata  # not cheap: only for whoever asks for the version
 
@@ -222,6 +206,6 @@ def _version() -> str:
         return "0+unknown"
 
 
-def __dir__() -> list[str]:
-    """The module's names, the exported ones included before their first use."""
-    return sorted({*globals(), *__all__, "__version__"})
+__getattr__, __dir__ = _lazy_exports(
+    globals(), _MODULES, computed={"__version__": _version}, deprecated=_DEPRECATED
+)

@@ -6,8 +6,9 @@
 `agentloop.capabilities.base` at start-up, and the built-ins import the whole loop.
 """
 
-import importlib
 import typing
+
+from agentloop.lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
     from .base import Capability as Capability
@@ -35,16 +36,4 @@ _MODULES = {
 
 __all__ = tuple(sorted(_MODULES))
 
-
-def __getattr__(name: str) -> typing.Any:
-    """An exported name, imported from its module on first use."""
-    if name not in _MODULES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the ones not yet imported included."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(globals(), _MODULES)

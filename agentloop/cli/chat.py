@@ -9,7 +9,6 @@ page.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,6 @@ from .values import port, whole_number
 
 if TYPE_CHECKING:
     from agentloop.plugins import PluginManager
-    from agentloop.providers.base import Provider
 
 __all__ = ("add_chat_options", "chat_command")
 
@@ -64,10 +62,9 @@ def chat_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         )
     # Imported here, not at the top: building the parser stays quick.
     from agentloop.agent import Agent
-    from agentloop.providers.anthropic import AnthropicProvider
 
     from .logs import configure_logging
-    from .setups import choose_tools, offline_model, run_deps, run_setups
+    from .setups import choose_tools, provider_for, run_deps, run_setups, system_prompt
 
     try:
         import uvicorn
@@ -81,23 +78,12 @@ def chat_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
     tools = choose_tools(manager, setups, plugins=args.plugins, tools=args.tools)
     sources = {t.source for t in tools}
     exposed = {name: setup for name, setup in setups.items() if name in sources}
-    provider: Provider
-    if args.offline or not os.environ.get("ANTHROPIC_API_KEY"):
-        owner, provider = offline_model(exposed, tools, sources)
-        if not args.offline:
-            print(
-                "agentloop: ANTHROPIC_API_KEY is not set, so the page talks to the offline "
-                f"demo of the {owner!r} plugin on a scripted model (set the key for Claude).",
-                file=sys.stderr,
-            )
-    else:
-        provider = AnthropicProvider()
-    systems = [setup.system for setup in exposed.values() if setup.system]
+    provider = provider_for(exposed, tools, offline=args.offline)
     configure_logging(json_logs=args.log_json, verbose=args.verbose, progress=None)
     agent = Agent(
         model=args.model,
         provider=provider,
-        system=args.system or "\n\n".join(systems) or None,
+        system=system_prompt(args.system, exposed),
         tools=tools,
         max_rounds=args.max_rounds,
         approval_required=set(args.require_approval or ()),

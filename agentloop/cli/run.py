@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -34,7 +33,14 @@ from .approve import decide
 from .exits import EXIT_FAILED, EXIT_OK, error
 from .logs import configure_logging
 from .report import print_result, result_to_json
-from .setups import choose_tools, offline_model, plugin_call, run_deps, run_setups
+from .setups import (
+    choose_tools,
+    plugin_call,
+    provider_for,
+    run_deps,
+    run_setups,
+    system_prompt,
+)
 
 __all__ = ("run_command", "serve_with_plugins")
 
@@ -57,23 +63,14 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         raise ConfigurationError("--compat applies to --provider openai only")
     elif args.base_url or args.api_key:
         provider = AnthropicProvider(base_url=args.base_url, api_key=args.api_key)
-    elif args.offline or not os.environ.get("ANTHROPIC_API_KEY"):
-        owner, provider = offline_model(exposed, tools, sources)
-        if not args.offline:
-            print(
-                "agentloop: ANTHROPIC_API_KEY is not set, so this runs the offline demo of "
-                f"the {owner!r} plugin on a scripted model (set the key to talk to Claude).",
-                file=sys.stderr,
-            )
     else:
-        provider = AnthropicProvider()
-    systems = [setup.system for setup in exposed.values() if setup.system]
+        provider = provider_for(exposed, tools, offline=args.offline)
     if not args.json:
         configure_logging(json_logs=args.log_json, verbose=args.verbose, progress=sys.stdout)
     agent = Agent(
         model=args.model,
         provider=provider,
-        system=args.system or "\n\n".join(systems) or None,
+        system=system_prompt(args.system, exposed),
         tools=tools,
         max_rounds=args.max_rounds,
         tool_concurrency=args.concurrency,

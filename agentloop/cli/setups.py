@@ -1,8 +1,8 @@
-"""The plugins' part of a command: their `RunSetup`s, the tools chosen, deps, offline model.
+"""The plugins' part of a command: their `RunSetup`s, the tools chosen, deps, the model.
 
-`agentloop run`, `serve` and `tools` ask each plugin for its `RunSetup` and choose the
-tools the same way; this module does it without importing the agent or the SDKs, so
-`agentloop tools` stays quick.
+`agentloop run`, `chat`, `serve` and `tools` ask each plugin for its `RunSetup` and
+choose the tools, the model and the system prompt the same way; this module does it
+without importing the agent or the SDKs, so `agentloop tools` stays quick.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ __all__ = (
     "choose_tools",
     "offline_model",
     "plugin_call",
+    "provider_for",
     "run_deps",
     "run_setups",
+    "system_prompt",
     "warn_left_out",
 )
 
@@ -133,6 +135,43 @@ def offline_model(
         f"{'none of ' if named else ''}{shown} provides one{why}. Set ANTHROPIC_API_KEY to "
         "talk to Claude, or install a plugin with an offline demo (see `agentloop plugins`)"
     )
+
+
+def provider_for(
+    exposed: Mapping[str, RunSetup], tools: Sequence[Tool], *, offline: bool
+) -> Provider:
+    """The model a command talks to: Claude with an API key, else a plugin's offline model.
+
+    Without `ANTHROPIC_API_KEY` (and without `offline`, which asks for the demo on
+    purpose) a line on stderr says that the scripted demo runs instead of Claude.
+
+    Args:
+        exposed: The exposed plugins' setups, by plugin name.
+        tools: The tools the run exposes.
+        offline: Run the first exposed plugin's offline model even with a key.
+
+    Raises:
+        ConfigurationError: an offline model is needed and no exposed plugin has one.
+    """
+    if offline or not os.environ.get("ANTHROPIC_API_KEY"):
+        owner, provider = offline_model(exposed, tools, {t.source for t in tools})
+        if not offline:
+            print(
+                "agentloop: ANTHROPIC_API_KEY is not set, so this runs the offline demo of "
+                f"the {owner!r} plugin on a scripted model (set the key to talk to Claude).",
+                file=sys.stderr,
+            )
+        return provider
+    # Imported here, not at the top: `agentloop tools` does not import the SDK.
+    from agentloop.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider()
+
+
+def system_prompt(given: str | None, exposed: Mapping[str, RunSetup]) -> str | None:
+    """The run's system prompt: `given` (`--system`), else the exposed plugins' prompts."""
+    systems = [setup.system for setup in exposed.values() if setup.system]
+    return given or "\n\n".join(systems) or None
 
 
 def plugin_call(name: str, function: Callable[..., _T], *args: Any) -> _T:

@@ -8,8 +8,9 @@ server itself (`Gateway`, on Starlette and uvicorn) needs the `gateway` extra:
 names are imported on first use, so `agentloop --help` does not import the SDK.
 """
 
-import importlib
 import typing
+
+from agentloop.lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
     from .cli import serve_command as serve_command
@@ -37,16 +38,4 @@ _MODULES = {
 
 __all__ = tuple(sorted(_MODULES))
 
-
-def __getattr__(name: str) -> typing.Any:
-    """An exported name, imported from its module on first use."""
-    if name not in _MODULES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the ones not yet imported included."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(globals(), _MODULES)

@@ -7,11 +7,12 @@ servers through the `openai` SDK. Each SDK is imported when its provider is firs
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from agentloop.lazy import lazy_exports as _lazy_exports
 
 from .base import CountingProvider as CountingProvider
 from .base import ModelRequest as ModelRequest
@@ -40,24 +41,13 @@ __all__ = (
 )
 
 _LAZY = {
-    "AnthropicProvider": ".anthropic",
-    "ChatCompat": ".openai",
-    "OpenAIChatProvider": ".openai",
+    "AnthropicProvider": "anthropic",
+    "ChatCompat": "openai",
+    "OpenAIChatProvider": "openai",
 }
 """Names whose modules import an SDK (or its HTTP client): loaded on first use."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY)
 
 
 def provider_for(client: Any) -> Provider:

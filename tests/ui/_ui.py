@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,27 @@ async def node(script: str, *args: str) -> Any:
     if done.returncode != 0:
         raise AssertionError(f"node {script} failed: {done.stderr.decode()[-3000:]}")
     return json.loads(done.stdout)
+
+
+@dataclass(frozen=True)
+class NodeClient:
+    """A protocol's own npm client, run by node (`node`) against an endpoint.
+
+    The `conftest.py` fixtures give one per protocol, its package installed (or the
+    module's tests skipped).
+    """
+
+    package: str
+    """The npm package the script drives (one of `PACKAGES`, without its version)."""
+    script: str
+    """The node program in tests/ui that runs it and prints what it parsed as JSON."""
+    path: str
+    """Where the endpoint is routed in the served app (`served(path, ...)`)."""
+
+    async def __call__(self, url: str, **plan: Any) -> dict[str, Any]:
+        """Run the client against the app at `url` with `plan`; what it parsed."""
+        result: dict[str, Any] = await node(self.script, url + self.path, json.dumps(plan))
+        return result
 
 
 @asynccontextmanager

@@ -13,8 +13,7 @@ import json
 from typing import Any
 
 import anyio
-import pytest
-from _ui import node, npm_prefix, served
+from _ui import NodeClient, served
 
 from agentloop import Agent, tool
 from agentloop.testing import MessagesServer, reply, tool_call
@@ -23,21 +22,11 @@ from agentloop.ui import AGUIEndpoint
 MODEL = "claude-sonnet-4-5"  # a model the price table knows: the run has a cost
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _client() -> None:
-    npm_prefix("@ag-ui/client")
-
-
 def _types(run: dict[str, Any]) -> list[str]:
     return [e["type"] for e in run["events"]]
 
 
-async def _drive(url: str, **plan: Any) -> dict[str, Any]:
-    result: dict[str, Any] = await node("agui_client.mjs", url + "/agui", json.dumps(plan))
-    return result
-
-
-async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
+async def test_parallel_calls_then_an_approval_then_the_answer(agui_client: NodeClient) -> None:
     both_in = anyio.Event()
     entered: list[str] = []
 
@@ -62,8 +51,8 @@ async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
     script = [reply(paris, rome, back, model=MODEL), reply("Sunny; B2 refunded.", model=MODEL)]
     async with MessagesServer(script) as server:
         agent = Agent(client=server.client(), model=MODEL, tools=[get_weather, refund])
-        async with served("/agui", AGUIEndpoint(agent)) as url:
-            out = await _drive(url, threadId="t1", prompt="Weather, and refund B2")
+        async with served(agui_client.path, AGUIEndpoint(agent)) as url:
+            out = await agui_client(url, threadId="t1", prompt="Weather, and refund B2")
 
     first, second = out["runs"]
     assert first["failed"] is None and second["failed"] is None
@@ -111,7 +100,7 @@ async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
     assert [b["tool_use_id"] for b in sent] == [paris["id"], rome["id"], back["id"]]
 
 
-async def test_a_denied_call_is_answered_as_denied() -> None:
+async def test_a_denied_call_is_answered_as_denied(agui_client: NodeClient) -> None:
     @tool(requires_approval=True)
     def delete_user(name: str) -> str:
         """Delete a user."""
@@ -120,8 +109,8 @@ async def test_a_denied_call_is_answered_as_denied() -> None:
     call = tool_call("delete_user", {"name": "bob"})
     async with MessagesServer([reply(call), reply("Not deleted.")]) as server:
         agent = Agent(client=server.client(), tools=[delete_user])
-        async with served("/agui", AGUIEndpoint(agent)) as url:
-            out = await _drive(
+        async with served(agui_client.path, AGUIEndpoint(agent)) as url:
+            out = await agui_client(
                 url, threadId="t2", prompt="Delete bob", decide={"delete_user": "deny"}
             )
     [result] = [e for e in out["runs"][1]["events"] if e["type"] == "TOOL_CALL_RESULT"]
@@ -130,7 +119,7 @@ async def test_a_denied_call_is_answered_as_denied() -> None:
     assert out["runs"][1]["events"][-1]["result"] == "Not deleted."
 
 
-async def test_the_pages_tools_go_back_to_the_page() -> None:
+async def test_the_pages_tools_go_back_to_the_page(agui_client: NodeClient) -> None:
     ask = tool_call("confirm_address", {"address": "1 Main St"})
     script = [reply("Let me check that address for you.", ask), reply("Shipping to 1 Main St.")]
     page_tool = {
@@ -140,8 +129,8 @@ async def test_the_pages_tools_go_back_to_the_page() -> None:
     }
     async with MessagesServer(script) as server:
         agent = Agent(client=server.client())
-        async with served("/agui", AGUIEndpoint(agent)) as url:
-            out = await _drive(
+        async with served(agui_client.path, AGUIEndpoint(agent)) as url:
+            out = await agui_client(
                 url,
                 threadId="t3",
                 prompt="Ship it",
@@ -160,13 +149,13 @@ async def test_the_pages_tools_go_back_to_the_page() -> None:
     assert _types(first).count("TEXT_MESSAGE_START") == 1  # one block, one message
 
 
-async def test_a_failed_run_ends_in_run_error() -> None:
+async def test_a_failed_run_ends_in_run_error(agui_client: NodeClient) -> None:
     from agentloop.testing import Fault
 
     async with MessagesServer([Fault.http_error(400, "bad things")]) as server:
         agent = Agent(client=server.client())
-        async with served("/agui", AGUIEndpoint(agent)) as url:
-            out = await _drive(url, threadId="t4", prompt="hi", maxRuns=1)
+        async with served(agui_client.path, AGUIEndpoint(agent)) as url:
+            out = await agui_client(url, threadId="t4", prompt="hi", maxRuns=1)
     [run] = out["runs"]
     assert _types(run) == ["RUN_STARTED", "RUN_ERROR"]
     assert "bad things" in run["events"][-1]["message"]

@@ -9,12 +9,10 @@ messages. The model is a scripted Messages API on 127.0.0.1.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
-import pytest
-from _ui import node, npm_prefix, served
+from _ui import NodeClient, served
 
 from agentloop import Agent, tool
 from agentloop.testing import Fault, MessagesServer, reply, tool_call
@@ -23,21 +21,11 @@ from agentloop.ui import VercelAIEndpoint
 MODEL = "claude-sonnet-4-5"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _client() -> None:
-    npm_prefix("ai")
-
-
-async def _chat(url: str, **plan: Any) -> dict[str, Any]:
-    result: dict[str, Any] = await node("ai_chat.mjs", url + "/api/chat", json.dumps(plan))
-    return result
-
-
 def _tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"].startswith("tool-")]
 
 
-async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
+async def test_parallel_calls_then_an_approval_then_the_answer(ai_chat: NodeClient) -> None:
     both_in = anyio.Event()
     entered: list[str] = []
 
@@ -65,8 +53,8 @@ async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
     ]
     async with MessagesServer(script) as server:
         agent = Agent(client=server.client(), model=MODEL, tools=[get_weather, refund])
-        async with served("/api/chat", VercelAIEndpoint(agent)) as url:
-            out = await _chat(url, chatId="c1", prompt="Weather, and refund B2")
+        async with served(ai_chat.path, VercelAIEndpoint(agent)) as url:
+            out = await ai_chat(url, chatId="c1", prompt="Weather, and refund B2")
 
     assert out["error"] is None and out["status"] == "ready"
     assert out["headers"] == ["v1", "v1"]
@@ -97,7 +85,9 @@ async def test_parallel_calls_then_an_approval_then_the_answer() -> None:
     assert [b["tool_use_id"] for b in sent] == [paris["id"], rome["id"], back["id"]]
 
 
-async def test_a_denied_call_shows_as_denied_and_the_next_message_continues() -> None:
+async def test_a_denied_call_shows_as_denied_and_the_next_message_continues(
+    ai_chat: NodeClient,
+) -> None:
     @tool(requires_approval=True)
     def delete_user(name: str) -> str:
         """Delete a user."""
@@ -106,24 +96,26 @@ async def test_a_denied_call_shows_as_denied_and_the_next_message_continues() ->
     call = tool_call("delete_user", {"name": "bob"})
     async with MessagesServer([reply(call), reply("Not deleted.")]) as server:
         agent = Agent(client=server.client(), tools=[delete_user])
-        async with served("/api/chat", VercelAIEndpoint(agent)) as url:
-            out = await _chat(url, chatId="c2", prompt="Delete bob", decide={"delete_user": "deny"})
+        async with served(ai_chat.path, VercelAIEndpoint(agent)) as url:
+            out = await ai_chat(
+                url, chatId="c2", prompt="Delete bob", decide={"delete_user": "deny"}
+            )
     [part] = _tool_parts(out["messages"][-1])
     assert part["state"] == "output-denied"
     assert server.requests[-1]["messages"][-1]["content"][0]["content"] == "Denied: not today"
     assert out["messages"][-1]["parts"][-1]["text"] == "Not deleted."
 
 
-async def test_a_failed_run_is_an_error_chunk_the_chat_reports() -> None:
+async def test_a_failed_run_is_an_error_chunk_the_chat_reports(ai_chat: NodeClient) -> None:
     async with MessagesServer([Fault.http_error(400, "bad things")]) as server:
         agent = Agent(client=server.client())
-        async with served("/api/chat", VercelAIEndpoint(agent)) as url:
-            out = await _chat(url, chatId="c3", prompt="hi")
+        async with served(ai_chat.path, VercelAIEndpoint(agent)) as url:
+            out = await ai_chat(url, chatId="c3", prompt="hi")
     assert out["status"] == "error"
     assert "bad things" in out["error"]
 
 
-async def test_the_chats_messages_are_the_next_runs_history() -> None:
+async def test_the_chats_messages_are_the_next_runs_history(ai_chat: NodeClient) -> None:
     lookup = tool_call("get_weather", {"city": "Oslo"})
 
     @tool
@@ -134,8 +126,8 @@ async def test_the_chats_messages_are_the_next_runs_history() -> None:
     script = [reply("Looking.", lookup), reply("Snowing in Oslo."), reply("Wear boots.")]
     async with MessagesServer(script) as server:
         agent = Agent(client=server.client(), tools=[get_weather])
-        async with served("/api/chat", VercelAIEndpoint(agent)) as url:
-            out = await _chat(url, chatId="c4", prompt="Oslo?", followUp="What to wear?")
+        async with served(ai_chat.path, VercelAIEndpoint(agent)) as url:
+            out = await ai_chat(url, chatId="c4", prompt="Oslo?", followUp="What to wear?")
     assert out["messages"][-1]["parts"][-1]["text"] == "Wear boots."
     sent = server.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "user"]
