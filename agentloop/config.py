@@ -223,15 +223,6 @@ class AgentConfig:
         return cache_marker(self.cache)
 
     @property
-    def files_beta(self) -> bool:
-        """Whether requests opt into the Files API, which allows `file` sources."""
-        params = self.params or {}
-        headers = params.get("extra_headers") or {}
-        betas = params.get("betas") or ()
-        betas = [betas] if isinstance(betas, str) else list(betas)
-        return any("files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas])
-
-    @property
     def output_schema(self) -> OutputSchema | None:
         """The schema of `output_type` (None for `str`: the output is the text)."""
         return schema_of(self.output_type)

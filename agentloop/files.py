@@ -3,23 +3,24 @@
 `upload(client, path)` sends a local file to the Files API (the SDK's
 `client.beta.files.upload`, under the Files beta) and returns an `UploadedFile`, whose
 `block()` is the `ImageBlock` or `DocumentBlock` that refers to it. A request whose
-history holds such a block needs the same beta: `Agent(params={"betas": [FILES_BETA]})`,
-which is also what lets the history check accept `file` sources.
+history holds such a block needs the same beta: `files_params` adds it to the request
+(`request.build_request`), so nobody has to remember `betas=`.
 """
 
 from __future__ import annotations
 
 import mimetypes
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from .errors import ConfigurationError
-from .messages import DocumentBlock, ImageBlock
+from .messages import ContentBlock, DocumentBlock, ImageBlock, Message, ToolResultBlock
 
-__all__ = ("FILES_BETA", "UploadedFile", "upload")
+__all__ = ("FILES_BETA", "UploadedFile", "files_params", "upload")
 
 FILES_BETA = "files-api-2025-04-14"
 """The `anthropic-beta` header of the Files API and of requests using its files."""
@@ -79,3 +80,30 @@ async def upload(
     except anthropic.APIError as exc:
         raise translate_error(exc) from exc
     return UploadedFile(stored.id, stored.filename, stored.mime_type, stored.size_bytes)
+
+
+def files_params(messages: Sequence[Message], params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A request's `params`, with the Files beta added when `messages` refer to a file.
+
+    `params` is returned as it is when no block has a `file` source, or when it names
+    the beta already (in `betas` or an `anthropic-beta` header).
+    """
+    if not any(_refers_to_a_file(m.content) for m in messages if not isinstance(m.content, str)):
+        return params
+    headers = params.get("extra_headers") or {}
+    given = params.get("betas") or ()
+    betas = [given] if isinstance(given, str) else list(given)
+    if any("files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas]):
+        return params
+    return {**params, "betas": [*betas, FILES_BETA]}
+
+
+def _refers_to_a_file(blocks: Iterable[ContentBlock]) -> bool:
+    for block in blocks:
+        if isinstance(block, ToolResultBlock) and not isinstance(block.content, str):
+            if _refers_to_a_file(block.content):
+                return True
+        source = getattr(block, "source", None)
+        if isinstance(source, dict) and source.get("type") == "file":
+            return True
+    return False

@@ -19,6 +19,7 @@ from .context import RunContext, counted_apart
 from .dynamic import announced, is_dynamic, uses_of
 from .effects import OnEvent
 from .errors import ConfigurationError, ProviderError
+from .files import files_params
 from .messages import Message, ToolUseBlock
 from .providers import as_sent
 from .providers.base import (
@@ -46,7 +47,8 @@ def build_request(
 ) -> ModelRequest:
     """The next request of the run `state`: `messages` (already compacted), `tools`.
 
-    `params` are the config's `request_params`, computed once per run.
+    `params` are the config's `request_params`, computed once per run; a request whose
+    messages refer to an uploaded file gets the Files beta too (`files_params`).
     """
     request = ModelRequest(
         model=config.model,
@@ -59,7 +61,7 @@ def build_request(
         metadata=config.metadata,
         stop_sequences=config.stop_sequences,
         container=state.container,
-        params=params,
+        params=files_params(messages, params),
         cache=config.cache_marker,
     )
     return request if state.output is None else state.output.shape(request)

@@ -391,7 +391,7 @@ class Run(Generic[OutputT]):
             messages,
             thinking=config.thinking,
             tool_choice=config.tool_choice,
-            allow_file_sources=config.files_beta,
+            allow_file_sources=True,  # sent under the Files beta (`files_params`)
         )
 
     # -- driving: events, session, span, logs

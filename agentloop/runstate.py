@@ -362,7 +362,7 @@ def new_state(
     linter = HistoryLinter(
         thinking=config.thinking,
         tool_choice=config.tool_choice,
-        allow_file_sources=config.files_beta,
+        allow_file_sources=True,  # sent under the Files beta (`files_params`)
     )
     messages = History.start(history, prompt, linter)
     names = _external_names(external_tools, registry)

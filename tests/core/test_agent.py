@@ -491,18 +491,6 @@ async def test_history_check_off_sends_what_the_linter_refuses() -> None:
     assert provider.requests[0]["messages"][0]["role"] == "assistant"
 
 
-async def test_file_sources_need_the_files_beta() -> None:
-    document = {"type": "document", "source": {"type": "file", "file_id": "file_1"}}
-    prompt = [{"type": "text", "text": "Summarise"}, document]
-    with pytest.raises(HistoryError, match="Input tag 'file'"):
-        await Agent(provider=ScriptedProvider([reply("never")])).run(prompt)
-    beta = {"extra_headers": {"anthropic-beta": "files-api-2025-04-14"}}
-    result = await Agent(
-        provider=ScriptedProvider(ScriptedModel([reply("ok")], lint=False)), params=beta
-    ).run(prompt)
-    assert result.text == "ok"
-
-
 async def test_tools_see_run_context_in_their_own_logs() -> None:
     import structlog
 

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from agentloop import Agent
-from agentloop.errors import HistoryError
+from agentloop.errors import HistoryError, ProviderError
+from agentloop.files import FILES_BETA
 from agentloop.lint import lint_history
 from agentloop.messages import dump_history, parse_history
 from agentloop.providers.anthropic import AnthropicProvider
@@ -75,6 +76,8 @@ REBUILT_STILL_REJECTED = {
     "error_400_tool_result_document_file_source": "A `tool_result` holds a `document` with "
     '`source.type: "file"` without the Files beta',
 }
+# Files whose 400 is for a missing Files beta: an agent adds the beta itself and sends.
+SENT_UNDER_THE_FILES_BETA = {"error_400_tool_result_document_file_source"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -344,6 +347,9 @@ async def test_recorded_400_is_caught_before_sending(path: Path) -> None:
     assert str(error) == api["message"]
     assert error.index is not None and request["messages"][error.index]["role"] == "user"
 
+    if path.stem in SENT_UNDER_THE_FILES_BETA:
+        await _sent_under_the_files_beta(request)
+        return
     # An agent continuing this history refuses it without sending a single request.
     with MessagesServer(ScriptedModel([], lint=False)) as server:
         async with server.client() as client:
@@ -358,3 +364,13 @@ async def test_recorded_400_is_caught_before_sending(path: Path) -> None:
         assert server.requests == []
     assert str(info.value) == api["message"]
     assert api_text in str(info.value)
+
+
+async def _sent_under_the_files_beta(request: dict[str, Any]) -> None:
+    """An agent sends the history with the Files beta; the server holds no such file."""
+    with MessagesServer(ScriptedModel([], lint=False)) as server:
+        async with server.client() as client:
+            agent = Agent(request["model"], client=client, max_tokens=request["max_tokens"])
+            with pytest.raises(ProviderError, match="File not found"):
+                await agent.run(history=request["messages"])
+        assert server.recorded[-1].headers["anthropic-beta"] == FILES_BETA

@@ -12,7 +12,6 @@ from agentloop import (
     Agent,
     ConfigurationError,
     DocumentBlock,
-    HistoryError,
     ImageBlock,
     ProviderError,
     TextBlock,
@@ -71,22 +70,31 @@ async def test_a_tool_returns_an_uploaded_image(serve: Any, tmp_path: Path) -> N
         """The latest chart."""
         return [uploaded.block()]
 
-    agent = Agent(client=client, tools=[chart], params={"betas": [FILES_BETA]})
+    agent = Agent(client=client, tools=[chart])  # the Files beta is added by itself
     result = await agent.run("Describe the chart.")
 
     assert result.text == "A flat line."
+    first, second = [r for r in server.recorded if r.path == "/v1/messages"]
+    assert first.headers.get("anthropic-beta") is None  # no file in the history yet
+    assert second.headers["anthropic-beta"] == FILES_BETA
     answered = server.requests[-1]["messages"][2]["content"][0]
     assert answered["content"][0] == ImageBlock.from_file_id(uploaded.id).to_wire()
 
 
-async def test_without_the_files_beta_a_file_source_is_refused_before_sending(
-    serve: Any,
+async def test_a_file_source_brings_the_files_beta_with_other_betas_kept(
+    serve: Any, tmp_path: Path
 ) -> None:
-    server = serve([reply("never")])
-    agent = Agent(client=server.client())
-    with pytest.raises(HistoryError, match="'file'"):
-        await agent.run([TextBlock(text="read"), DocumentBlock.from_file_id("file_01")])
-    assert server.requests == []
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The launch is on Tuesday.")
+    server = serve([reply("Tuesday.")])
+    client = server.client()
+    uploaded = await upload(client, notes)
+    agent = Agent(client=client, params={"betas": ["context-1m-2025-08-07"]})
+    result = await agent.run([TextBlock(text="When?"), uploaded.block()])
+
+    assert result.text == "Tuesday."
+    sent = server.recorded[-1].headers["anthropic-beta"]
+    assert sent.split(",") == ["context-1m-2025-08-07", FILES_BETA]
 
 
 async def test_the_server_refuses_a_file_it_does_not_hold(serve: Any) -> None:
