@@ -68,13 +68,14 @@ class Slots:
     cap until it has really stopped.
     """
 
-    __slots__ = ("abandoned", "held", "lock", "running")
+    __slots__ = ("abandoned", "held", "lock", "loop", "running")
 
     def __init__(self) -> None:
         self.held: list[anyio.CapacityLimiter] = []
         self.lock = threading.Lock()
         self.running = False
         self.abandoned = False
+        self.loop: anyio.lowlevel.EventLoopToken | None = None
 
     async def take(self, limiter: anyio.CapacityLimiter) -> None:
         """Take a token of `limiter` (this object is the borrower), waiting if none is free."""
@@ -103,18 +104,27 @@ class Slots:
                 self.running = False
                 handed_over = self.abandoned
             if handed_over:
-                try:
-                    anyio.from_thread.run_sync(self._give_back)
-                except RuntimeError:  # the event loop has finished, its limiters with it
-                    pass
+                # Handing the tokens back waits for the event loop to run it, and a loop
+                # that has stopped without being closed never will: a daemon thread waits
+                # instead of this one, which the interpreter would wait for at exit.
+                threading.Thread(
+                    target=self._give_back_on_loop, name="agentloop slots", daemon=True
+                ).start()
 
     def release(self) -> None:
         """As the call ends: give the tokens back, or leave them to a thread still running."""
         with self.lock:
             self.abandoned = True  # a thread that has not started the function never will
             if self.running:
+                self.loop = anyio.lowlevel.current_token()
                 return
         self._give_back()
+
+    def _give_back_on_loop(self) -> None:
+        try:
+            anyio.from_thread.run_sync(self._give_back, token=self.loop)
+        except RuntimeError:  # the event loop has finished, its limiters with it
+            pass
 
     def _give_back(self) -> None:
         for limiter in reversed(self.held):

@@ -905,6 +905,38 @@ def test_an_abandoned_thread_gives_its_slots_back_on_the_event_loop(backend: str
         release.set()
 
 
+def test_an_abandoned_thread_ends_when_its_event_loop_stopped_without_closing() -> None:
+    """The thread must not wait for a loop that will never run again: the process would
+    wait for the thread at exit, for ever."""
+    import asyncio
+
+    from agentloop.registry import ToolRegistry
+
+    release = threading.Event()
+    threads: list[threading.Thread] = []
+
+    @tool(timeout=0.05)
+    def blocks() -> str:
+        threads.append(threading.current_thread())
+        release.wait(5)
+        return "late"
+
+    async def main() -> None:
+        [result] = await ToolRegistry([blocks]).execute(calls_of("blocks", 1), context())
+        assert result.is_error
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main())  # the loop stops here, and is not closed yet
+        release.set()
+        (thread,) = threads
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        release.set()
+        loop.close()
+
+
 def test_an_abandoned_thread_that_outlives_its_event_loop_ends_quietly() -> None:
     from agentloop.registry import ToolRegistry
 
