@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -219,3 +220,20 @@ def postgres_process() -> Iterator[PostgresProcess]:
             capture_output=True, timeout=60,
         )  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
+
+
+def mypy_strict(files: list[Path], cwd: Path, env: dict[str, str] | None = None) -> str:
+    """`mypy --strict`'s report on `files` (no summary line), run from `cwd`.
+
+    From the checkout, mypy finds agentloop's settings and the cache `.ci/run` leaves.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", *map(str, files)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # 2: mypy itself failed
+    return done.stdout

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import mypy_strict
 
 import agentloop.hookspecs
 from agentloop.pricing import cost_of
@@ -184,29 +185,18 @@ def test_runnable_examples_type_check(tmp_path: Path) -> None:
     blocks = {f"{b.module}.py": b for b in runnable_blocks() if missing_package(b) is None}
     for name, block in blocks.items():
         (tmp_path / name).write_text(block.source)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-error-summary",
-            *map(str, tmp_path.glob("*.py")),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,  # finds agentloop's settings and cache, as `.ci/run` leaves them
-        # The plugins are installed in editable mode, which mypy cannot follow.
-        env={**os.environ, "MYPYPATH": os.pathsep.join(map(str, sorted(PLUGINS.iterdir())))},
-        timeout=600,
+    # The plugins are installed in editable mode, which mypy cannot follow.
+    plugins = os.pathsep.join(map(str, sorted(PLUGINS.iterdir())))
+    output = mypy_strict(
+        sorted(tmp_path.glob("*.py")), ROOT, env={**os.environ, "MYPYPATH": plugins}
     )
     report = []
-    for found in re.finditer(r"^[^\n]*?([\w]+\.py):(\d+): (.*)$", done.stdout, re.MULTILINE):
+    for found in re.finditer(r"^[^\n]*?([\w]+\.py):(\d+): (.*)$", output, re.MULTILINE):
         name, number, message = found.groups()
         block = blocks.get(name)
         where = f"{block.page}:{block.line + int(number) - 1}" if block else f"{name}:{number}"
         report.append(f"{where}: {message}")
-    assert done.returncode == 0 and report == [], "\n".join(report) or done.stdout + done.stderr
+    assert report == [] and output == "", "\n".join(report) or output
 
 
 def test_the_quickstarts_first_run_needs_no_key(tmp_path: Path) -> None:

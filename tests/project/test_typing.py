@@ -8,11 +8,10 @@ runs mypy once on small modules of mistakes and expects each one reported, with 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import mypy_strict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,23 +132,10 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = tmp_path_factory.mktemp("mistakes")
     for name, (source, _) in MISTAKES.items():
         (folder / name).write_text(source)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-error-summary",
-            *(str(folder / name) for name in MISTAKES),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    output = mypy_strict([folder / name for name in MISTAKES], ROOT)
     # Each line without its folder (a module mypy's cache holds unchanged keeps the folder
     # of the run that cached it).
-    return re.sub(r"^[^:\n]*/(?=[^/:\n]+\.py:)", "", done.stdout, flags=re.MULTILINE)
+    return re.sub(r"^[^:\n]*/(?=[^/:\n]+\.py:)", "", output, flags=re.MULTILINE)
 
 
 @pytest.mark.timeout(600)  # a cold mypy cache on a busy machine
