@@ -905,39 +905,12 @@ def test_an_abandoned_thread_gives_its_slots_back_on_the_event_loop(backend: str
         release.set()
 
 
-def test_an_abandoned_thread_ends_when_its_event_loop_stopped_without_closing() -> None:
-    """The thread must not wait for a loop that will never run again: the process would
-    wait for the thread at exit, for ever."""
+@pytest.mark.parametrize("loop_end", ["closed", "stopped, not closed"])
+def test_an_abandoned_thread_that_outlives_its_event_loop_ends_quietly(loop_end: str) -> None:
+    """The thread's end hands nothing back to a closed loop, and does not wait for one
+    that has stopped (it would never run again: the process would wait at exit)."""
     import asyncio
 
-    from agentloop.registry import ToolRegistry
-
-    release = threading.Event()
-    threads: list[threading.Thread] = []
-
-    @tool(timeout=0.05)
-    def blocks() -> str:
-        threads.append(threading.current_thread())
-        release.wait(5)
-        return "late"
-
-    async def main() -> None:
-        [result] = await ToolRegistry([blocks]).execute(calls_of("blocks", 1), context())
-        assert result.is_error
-
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(main())  # the loop stops here, and is not closed yet
-        release.set()
-        (thread,) = threads
-        thread.join(5)
-        assert not thread.is_alive()
-    finally:
-        release.set()
-        loop.close()
-
-
-def test_an_abandoned_thread_that_outlives_its_event_loop_ends_quietly() -> None:
     from agentloop.registry import ToolRegistry
 
     release = threading.Event()
@@ -954,13 +927,17 @@ def test_an_abandoned_thread_that_outlives_its_event_loop_ends_quietly() -> None
         [result] = await ToolRegistry([blocks]).execute(calls_of("blocks", 1), context())
         assert result.is_error
 
+    loop = asyncio.new_event_loop()
     hook, threading.excepthook = threading.excepthook, failures.append
     try:
-        anyio.run(main, backend="asyncio")
-        release.set()  # the loop is closed: its limiters are gone with it
+        loop.run_until_complete(main())
+        if loop_end == "closed":
+            loop.close()  # its limiters are gone with it
+        release.set()
         (thread,) = threads
         thread.join(5)
         assert not thread.is_alive() and failures == []
     finally:
         threading.excepthook = hook
         release.set()
+        loop.close()
