@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloop-runner[dbos]')")
 
 from _dbos import child
+from _tool_values import UNSENDABLE, check_recorded, giving
 from dbos import DBOS
 from pydantic import BaseModel
 from structlog.testing import capture_logs
@@ -788,35 +789,14 @@ async def test_parallel_calls_are_steps_in_tool_use_order_whatever_finishes_firs
     assert replayed.messages == result.messages and replayed.tool_calls == result.tool_calls
 
 
-def _cyclic() -> list[Any]:
-    items: list[Any] = [1]
-    items.append(items)
-    return items
-
-
-@pytest.mark.parametrize(
-    ("value", "error", "says"),
-    [
-        pytest.param(_cyclic(), True, "its return value cannot be sent to the model", id="cycle"),
-        pytest.param(object(), True, "its return value cannot be sent to the model", id="object"),
-        pytest.param(b"\x89PNG\xff", False, "in base64:", id="bytes"),
-    ],
-)
+@UNSENDABLE
 async def test_a_tool_value_that_cannot_be_sent_is_recorded_as_a_result_not_a_failed_run(
     launch: Callable[[], None], value: Any, error: bool, says: str
 ) -> None:
-    @tool
-    async def give() -> Any:
-        """Give."""
-        return value
-
-    script = [reply(tool_call("give", {}, id="toolu_give")), reply("Done.")]
-    durable = DurableAgent(Agent(provider=ScriptedProvider(script), tools=[give], name="giver"))
+    give, model = giving(value)
+    durable = DurableAgent(Agent(provider=model, tools=[give], name="giver"))
     launch()
     result = await durable.run("Go.", run_id="give-1")
-    assert (result.stop_reason, result.text) == ("end_turn", "Done.")
-    (record,) = result.tool_calls
-    assert record.is_error is error and says in record.output
-    lint_history(parse_history(result.messages))
+    check_recorded(result, error, says)
     status = await DBOS.get_workflow_status_async("give-1")
     assert status is not None and status.status == "SUCCESS"

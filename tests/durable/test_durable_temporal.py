@@ -33,6 +33,7 @@ from _temporal_app import (  # noqa: E402
     paced_ledger_script,
     read_ledger,
 )
+from _tool_values import UNSENDABLE, check_recorded, giving  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import (  # noqa: E402
     Client,
@@ -1032,37 +1033,16 @@ async def test_a_streamed_long_run_keeps_its_reader_across_continuations(
     assert isinstance(events[-1], RunFinished) and events[-1].result == stream.result
 
 
-def _cyclic() -> list[Any]:
-    items: list[Any] = [1]
-    items.append(items)
-    return items
-
-
-@pytest.mark.parametrize(
-    ("value", "error", "says"),
-    [
-        pytest.param(_cyclic(), True, "its return value cannot be sent to the model", id="cycle"),
-        pytest.param(object(), True, "its return value cannot be sent to the model", id="object"),
-        pytest.param(b"\x89PNG\xff", False, "in base64:", id="bytes"),
-    ],
-)
+@UNSENDABLE
 async def test_a_tool_value_that_cannot_be_sent_is_an_activity_result_not_a_failed_workflow(
     client: Client, queue: str, value: Any, error: bool, says: str
 ) -> None:
-    @tool
-    async def give() -> Any:
-        """Give."""
-        return value
-
-    script = [reply(tool_call("give", {}, id="toolu_give")), reply("Done.")]
-    durable = TemporalAgent(Agent(provider=ScriptedProvider(script), tools=[give]), name="giver")
+    give, model = giving(value)
+    durable = TemporalAgent(Agent(provider=model, tools=[give]), name="giver")
     async with Worker(client, task_queue=queue, **durable.worker_options()):
         handle = await durable.start(client, "Go.", run_id=run_id(), task_queue=queue)
         result = await result_of(handle)
-    assert (result.stop_reason, result.text) == ("end_turn", "Done.")
-    (record,) = result.tool_calls
-    assert record.is_error is error and says in record.output
-    lint_history(parse_history(result.messages))
+    check_recorded(result, error, says)
 
 
 async def test_a_tool_renamed_under_a_recorded_run_fails_its_replay_as_nondeterministic(

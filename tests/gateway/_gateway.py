@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ pytest.importorskip(
 
 from support import free_port, serving
 
-from agentloop import Capability, RunContext
+from agentloop import Capability, RunContext, Tool, tool
 from agentloop.calls import ToolCall, ToolResult
 from agentloop.capabilities import NextCall, NextRequest
 from agentloop.gateway.app import Gateway, GatewayConfig
@@ -233,3 +234,38 @@ def echo_lookup(body: dict[str, Any]) -> Any:
     if answered is None:
         return reply("Looking.", tool_call("lookup", {"key": "k"}))
     return reply(f"The table says: {answered}")
+
+
+def charge_upstream(body: dict[str, Any]) -> Any:
+    """A scripted upstream: a call of `charge` for order 42, then "Charged once."."""
+    content = body["messages"][-1]["content"]
+    if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
+        return reply("Charged once.")
+    return reply(tool_call("charge", {"order": 42}))
+
+
+def held_charge(started: Any, release: Any, charges: list[int]) -> Tool:
+    """A `charge` tool that records its order, sets `started`, and waits for `release`."""
+
+    @tool
+    async def charge(order: int) -> str:
+        """Charge an order."""
+        charges.append(order)
+        started.set()
+        await release.wait()
+        return f"order {order} charged"
+
+    return charge
+
+
+def durable_on(
+    postgres_url: str, upstream: str, charge: Tool, store_timeout: float
+) -> GatewayConfig:
+    """A `--durable` gateway's config on a fresh database of `postgres_url`'s cluster."""
+    return GatewayConfig(
+        upstream=upstream,
+        store="memory://",
+        tools=[charge],
+        durable=f"dbos:{postgres_url}/agentloop_{uuid.uuid4().hex[:12]}",
+        store_timeout=store_timeout,
+    )

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -22,40 +20,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import anthropic
-from _gateway import gateway_on
+from _gateway import charge_upstream, durable_on, gateway_on, held_charge
 from support import postgres_process
 
-from agentloop import tool
-from agentloop.gateway.app import GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
-
-
-def answer(body: dict[str, Any]) -> Any:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
-        return reply("Charged once.")
-    return reply(tool_call("charge", {"order": 42}))
+from agentloop.testing import MessagesServer
 
 
 async def main() -> None:
     started, release = anyio.Event(), anyio.Event()
 
-    @tool
-    async def charge(order: int) -> str:
-        """Charge an order."""
-        started.set()
-        await release.wait()
-        return f"order {order} charged"
-
-    upstream = MessagesServer(answer).start()
+    charge = held_charge(started, release, [])
+    upstream = MessagesServer(charge_upstream).start()
     with postgres_process() as postgres:
-        config = GatewayConfig(
-            upstream=upstream.base_url,
-            store="memory://",
-            tools=[charge],
-            durable=f"dbos:{postgres.url}/agentloop_{uuid.uuid4().hex[:12]}",
-            store_timeout=2.0,
-        )
+        config = durable_on(postgres.url, upstream.base_url, charge, store_timeout=2.0)
         try:
             async with gateway_on(config) as url:
                 client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)

@@ -12,19 +12,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import anyio
 import pytest
-from _gateway import gateway_on
+from _gateway import charge_upstream, durable_on, gateway_on, held_charge
 from support import _postgres_bin, postgres_process
 
-from agentloop import tool
-from agentloop.gateway.app import GatewayConfig
-from agentloop.testing import MessagesServer, reply, tool_call
+from agentloop.testing import MessagesServer
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.durable]
 
@@ -40,13 +37,6 @@ stopped database wait a few seconds each by then, and the box may be busy."""
 QUESTION: list[Any] = [{"role": "user", "content": "Charge order 42."}]
 
 
-def answer(body: dict[str, Any]) -> Any:
-    content = body["messages"][-1]["content"]
-    if isinstance(content, list) and any(b.get("type") == "tool_result" for b in content):
-        return reply("Charged once.")
-    return reply(tool_call("charge", {"order": 42}))
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_durable_gateway_answers_500_in_bounded_time_while_postgres_is_down(
     stream: bool,
@@ -54,23 +44,10 @@ async def test_a_durable_gateway_answers_500_in_bounded_time_while_postgres_is_d
     started, release = anyio.Event(), anyio.Event()
     charges: list[int] = []
 
-    @tool
-    async def charge(order: int) -> str:
-        """Charge an order."""
-        charges.append(order)
-        started.set()
-        await release.wait()
-        return f"order {order} charged"
-
-    upstream = MessagesServer(answer).start()
+    charge = held_charge(started, release, charges)
+    upstream = MessagesServer(charge_upstream).start()
     with postgres_process() as postgres:
-        config = GatewayConfig(
-            upstream=upstream.base_url,
-            store="memory://",
-            tools=[charge],
-            durable=f"dbos:{postgres.url}/agentloop_{uuid.uuid4().hex[:12]}",
-            store_timeout=STORE_TIMEOUT,
-        )
+        config = durable_on(postgres.url, upstream.base_url, charge, store_timeout=STORE_TIMEOUT)
         try:
             async with gateway_on(config) as url:
                 client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-a", max_retries=0)
