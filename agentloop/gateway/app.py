@@ -178,13 +178,21 @@ class Gateway:
         _log.info("gateway.start", upstream=self.config.upstream, tools=sorted(self.internal))
 
     async def aclose(self) -> None:
-        """Stop the durable engine, close the upstream clients and the store."""
-        if self.durable is not None:
-            await self.durable.aclose()
-        if self.upstream is not None:
-            await self.upstream.aclose()
-            self.upstream = None
-        await self.store.aclose()
+        """Stop the durable engine, close the upstream clients and the store.
+
+        Each is closed even when closing one before it fails; the first failure is
+        raised after.
+        """
+        try:
+            if self.durable is not None:
+                await self.durable.aclose()
+        finally:
+            try:
+                if self.upstream is not None:
+                    upstream, self.upstream = self.upstream, None
+                    await upstream.aclose()
+            finally:
+                await self.store.aclose()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

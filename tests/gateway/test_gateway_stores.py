@@ -372,3 +372,30 @@ def test_the_gateway_package_imports_without_its_server_dependencies() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "agentloop-runner[gateway]" in done.stderr
+
+
+class _EngineThatFailsToStop:
+    """A durable part whose stop fails (the gateway only opens and stops it here)."""
+
+    async def open(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        raise RuntimeError("the engine did not stop")
+
+
+async def test_a_gateway_closes_its_upstream_and_store_when_its_engine_fails_to_stop(
+    tmp_path: Path,
+) -> None:
+    from agentloop.gateway.app import Gateway, GatewayConfig
+
+    store = SQLiteStore(tmp_path / "g.db", ttl=60)
+    config = GatewayConfig(upstream="http://127.0.0.1:9", store="memory://")
+    gateway = Gateway(config, store=store, durable=_EngineThatFailsToStop())  # type: ignore[arg-type]
+    await gateway.start()
+    assert gateway.upstream is not None
+    with pytest.raises(RuntimeError, match="did not stop"):
+        await gateway.aclose()
+    assert gateway.upstream is None
+    with pytest.raises(RuntimeError, match="not open"):
+        await store.secret()
