@@ -88,7 +88,8 @@ def files_params(messages: Sequence[Message], params: Mapping[str, Any]) -> Mapp
     `params` is returned as it is when no block has a `file` source, or when it names
     the beta already (in `betas` or an `anthropic-beta` header).
     """
-    if not any(_refers_to_a_file(m.content) for m in messages if not isinstance(m.content, str)):
+    # Kept with each message, so a long history is read once, not every round.
+    if not any(m.converted(_FILES_KEY, _holds_a_file) for m in messages):
         return params
     headers = params.get("extra_headers") or {}
     given = params.get("betas") or ()
@@ -96,6 +97,13 @@ def files_params(messages: Sequence[Message], params: Mapping[str, Any]) -> Mapp
     if any("files-api" in str(b) for b in [headers.get("anthropic-beta", ""), *betas]):
         return params
     return {**params, "betas": [*betas, FILES_BETA]}
+
+
+_FILES_KEY = ("agentloop.refers-to-a-file",)
+
+
+def _holds_a_file(message: Message) -> bool:
+    return not isinstance(message.content, str) and _refers_to_a_file(message.content)
 
 
 def _refers_to_a_file(blocks: Iterable[ContentBlock]) -> bool:
