@@ -10,18 +10,27 @@ calls what it got from there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from .events import Event, ToolProgress
 
-__all__ = ("ProgressReporter", "progress_reporter", "report_event", "report_progress")
+__all__ = (
+    "ProgressReporter",
+    "emit_event",
+    "progress_reporter",
+    "report_event",
+    "report_progress",
+)
 
 ProgressReporter = Callable[[float, "float | None", "str | None"], None]
 """`reporter(progress, total, message)`: one report of the call it was taken in."""
 
 _sink: ContextVar[Callable[[Event], None] | None] = ContextVar("agentloop_events", default=None)
+_emit: ContextVar[Callable[[Event], Awaitable[None]] | None] = ContextVar(
+    "agentloop_emit", default=None
+)
 _call: ContextVar[tuple[int, str, str] | None] = ContextVar("agentloop_call", default=None)
 
 
@@ -68,13 +77,32 @@ def report_event(event: Event) -> None:
         sink(event)
 
 
+async def emit_event(event: Event) -> None:
+    """Hand `event` to the run whose task this is: its `on_event` (awaited), its stream.
+
+    Nowhere outside a run. For async code below the run's loop (a provider's
+    `RequestRetry`); `report_event` is for code that cannot await.
+    """
+    emit = _emit.get()
+    if emit is not None:
+        await emit(event)
+    else:
+        report_event(event)
+
+
 @contextmanager
-def events_to(sink: Callable[[Event], None]) -> Iterator[None]:
-    """Within the block (and tasks started in it), progress reports go to `sink`."""
-    token = _sink.set(sink)
+def events_to(
+    sink: Callable[[Event], None], emit: Callable[[Event], Awaitable[None]] | None = None
+) -> Iterator[None]:
+    """Within the block (and tasks started in it), reports go to `sink`.
+
+    Events emitted there (`emit_event`) go to `emit` (or to `sink` when it is None).
+    """
+    token, emit_token = _sink.set(sink), _emit.set(emit)
     try:
         yield
     finally:
+        _emit.reset(emit_token)
         _sink.reset(token)
 
 

@@ -402,7 +402,7 @@ class Run(Generic[OutputT]):
         assert send is not None
         with send:
             try:
-                with self._scope, events_to(send.send_nowait):
+                with self._scope, events_to(send.send_nowait, self._emit):
                     try:
                         await self._kept()
                     except Exception as exc:

@@ -5,7 +5,7 @@ Each provider sends through its client with the SDK's own retries off
 retries what the SDKs would retry, as often as the client's `max_retries` allows, with
 their backoff: the `retry-after-ms` / `retry-after` the API asked for, or 0.5 s doubling
 up to 8 s, less up to a quarter. Unlike the SDKs' hidden loop, each wait is told: a
-`RequestRetry` event on the run's stream and a `model.retry` log line.
+`RequestRetry` event of the run (its stream and its `on_event`) and a `model.retry` log line.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import anyio
 from agentloop import errors
 from agentloop.events import RequestRetry
 from agentloop.logs import get_logger
-from agentloop.progress import report_event
+from agentloop.progress import emit_event
 
 from .base import retry_after
 
@@ -123,6 +123,6 @@ async def send_with_retries(
                 wait = asked
             retries += 1
             reason = retry_reason(error)
-            report_event(RequestRetry(retries, wait, reason))
+            await emit_event(RequestRetry(retries, wait, reason))
             get_logger().info("model.retry", attempt=retries, wait=round(wait, 3), reason=reason)
             await anyio.sleep(wait)

@@ -155,3 +155,20 @@ def test_retry_delay_is_checked() -> None:
 
     with pytest.raises(ConfigurationError, match="retry_delay"):
         AnthropicProvider(anthropic.AsyncAnthropic(api_key="k"), retry_delay=0)
+
+
+async def test_each_retry_reaches_the_runs_on_event_too(serve: Any) -> None:
+    """As every event of the run does: a durable engine or a gateway records it there."""
+    server = serve([Fault.overloaded(retry_after=0.01), reply("ok")])
+    agent = Agent(model="m", provider=AnthropicProvider(server.client(max_retries=1)))
+    handed: list[Any] = []
+
+    async def on_event(event: Any) -> None:
+        handed.append(event)
+
+    async with agent.start("hi", on_event=on_event, stream=False) as run:
+        streamed = [event async for event in run]
+    retries = [e for e in handed if isinstance(e, RequestRetry)]
+    assert retries == [RequestRetry(1, 0.01, "529 overloaded")]
+    assert [e for e in streamed if isinstance(e, RequestRetry)] == retries
+    assert run.result.text == "ok"
