@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -53,7 +53,7 @@ from .parsing import (
     json_object,
     last_assistant,
 )
-from .runs import RUN_ID_PREFIX, canonical_request, request_run_id
+from .runs import canonical_request, reply_id, request_run_id
 from .sessions import Found, Sessions, continue_history, last_marker
 from .stores import Store, open_store
 from .streaming import StreamResponse, cancel_on_disconnect
@@ -71,13 +71,6 @@ __all__ = (
 
 
 _log = get_logger()
-
-
-def _reply_id(run_id: str | None) -> str:
-    """The id of a thread's reply: the same for every retry of a durable request."""
-    if run_id is None:
-        return random_id("msg_")
-    return "msg_" + run_id.removeprefix(RUN_ID_PREFIX)[:24]
 
 
 class Gateway:
@@ -180,19 +173,15 @@ class Gateway:
     async def aclose(self) -> None:
         """Stop the durable engine, close the upstream clients and the store.
 
-        Each is closed even when closing one before it fails; the first failure is
-        raised after.
+        Each is closed even when one before it fails to; that failure is raised after.
         """
-        try:
+        async with AsyncExitStack() as closing:
+            closing.push_async_callback(self.store.aclose)
+            if self.upstream is not None:
+                closing.push_async_callback(self.upstream.aclose)
+                self.upstream = None
             if self.durable is not None:
                 await self.durable.aclose()
-        finally:
-            try:
-                if self.upstream is not None:
-                    upstream, self.upstream = self.upstream, None
-                    await upstream.aclose()
-            finally:
-                await self.store.aclose()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -489,7 +478,7 @@ class Gateway:
             request_id=request_id,
             model=body["model"],
             thread=thread,
-            reply_id=_reply_id(run_id) if thread is not None else None,
+            reply_id=reply_id(run_id) if thread is not None else None,
             trace=propagate.extract(request.headers) if "traceparent" in request.headers else None,
             run_id=run_id,
         )

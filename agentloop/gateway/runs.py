@@ -20,11 +20,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentloop._wire import compact_json
+from agentloop._wire import compact_json, random_id
 
 from .sessions import Sessions, canonical_messages, canonical_numbers
 
-__all__ = ("DELIVERY_FIELDS", "RUN_ID_PREFIX", "canonical_request", "request_run_id")
+__all__ = (
+    "DELIVERY_FIELDS",
+    "RUN_ID_PREFIX",
+    "canonical_request",
+    "reply_id",
+    "request_run_id",
+)
 
 DELIVERY_FIELDS = frozenset({"stream"})
 """Body fields that say how the answer is delivered, not what the run does."""
@@ -74,3 +80,10 @@ def _unmarked(item: Any) -> Any:
 def request_run_id(sessions: Sessions, credential: str, request: bytes) -> str:
     """The durable run id of a canonical `request` from the client holding `credential`."""
     return RUN_ID_PREFIX + sessions.run_key(credential, request)
+
+
+def reply_id(run_id: str | None) -> str:
+    """The id of a thread's reply: the same for every retry of a durable request."""
+    if run_id is None:
+        return random_id("msg_")
+    return "msg_" + run_id.removeprefix(RUN_ID_PREFIX)[:24]
