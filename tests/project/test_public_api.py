@@ -307,3 +307,13 @@ def test_importing_agentloop_imports_no_sdk() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout == "[]\n"
+
+
+def test_no_library_file_is_over_600_lines() -> None:
+    """A module past 600 lines holds more than one job: split it (agent.py: 400 at most)."""
+    root = Path(agentloop.__file__).parent
+    plugins = Path(__file__).parents[2] / "plugins"
+    files = [*root.rglob("*.py"), *plugins.glob("*/agentloop_*/**/*.py")]
+    lengths = {str(f): len(f.read_text().splitlines()) for f in files}
+    assert [f for f, n in lengths.items() if n > 600] == []
+    assert lengths[str(root / "agent.py")] <= 400
