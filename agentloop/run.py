@@ -584,6 +584,7 @@ class Run(Generic[OutputT]):
             tracing=state.tracing,
             effects=state.effects,
             prompt=self._input,
+            events=self._emit,
         )
 
 
