@@ -349,7 +349,7 @@ class ServerConnection:
             sampling_callback=self._sampling,
             elicitation_callback=self._elicitation,
             list_roots_callback=self._roots,
-            logging_callback=logging_callback(self.server),
+            logging_callback=logging_callback(self.server, self._callers),
             log_level="info",  # the newest protocol sends logs only to who asks for them
         )
 
