@@ -93,9 +93,10 @@ async def test_server_logs_during_a_call_are_events_of_its_run(
     assert [e for e in called_back if isinstance(e, ToolLog)] == logs
 
 
-def test_agentloop_run_prints_the_users_content_and_keeps_it_from_the_model(
-    tmp_path: Path, conn_log: ConnectionLog
-) -> None:
+def agentloop_run(
+    tmp_path: Path, conn_log: ConnectionLog, tool: str, *options: str
+) -> tuple[subprocess.CompletedProcess[str], MessagesServer]:
+    """`agentloop run` with the test server's tools, the model calling `tool` once."""
     config = tmp_path / "mcp.json"
     server = {
         "command": sys.executable,
@@ -103,7 +104,7 @@ def test_agentloop_run_prints_the_users_content_and_keeps_it_from_the_model(
         "env": {"MCP_TEST_CONN_LOG": str(conn_log.path)},
     }
     config.write_text(json.dumps({"mcpServers": {"notes": server}}))
-    script = [reply(tool_call("private_note", {}, id="t1")), reply("Shown.")]
+    script = [reply(tool_call(tool, {}, id="t1")), reply("Shown.")]
     with MessagesServer(script) as api:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC")},
@@ -111,15 +112,29 @@ def test_agentloop_run_prints_the_users_content_and_keeps_it_from_the_model(
             "ANTHROPIC_BASE_URL": api.base_url,
             "AGENTLOOP_PLUGINS": "mcp",
         }
+        command = [sys.executable, "-m", "agentloop", "run", "Go", "--mcp-config", str(config)]
         done = subprocess.run(
-            [sys.executable, "-m", "agentloop", "run", "Show me", "--mcp-config", str(config)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
+            [*command, *options], capture_output=True, text=True, env=env, timeout=120
         )
     assert done.returncode == 0, done.stderr
+    return done, api
+
+
+def test_agentloop_run_prints_the_users_content_and_keeps_it_from_the_model(
+    tmp_path: Path, conn_log: ConnectionLog
+) -> None:
+    done, api = agentloop_run(tmp_path, conn_log, "private_note")
     assert "[round 1] private_note for you: only you see this" in done.stdout
     assert "[round 1] private_note for you: (image: image/png, not shown here)" in done.stdout
     sent = api.requests[1]["messages"][-1]["content"][0]
     assert sent["content"] == "for the model"
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "-v"])
+def test_agentloop_run_shows_server_warnings_and_with_v_every_log(
+    tmp_path: Path, conn_log: ConnectionLog, verbose: bool
+) -> None:
+    done, _ = agentloop_run(tmp_path, conn_log, "chatter", *(["-v"] if verbose else []))
+    logs = [line for line in done.stderr.splitlines() if "mcp.server_log" in line]
+    assert any("almost full" in line for line in logs)
+    assert any("starting" in line for line in logs) == verbose
