@@ -95,7 +95,8 @@ class RunContext(Generic[DepsT]):
     nothing there can carry a paused sub-run back to the run."""
     events: Callable[[Event], Awaitable[None]] | None = field(default=None, repr=False)
     """Where `emit` sends events: the run's stream and its `on_event`; None in a context
-    made by hand, or one apart from its run."""
+    made by hand, and in a run whose calls an engine performs (a durable run, where the
+    step running the call publishes them)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -118,8 +119,9 @@ class RunContext(Generic[DepsT]):
         For what code working for the run has to tell the user beside its result: a
         tool's content for the user only (`ToolUserContent`), a log message of the
         service it calls (`ToolLog`). Await it on the run's event loop. In a context
-        without `events` (made by hand, or apart from its run), the event goes to the
-        stream of the run whose task this is, if any (`agentloop.progress.report_event`).
+        without `events` (made by hand, or in a durable run), the event goes where this
+        task's progress reports go, if anywhere (`agentloop.progress.report_event`): a
+        durable run's step publishes it with the call.
 
         Args:
             event: The event, naming this call (`round`, `tool_use_id`, `tool_name`).
