@@ -10,6 +10,9 @@ ends on a condition the test brings about:
 - `wait_started(count)` and `wait_cancelled(count)` (plain tools) return once that many
   tasks were created or cancelled: the tests' rendezvous;
 - `poll_gaps(task_id)`: the seconds between the polls of a task, as the server saw them.
+
+A client that does not declare the extension gets error -32021 (Missing Required Client
+Capability) for the task tools, as the extension's specification says.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import anyio
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp.types import RequestParams
 
 POLL_INTERVAL_MS = 200
@@ -55,6 +59,14 @@ class Tasks(Extension):
     async def intercept_tool_call(self, params: Any, ctx: Any, call_next: Any) -> Any:
         if params.name not in ("report", "broken", "stuck"):
             return await call_next(ctx)
+        declared = ctx.session.client_capabilities
+        if declared is None or self.identifier not in (declared.extensions or {}):
+            # A task only for a client that said it takes one; these tools have no other way.
+            raise MCPError(
+                -32021,
+                "Missing required client capability",
+                {"requiredCapabilities": {"extensions": {self.identifier: {}}}},
+            )
         now = datetime.now(timezone.utc).isoformat()
         task_id = f"{params.name}-{next(self.ids)}"
         self.tasks[task_id] = {

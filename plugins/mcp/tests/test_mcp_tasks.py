@@ -70,3 +70,16 @@ async def test_each_poll_the_task_answers_restarts_the_idle_timeout() -> None:
     async with MCPToolSource([jobs(idle_timeout=0.5)]) as source:
         tools = {t.name: t for t in source.tools()}
         assert await tools["report"](topic="q", polls=4) == "report on q after 4 polls"
+
+
+async def test_the_handshake_era_declares_no_tasks_so_the_server_refuses() -> None:
+    # The extension exists on the 2026-07-28 protocol only: a connection pinned to the
+    # initialize handshake does not declare it, and the server says what it misses.
+    async with MCPToolSource([jobs(protocol="legacy")]) as source:
+        tools = {t.name: t for t in source.tools()}
+        with pytest.raises(ToolError) as refused:
+            await tools["report"](topic="x")
+        assert str(refused.value) == (
+            "MCP server 'jobs' refused the call to 'report': Missing required client "
+            "capability (code -32021)"
+        )
