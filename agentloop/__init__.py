@@ -55,8 +55,10 @@ if typing.TYPE_CHECKING:
     from .events import ToolCallReady as ToolCallReady
     from .events import ToolCallStarted as ToolCallStarted
     from .events import ToolInputDelta as ToolInputDelta
+    from .events import ToolLog as ToolLog
     from .events import ToolProgress as ToolProgress
     from .events import ToolResultEvent as ToolResultEvent
+    from .events import ToolUserContent as ToolUserContent
     from .hookspecs import hookimpl as hookimpl
     from .limits import UsageLimits as UsageLimits
     from .lint import lint_history as lint_history
@@ -164,9 +166,11 @@ _MODULES = {
     "ToolError": "errors",
     "ToolGuardrail": "capabilities",
     "ToolInputDelta": "events",
+    "ToolLog": "events",
     "ToolResultBlock": "messages",
     "ToolProgress": "events",
     "ToolResultEvent": "events",
+    "ToolUserContent": "events",
     "ToolUseBlock": "messages",
     "UnknownBlock": "messages",
     "Usage": "result",

@@ -20,10 +20,12 @@ from typing_extensions import TypeVar
 
 from .effects import DIRECT, Effects
 from .limits import Meter
+from .progress import report_event
 from .result import Usage
 
 if TYPE_CHECKING:
     from .calls import ToolCall
+    from .events import Event
     from .limits import Breach, Spent, UsageLimits
     from .messages import ContentBlock
     from .providers.base import Provider
@@ -91,6 +93,10 @@ class RunContext(Generic[DepsT]):
     apart: bool = field(default=False, repr=False)
     """True where the call runs apart from its run (a Temporal activity, on a worker):
     nothing there can carry a paused sub-run back to the run."""
+    events: Callable[[Event], Awaitable[None]] | None = field(default=None, repr=False)
+    """Where `emit` sends events: the run's stream and its `on_event`; None in a context
+    made by hand, and in a run whose calls an engine performs (a durable run, where the
+    step running the call publishes them)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -106,6 +112,24 @@ class RunContext(Generic[DepsT]):
     def for_call(self, call: ToolCall) -> RunContext[DepsT]:
         """This context, naming `call` (what the call's tool and approval rule get)."""
         return replace(self, tool_use_id=call.id, tool_name=call.name)
+
+    async def emit(self, event: Event) -> None:
+        """Report `event` to the run: its stream (`async for event in run`) and `on_event`.
+
+        For what code working for the run has to tell the user beside its result: a
+        tool's content for the user only (`ToolUserContent`), a log message of the
+        service it calls (`ToolLog`). Await it on the run's event loop. In a context
+        without `events` (made by hand, or in a durable run), the event goes where this
+        task's progress reports go, if anywhere (`agentloop.progress.report_event`): a
+        durable run's step publishes it with the call.
+
+        Args:
+            event: The event, naming this call (`round`, `tool_use_id`, `tool_name`).
+        """
+        if self.events is not None:
+            await self.events(event)
+        else:
+            report_event(event)
 
     @property
     def usage(self) -> Usage:

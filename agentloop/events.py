@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from .messages import ToolUseBlock
+from .messages import ContentBlock, ToolUseBlock
 from .providers.base import BlockDelta, BlockStart, MessageStart, ModelResponse, StreamEvent
 from .result import RunResult, SubAgentCall, Usage, sub_agent_path
 
@@ -37,8 +37,10 @@ __all__ = (
     "ToolCallReady",
     "ToolCallStarted",
     "ToolInputDelta",
+    "ToolLog",
     "ToolProgress",
     "ToolResultEvent",
+    "ToolUserContent",
     "friendly_event",
 )
 
@@ -184,6 +186,42 @@ class ToolProgress:
 
 
 @dataclass(frozen=True)
+class ToolUserContent:
+    """Content a running tool call shows the user, and not the model (`RunContext.emit`).
+
+    The model's tool_result does not hold it: a tool whose source marks some of its output
+    for the user's eyes only reports that part this way, and the rest as its result.
+    """
+
+    round: int
+    tool_use_id: str
+    name: str
+    content: tuple[ContentBlock, ...]
+    """The blocks, in the order the tool gave them (text, images, documents)."""
+
+
+@dataclass(frozen=True)
+class ToolLog:
+    """A log message from the service a tool works with, while a call of the run was running.
+
+    A tool reports it with `RunContext.emit`: a server's log notification, say. `round`,
+    `tool_use_id` and `name` are those of the run's call it came during.
+    """
+
+    round: int
+    tool_use_id: str
+    name: str
+    level: str
+    """The sender's level: `debug`, `info`, `notice`, `warning`, `error`, `critical`, ..."""
+    data: Any
+    """What was logged: a string or any JSON value."""
+    logger: str | None = None
+    """The name of the sender's logger, when it gave one."""
+    source: str = ""
+    """Who sent it, in the form of `Tool.source` (the plugin and its server, say)."""
+
+
+@dataclass(frozen=True)
 class ModelStreamEvent:
     """A streamed model event exactly as the provider reported it.
 
@@ -290,6 +328,8 @@ Event = Union[  # noqa: UP007 (readable as a list)
     ToolCallReady,
     ApprovalRequested,
     ToolProgress,
+    ToolUserContent,
+    ToolLog,
     ToolResultEvent,
     ModelStreamEvent,
     ModelResponded,

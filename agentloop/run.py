@@ -584,6 +584,7 @@ class Run(Generic[OutputT]):
             tracing=state.tracing,
             effects=state.effects,
             prompt=self._input,
+            events=self._emit if self._effects is None else None,  # (see RunContext.events)
         )
 
 

@@ -1,7 +1,8 @@
-"""What `agentloop run` prints of a finished run: the human report, or the result as JSON.
+"""What `agentloop run` prints of a run: the human report, the result as JSON, user content.
 
 Pure formatting of a `RunResult` (transcript, tool log, the plugins' sections, the
-result); the command decides where it goes.
+result), and of the content a tool call shows the user while the run goes on
+(`ToolUserContent`); the command decides where it goes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from agentloop.events import ToolUserContent
     from agentloop.result import RunResult, ToolCallRecord
 
 __all__ = (
@@ -19,6 +21,7 @@ __all__ = (
     "print_result",
     "result_text",
     "result_to_json",
+    "user_content_lines",
 )
 
 
@@ -105,3 +108,24 @@ def format_tool_log(calls: Sequence[ToolCallRecord]) -> str:
         for c in calls
     ]
     return "\n".join(rows)
+
+
+def user_content_lines(event: ToolUserContent) -> list[str]:
+    """The lines that show a tool call's content for the user: text as it is, the rest noted.
+
+    Each line starts with `[round N] <tool> for you:`; an image or a document is one line
+    naming its type (and title), since a terminal cannot show it.
+    """
+    head = f"[round {event.round}] {event.name} for you:"
+    lines: list[str] = []
+    for block in event.content:
+        kind = getattr(block, "type", "content")
+        if kind == "text":
+            lines.append(f"{head} {getattr(block, 'text', '')}")
+            continue
+        source = getattr(block, "source", None)
+        media = source.get("media_type") if isinstance(source, Mapping) else None
+        title = getattr(block, "title", None)
+        about = ", ".join(str(part) for part in (media, title) if part)
+        lines.append(f"{head} ({kind}{f': {about}' if about else ''}, not shown here)")
+    return lines

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
 from agentloop.agent import Agent
 from agentloop.errors import ConfigurationError
-from agentloop.events import RequestRetry
+from agentloop.events import RequestRetry, ToolUserContent
 from agentloop.gateway.cli import serve_command
 from agentloop.plugins import PluginManager
 from agentloop.providers.anthropic import AnthropicProvider
@@ -32,7 +32,7 @@ from agentloop.tools import Tool
 from .approve import decide
 from .exits import EXIT_FAILED, EXIT_OK, error
 from .logs import configure_logging
-from .report import print_result, result_to_json
+from .report import print_result, result_to_json, user_content_lines
 from .setups import (
     choose_tools,
     plugin_call,
@@ -79,7 +79,8 @@ def run_command(args: argparse.Namespace, *, manager: PluginManager) -> int:
         approval_required=set(args.require_approval or ()),
         capabilities=capabilities,
     )
-    result = anyio.run(_run, agent, provider, args.prompt, deps, session)
+    shown = sys.stderr if args.json else sys.stdout  # standard output is the JSON's alone
+    result = anyio.run(_run, agent, provider, args.prompt, deps, session, shown)
     if args.json:
         print(json.dumps(result_to_json(result), indent=2, ensure_ascii=False))
     else:
@@ -119,16 +120,22 @@ def _session(args: argparse.Namespace) -> Session | None:
 
 
 async def _run(
-    agent: Agent, provider: Provider, prompt: str, deps: Any, session: Session | None
+    agent: Agent,
+    provider: Provider,
+    prompt: str,
+    deps: Any,
+    session: Session | None,
+    shown: TextIO,
 ) -> RunResult:
     """The run, then the API client's connections closed (in the run's event loop).
 
     Calls that wait for approval are asked about on the terminal (`approve.decide`) and
     the run resumed with the answers, until it ends otherwise. Each retry of a model
-    request is told on standard error as it begins its wait.
+    request is told on standard error as it begins its wait; content a tool shows the
+    user is printed on `shown` as it comes.
     """
     try:
-        result = await _told(agent.start(prompt, deps=deps, session=session, stream=False))
+        result = await _told(agent.start(prompt, deps=deps, session=session, stream=False), shown)
         while result.stop_reason == "approval_required" and result.state is not None:
             decisions = await decide(
                 result.approvals,
@@ -140,7 +147,7 @@ async def _run(
             resumed = agent.start(
                 state=result.state, decisions=decisions, deps=deps, session=session, stream=False
             )
-            result = await _told(resumed)
+            result = await _told(resumed, shown)
         return result
     finally:
         client = getattr(provider, "client", None)
@@ -149,14 +156,18 @@ async def _run(
             await close()
 
 
-async def _told(run: Run[Any]) -> RunResult:
+async def _told(run: Run[Any], shown: TextIO) -> RunResult:
     """`run`'s result, each `RequestRetry` printed on standard error as it happens.
 
-    An unreachable API otherwise shows nothing for the seconds its retries take.
+    An unreachable API otherwise shows nothing for the seconds its retries take. A
+    tool's content for the user (`ToolUserContent`) is printed on `shown`.
     """
     async with run:
         async for event in run:
-            if isinstance(event, RequestRetry):
+            if isinstance(event, ToolUserContent):
+                for line in user_content_lines(event):
+                    print(line, file=shown, flush=True)
+            elif isinstance(event, RequestRetry):
                 print(
                     f"agentloop: retrying in {event.wait:.1f} s: {event.reason}",
                     file=sys.stderr,

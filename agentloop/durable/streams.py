@@ -48,6 +48,7 @@ from agentloop.events import (
     RunStarted,
     StepRestarted,
     ToolResultEvent,
+    ToolUserContent,
     friendly_event,
 )
 from agentloop.messages import ContentBlock
@@ -101,6 +102,10 @@ def event_to_json(event: Event, output_type: Any = str) -> dict[str, Any]:
     if isinstance(event, (OutputReady, PartialOutput)):
         output = _adapter(output_type).dump_python(event.output, mode="json")
         return {"type": type(event).__name__, "round": event.round, "output": output}
+    if isinstance(event, ToolUserContent):
+        content = [block.to_wire() for block in event.content]
+        named = {f.name: getattr(event, f.name) for f in fields(event)}
+        return {"type": "ToolUserContent"} | named | {"content": content}
     return {"type": type(event).__name__} | {f.name: getattr(event, f.name) for f in fields(event)}
 
 
@@ -128,6 +133,9 @@ def event_from_json(data: Mapping[str, Any], output_type: Any = str) -> Event:
         adapter = _adapter(output_type)
         output = adapter.validate_python(values["output"], experimental_allow_partial=True)
         return PartialOutput(values["round"], output)
+    if kind is ToolUserContent:
+        content = tuple(_BLOCK.validate_python(b) for b in values.pop("content"))
+        return ToolUserContent(**values, content=content)
     event: Event = kind(**values)
     return event
 

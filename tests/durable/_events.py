@@ -16,6 +16,7 @@ from agentloop.events import (
     ToolCallReady,
     ToolCallStarted,
     ToolInputDelta,
+    ToolLog,
     ToolProgress,
     ToolResultEvent,
 )
@@ -52,8 +53,8 @@ def without_eager(events: list[Event]) -> list[Any]:
 def by_kind(events: list[Any]) -> list[Any]:
     """What must be equal whatever order parallel calls finish in: their results by id."""
     results = sorted((e for e in events if isinstance(e, ToolResultEvent)), key=str)
-    progress = sorted((e for e in events if isinstance(e, ToolProgress)), key=str)
-    rest = [e for e in events if not isinstance(e, (ToolResultEvent, ToolProgress))]
+    progress = sorted((e for e in events if isinstance(e, (ToolProgress, ToolLog))), key=str)
+    rest = [e for e in events if not isinstance(e, (ToolResultEvent, ToolProgress, ToolLog))]
     return [comparable(e) for e in rest] + [comparable(e) for e in results + progress]
 
 

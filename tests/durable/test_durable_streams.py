@@ -47,8 +47,10 @@ from agentloop.events import (
     ToolCallReady,
     ToolCallStarted,
     ToolInputDelta,
+    ToolLog,
     ToolProgress,
     ToolResultEvent,
+    ToolUserContent,
 )
 from agentloop.messages import TextBlock, ToolUseBlock
 from agentloop.progress import report_progress
@@ -97,6 +99,8 @@ async def test_every_event_comes_back_equal_through_json() -> None:
         ToolCallReady(1, "toolu_1", "add", {"a": 1}, False),
         ApprovalRequested(1, "toolu_2", "pay", {"sum": 3}, "it pays"),
         ToolProgress(1, "toolu_1", "add", 0.5, 1.0, "half"),
+        ToolUserContent(1, "toolu_1", "add", (TextBlock(text="for you"),)),
+        ToolLog(1, "toolu_1", "add", "warning", {"disk": "full"}, "db", "mcp:files"),
         ToolResultEvent(1, "toolu_1", "add", False, "2", 0.01),
         ModelStreamEvent(1, MessageStart({"id": "msg_1", "usage": {}}, {"request-id": "r"})),
         ResponseReplaced(1, 2),
@@ -174,6 +178,7 @@ async def measure(ctx: RunContext[dict[str, str]], item: str) -> str:
     """Measure an item, saying how far it got."""
     report_progress(1, 2, f"measuring {item}")
     report_progress(2, 2)
+    await ctx.emit(ToolLog(ctx.round, ctx.tool_use_id, ctx.tool_name, "info", f"measured {item}"))
     return f"{item} is 3 m"
 
 
@@ -213,7 +218,7 @@ async def test_a_streamed_durable_run_publishes_a_plain_run_s_events(
     kinds = [type(e).__name__ for e in events if not isinstance(e, STREAMED)]
     assert kinds[:4] == ["RunStarted", "RequestStarted", "ModelResponded", "ToolCallReady"]
     first_round = kinds[kinds.index("ToolCallReady") + 2 : kinds.index("RoundFinished")]
-    assert sorted(first_round) == ["ToolProgress"] * 4 + ["ToolResultEvent"] * 2
+    assert sorted(first_round) == ["ToolLog"] * 2 + ["ToolProgress"] * 4 + ["ToolResultEvent"] * 2
     progress = [e for e in events if isinstance(e, ToolProgress) and e.tool_use_id == "toolu_a"]
     assert [(p.progress, p.message) for p in progress] == [(1, "measuring a"), (2, None)]
 

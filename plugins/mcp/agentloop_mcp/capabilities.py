@@ -5,23 +5,27 @@ server's declaration lists directories, elicitation when the tool source was giv
 handler and the server's `elicitation` switch is on, sampling (see `sampling.py`) unless
 the server's `sampling` switch is off. A server that asks for one anyway is refused with
 the protocol's error by the SDK. Progress is per call (see `connection.py`). Each function
-here builds the SDK callback for one server.
+here builds the SDK callback for one server. The server's log notifications are not a
+capability: they are logged, and are `ToolLog` events of the runs whose calls they came
+during.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import mcp.types as mcp_types
+from agentloop import RunContext, ToolLog
 from agentloop.logs import get_logger
 
 from .config import MCPServer
 from .form import ask_form
+from .sampling import Caller, in_call
 
 __all__ = (
     "ElicitationHandler",
@@ -57,11 +61,16 @@ def roots_callback(server: MCPServer) -> Any:
 _LEVELS = {"debug": "debug", "info": "info", "notice": "info", "warning": "warning"}
 
 
-def logging_callback(server: MCPServer) -> Any:
-    """The callback that sends `server`'s log notifications to the `agentloop` logger.
+def logging_callback(server: MCPServer, callers: Callable[[], Sequence[Caller]]) -> Any:
+    """The callback that sends `server`'s log notifications to the logger and to runs.
 
-    Each is an `mcp.server_log` event at the server's level (notice as info; error and
-    above as error), with the server's name, its logger's name and the data.
+    Each is an `mcp.server_log` event of the `agentloop` logger at the server's level
+    (notice as info; error and above as error), with the server's name, its logger's name
+    and the data; and a `ToolLog` event of the run whose call it came during. A
+    notification does not say which call it belongs to (unless the SDK delivers it inside
+    the call, as the 2026-07-28 protocol can), so it goes to each run with a call in
+    flight on the server (`callers()`), named after that run's first such call; with no
+    call in flight it is only logged.
     """
 
     async def log(params: mcp_types.LoggingMessageNotificationParams) -> None:
@@ -73,6 +82,22 @@ def logging_callback(server: MCPServer) -> Any:
             logger_name=params.logger,
             data=params.data,
         )
+        exact = in_call.get()
+        runs: dict[str, tuple[Caller, RunContext[Any]]] = {}
+        for caller in [exact] if exact is not None else callers():
+            if caller.ctx is not None:
+                runs.setdefault(caller.ctx.run_id, (caller, caller.ctx))
+        for caller, ctx in runs.values():
+            event = ToolLog(
+                ctx.round,
+                ctx.tool_use_id,
+                ctx.tool_name,
+                params.level,
+                params.data,
+                params.logger,
+                f"mcp:{server.name}",
+            )
+            await caller.emit(event)
 
     return log
 

@@ -49,6 +49,7 @@ from .capabilities import (
 from .config import MCPServer
 from .protocols import known_mode, no_back_channel_message, remember_handshake
 from .sampling import Caller, MCPSampling, in_call, sampling_callback
+from .tasks import TasksExtension, task_alive
 from .transport import (
     MCPConnectError,
     MCPRequestError,
@@ -349,8 +350,9 @@ class ServerConnection:
             sampling_callback=self._sampling,
             elicitation_callback=self._elicitation,
             list_roots_callback=self._roots,
-            logging_callback=logging_callback(self.server),
+            logging_callback=logging_callback(self.server, self._callers),
             log_level="info",  # the newest protocol sends logs only to who asks for them
+            extensions=[TasksExtension()],
         )
 
     async def _serve(self, client: Client, lost: anyio.Event) -> None:
@@ -412,14 +414,18 @@ class ServerConnection:
         with anyio.CancelScope() as scope:
             request.scope = scope
             request.state = "sent"
-            if idle is not None:
-                scope.deadline = anyio.current_time() + idle
+
+            def alive() -> None:  # an answer, a progress notification, a task's poll
+                if idle is not None:
+                    scope.deadline = anyio.current_time() + idle
+
+            alive()
+            task_alive.set(alive)
 
             async def on_progress(
                 progress: float, total: float | None, message: str | None
             ) -> None:
-                if idle is not None:
-                    scope.deadline = anyio.current_time() + idle
+                alive()
                 if request.on_progress is not None:
                     request.on_progress(progress, total, message)
 

@@ -6,6 +6,8 @@ anything else the Messages API cannot carry a short note, so a result never make
 request invalid. Each item is sent once (structured content only when there are no content
 blocks), and a result over the size cut is cut with a note. An `isError`
 result raises `ToolError`, which the registry turns into an `is_error` tool_result.
+Blocks whose audience is the user alone are kept from the model: `for_user` converts them
+for the user, to whom the tool shows them as an event.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from agentloop import ToolError
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock, DocumentBlock, ImageBlock, TextBlock
 
-__all__ = ("DEFAULT_MAX_RESULT_CHARS", "IMAGE_TYPES", "to_content")
+__all__ = (
+    "DEFAULT_MAX_RESULT_CHARS",
+    "FOR_USER_ONLY_NOTE",
+    "IMAGE_TYPES",
+    "for_user",
+    "to_content",
+)
 
 _log = get_logger()
 
@@ -31,6 +39,11 @@ DEFAULT_MAX_RESULT_CHARS = 1_000_000
 """The default size cut of one tool result: characters of text plus base64 data."""
 
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/yaml")
+
+FOR_USER_ONLY_NOTE = (
+    "[The tool's result was shown to the user; it held nothing meant for the model.]"
+)
+"""What the model gets when every block of a result was for the user alone."""
 
 
 def to_content(
@@ -46,8 +59,9 @@ def to_content(
     content to carry it in its content blocks too (serialised in a text block, or as the
     image it describes), so adding it beside them would send the same data twice. A block
     whose `annotations.audience` leaves out the assistant is meant for the user only and
-    is not sent to the model. A result larger than `max_chars` (characters of text plus
-    base64 data) is cut there, with a note saying so.
+    is not sent to the model (see `for_user`); when nothing else is left, the model gets
+    `FOR_USER_ONLY_NOTE` rather than an empty result. A result larger than `max_chars`
+    (characters of text plus base64 data) is cut there, with a note saying so.
 
     Args:
         result: What `tools/call` returned.
@@ -58,9 +72,10 @@ def to_content(
         ToolError: the server marked the result as an error; the message is its text.
     """
     blocks: list[ContentBlock] = []
+    hidden = 0
     for item in result.content:
         if _for_user_only(item):
-            _log.debug("mcp.content_for_user_only", tool=tool, type=getattr(item, "type", "?"))
+            hidden += 1
             continue
         blocks.extend(_convert(item))
     if result.structured_content is not None and not result.content:
@@ -71,10 +86,20 @@ def to_content(
         message = "\n".join(b.text for b in blocks if isinstance(b, TextBlock)).strip()
         raise ToolError(message or f"MCP tool '{tool}' failed and gave no message.")
     if not blocks:
-        return None
+        return FOR_USER_ONLY_NOTE if hidden else None
     if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
         return blocks[0].text
     return blocks
+
+
+def for_user(result: mcp_types.CallToolResult) -> list[ContentBlock]:
+    """The blocks of `result` meant for the user alone (`audience: ["user"]`), converted.
+
+    They are kept from the model (see `to_content`). They take the conversion the model's
+    blocks take, so what the user is shown is what a model could have read: text, images
+    (JPEG, PNG, GIF, WebP), documents, and a short note for anything else.
+    """
+    return [block for item in result.content if _for_user_only(item) for block in _convert(item)]
 
 
 def _for_user_only(item: Any) -> bool:

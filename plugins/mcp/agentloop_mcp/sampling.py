@@ -34,6 +34,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import mcp.types as mcp_types
 from agentloop import RunContext
+from agentloop.events import Event
 from agentloop.logs import get_logger
 from agentloop.messages import ImageBlock, Message, TextBlock
 from agentloop.pricing import cost_of
@@ -102,6 +103,19 @@ class Caller:
         return await anyio.to_thread.run_sync(
             partial(anyio.from_thread.run, func, token=self.token), abandon_on_cancel=True
         )
+
+    async def emit(self, event: Event) -> None:
+        """Report `event` to the caller's run (`RunContext.emit`), on the run's event loop.
+
+        Nowhere outside a run; an event that comes after its run ended is dropped.
+        """
+        ctx = self.ctx
+        if ctx is None:
+            return
+        try:
+            await self.run(partial(ctx.emit, event))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError) as exc:
+            _log.debug("mcp.event_dropped", kind=type(event).__name__, error=str(exc))
 
 
 calling: ContextVar[Caller | None] = ContextVar("agentloop_mcp_calling", default=None)

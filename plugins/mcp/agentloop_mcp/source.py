@@ -466,7 +466,10 @@ def _unusable(spec: mcp_types.Tool, name: str) -> str | None:
     if not 0 < len(name) <= 128:
         return f"its name is {len(name)} characters long, over the 128 the API allows"
     if spec.execution is not None and spec.execution.task_support == "required":
-        return "it must run as a task (task augmentation), which this client does not do"
+        return (
+            "it must run as a task (task augmentation) of the 2025-11-25 protocol, which this "
+            "client does not do (it runs the 2026-07-28 protocol's tasks)"
+        )
     return None
 
 

@@ -3,7 +3,8 @@
 The registry treats it like any other tool (parallel, capped, timed out). `validate`
 checks the model's input against the server's JSON schema, so a bad call is answered
 with an `is_error` result naming each problem without reaching the server; `invoke`
-sends the call to the server's supervisor and turns the result into tool_result content.
+sends the call to the server's supervisor and turns the result into tool_result content,
+showing the blocks meant for the user alone as a `ToolUserContent` event of the run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import jsonschema
 import mcp.types as mcp_types
-from agentloop import RunContext, Tool, ToolError
+from agentloop import RunContext, Tool, ToolError, ToolUserContent
 from agentloop.logs import get_logger
 from agentloop.messages import ContentBlock
 from agentloop.progress import progress_reporter
@@ -21,7 +22,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from .config import MCPServer
 from .connection import MCPRequestError, ServerConnection
-from .content import to_content
+from .content import for_user, to_content
 from .sampling import Caller
 
 __all__ = ("MCPResourceTool", "MCPTool")
@@ -96,18 +97,23 @@ class MCPTool(Tool):
         """Call the tool on its server; the result as tool_result content.
 
         `ctx` is the call's: a server's sampling request during the call is answered by,
-        and counted in, its run.
+        and counted in, its run; the result's blocks for the user alone are its event.
 
         Raises:
             ToolError: the server reported an error, or the call could not be completed.
         """
+        caller = Caller.here(ctx)
         result = await self._connection.call(
             self.mcp_name,
             arguments,
             retryable=self.retryable,
             on_progress=progress_reporter(),
-            caller=Caller.here(ctx),
+            caller=caller,
         )
+        shown = for_user(result)
+        if shown:
+            event = ToolUserContent(ctx.round, ctx.tool_use_id, ctx.tool_name, tuple(shown))
+            await caller.emit(event)
         return to_content(result, self.name, max_chars=self._connection.server.max_result_chars)
 
 

@@ -209,6 +209,41 @@ def build(name: str) -> SDKServer:
         )
 
     @server.tool()
+    def private_note() -> CallToolResult:
+        """A note and a picture for the user alone, and a line for the model alone."""
+        return CallToolResult(
+            content=[
+                TextContent(
+                    type="text",
+                    text="only you see this",
+                    annotations=Annotations(audience=["user"]),
+                ),
+                ImageContent(
+                    type="image",
+                    data=PNG,
+                    mimeType="image/png",
+                    annotations=Annotations(audience=["user"]),
+                ),
+                TextContent(
+                    type="text",
+                    text="for the model",
+                    annotations=Annotations(audience=["assistant"]),
+                ),
+            ]
+        )
+
+    @server.tool()
+    def user_only() -> CallToolResult:
+        """Nothing but a line for the user."""
+        return CallToolResult(
+            content=[
+                TextContent(
+                    type="text", text="hello user", annotations=Annotations(audience=["user"])
+                )
+            ]
+        )
+
+    @server.tool()
     def big_text(size: int) -> str:
         """`size` characters of text."""
         return "x" * size

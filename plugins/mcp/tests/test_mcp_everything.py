@@ -20,7 +20,7 @@ import anyio
 import mcp.types as mcp_types
 import pytest
 from _mcp_support import free_port, wait_until
-from agentloop import Agent, AnthropicProvider, ToolProgress
+from agentloop import Agent, AnthropicProvider, ToolProgress, ToolUserContent
 from agentloop.messages import ImageBlock, TextBlock
 from agentloop.pricing import cost_of
 from agentloop.result import Usage
@@ -280,3 +280,19 @@ async def test_sampling_is_answered_by_the_run_model_and_counted(declared: MCPSe
         cost_of(model_name, Usage(i, o, requests=1)) for i, o in [(100, 20), (30, 5), (150, 10)]
     ]
     assert result.cost == pytest.approx(sum(c for c in costs if c is not None))
+
+
+async def test_a_block_for_the_user_reaches_the_user_and_not_the_model(everything: str) -> None:
+    """`get-annotated-message` annotates its image for the user alone."""
+    arguments = {"messageType": "debug", "includeImage": True}
+    script = [reply(tool_call("get-annotated-message", arguments, id="t1")), reply("done")]
+    async with MCPToolSource([MCPServer.stdio(everything, ["stdio"], name="everything")]) as source:
+        agent = Agent(provider=ScriptedProvider(script), tools=source.tools())
+        async with agent.start("go") as run:
+            shown = [e async for e in run if isinstance(e, ToolUserContent)]
+    [event] = shown
+    assert (event.tool_use_id, event.name) == ("t1", "get-annotated-message")
+    [image] = images(list(event.content))
+    assert image.source["media_type"] == "image/png"
+    [call] = run.result.tool_calls
+    assert "debug" in call.output.lower() and image.source["data"] not in call.output

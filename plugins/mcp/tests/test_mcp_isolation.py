@@ -102,7 +102,8 @@ async def test_tools_the_model_cannot_be_offered_are_skipped_and_listed() -> Non
         assert task.tool == "needs_task" and "task augmentation" in task.reason
         assert str(task) == (
             "MCP server 'odd': tool 'needs_task' left out: it must run as a task "
-            "(task augmentation), which this client does not do"
+            "(task augmentation) of the 2025-11-25 protocol, which this client does not do "
+            "(it runs the 2026-07-28 protocol's tasks)"
         )
         assert source.errors == []
 

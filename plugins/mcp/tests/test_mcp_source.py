@@ -34,6 +34,7 @@ EXPECTED = [
     "odd_picture",
     "picture",
     "pid",
+    "private_note",
     "resources",
     "roots",
     "sample",
@@ -43,6 +44,7 @@ EXPECTED = [
     "stats",
     "steps",
     "structured_only",
+    "user_only",
     "wait_started",
 ]
 
