@@ -1,0 +1,228 @@
+"""OAuth for HTTP servers, against a real server process (tests/oauth_server.py) that is its
+own authorization server: the login with the browser step driven by the test, the token
+file, its reuse, a refresh, a revoked token, and the configuration."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import httpx2
+import pytest
+from _mcp_support import free_port, wait_until
+
+from agentloop_mcp import (
+    MCPConfigError,
+    MCPConnectError,
+    MCPOAuth,
+    MCPServer,
+    MCPToolSource,
+    parse_config,
+)
+from agentloop_mcp.auth import TOKENS_ENV_VAR, login, token_path
+
+OAUTH_SERVER = Path(__file__).with_name("oauth_server.py")
+
+
+class OAuthServer:
+    """tests/oauth_server.py in a subprocess on 127.0.0.1, and its test-only endpoints."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process: anyio.abc.Process | None = None
+
+    async def start(self) -> None:
+        self.process = await anyio.open_process(
+            [sys.executable, str(OAUTH_SERVER), str(self.port)],
+            stdin=subprocess.DEVNULL,
+            stdout=None,
+            stderr=None,
+        )
+        await wait_until(self._answers, f"the OAuth test server on port {self.port}")
+
+    def _answers(self) -> bool:
+        assert self.process is not None and self.process.returncode is None, "server exited"
+        try:
+            return httpx2.get(f"{self.base}/test/counts").status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    async def stop(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        await self.process.wait()
+        await self.process.aclose()
+
+    def declare(self, name: str = "secured", **auth: object) -> MCPServer:
+        # A callback port of the test's own: tests in parallel must not share one.
+        oauth = MCPOAuth(callback_port=free_port(), **auth)  # type: ignore[arg-type]
+        return MCPServer.http(f"{self.base}/mcp", name=name, auth=oauth)
+
+    async def counts(self) -> dict[str, int]:
+        async with httpx2.AsyncClient() as http:
+            response = await http.get(f"{self.base}/test/counts")
+        return dict(response.json())
+
+    async def post(self, action: str) -> None:
+        async with httpx2.AsyncClient() as http:
+            response = await http.post(f"{self.base}/test/{action}")
+        assert response.status_code == 200
+
+
+@pytest.fixture
+async def oauth_server() -> AsyncIterator[OAuthServer]:
+    server = OAuthServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(autouse=True)
+def tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "tokens"
+    monkeypatch.setenv(TOKENS_ENV_VAR, str(folder))
+    return folder
+
+
+async def approve(url: str) -> None:
+    """What a person does with the URL: open it; the server approves at once and sends the
+    browser back to the callback page, which this GET follows to its answer."""
+    async with httpx2.AsyncClient(follow_redirects=True) as browser:
+        page = await browser.get(url)
+    assert page.status_code == 200, page.text
+    assert "Logged in" in page.text
+
+
+async def login_in_browser(server: MCPServer) -> None:
+    await login(server, approve)
+
+
+async def whoami(server: MCPServer) -> str:
+    async with MCPToolSource([server], strict=True) as source:
+        (tool,) = source.tools()
+        return str(await tool())
+
+
+async def test_login_keeps_tokens_in_a_private_file_that_later_runs_use(
+    oauth_server: OAuthServer, tokens: Path
+) -> None:
+    server = oauth_server.declare()
+    await login_in_browser(server)
+
+    path = token_path(server)
+    assert path.parent == tokens
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    stored = json.loads(path.read_text())
+    assert stored["tokens"]["access_token"] and stored["tokens"]["refresh_token"]
+    assert stored["client_info"]["client_id"]
+    assert stored["server_url"] == server.url
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 0}
+
+    # Two runs later: the stored token is used, nobody is asked again.
+    assert await whoami(server) == "signed in"
+    assert await whoami(server) == "signed in"
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 0}
+
+
+async def test_a_run_without_a_login_fails_with_one_line_saying_how_to_log_in(
+    oauth_server: OAuthServer,
+) -> None:
+    server = oauth_server.declare("remote")
+    with pytest.raises(MCPConnectError) as caught:
+        await whoami(server)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message == (
+        f"cannot connect to MCP server 'remote' ({server.url}): it needs an OAuth login "
+        "(no usable token is stored): run `agentloop mcp login remote`"
+    )
+    # The client registration made on the way is kept for the login; no token is.
+    assert "tokens" not in json.loads(token_path(server).read_text())
+    await login_in_browser(server)
+    assert await whoami(server) == "signed in"
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 0}
+
+
+async def test_an_expired_access_token_is_refreshed_and_the_new_one_kept(
+    oauth_server: OAuthServer,
+) -> None:
+    server = oauth_server.declare()
+    await login_in_browser(server)
+    path = token_path(server)
+    before = json.loads(path.read_text())
+    # An hour later: the server no longer takes the token, and the file says it expired.
+    await oauth_server.post("expire")
+    path.write_text(json.dumps({**before, "expires_at": before["expires_at"] - 3601}))
+
+    assert await whoami(server) == "signed in"
+    after = json.loads(path.read_text())
+    assert after["tokens"]["access_token"] != before["tokens"]["access_token"]
+    assert after["expires_at"] > before["expires_at"] - 3601
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 1}
+
+
+async def test_a_revoked_token_fails_clearly_and_a_new_login_mends_it(
+    oauth_server: OAuthServer,
+) -> None:
+    server = oauth_server.declare()
+    await login_in_browser(server)
+    await oauth_server.post("revoke")
+
+    with pytest.raises(MCPConnectError, match=r"run `agentloop mcp login secured`"):
+        await whoami(server)
+
+    await login_in_browser(server)
+    assert await whoami(server) == "signed in"
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 2, "refreshes": 0}
+
+
+def test_auth_in_a_config_file() -> None:
+    servers = parse_config(
+        {
+            "mcpServers": {
+                "a": {"url": "https://a.example/mcp", "auth": "oauth"},
+                "b": {
+                    "url": "https://b.example/mcp",
+                    "auth": {"client_id": "agent", "scopes": "read write", "callback_port": 9000},
+                },
+                "c": {"url": "https://c.example/mcp"},
+            }
+        }
+    )
+    assert [s.auth for s in servers] == [
+        MCPOAuth(),
+        MCPOAuth(client_id="agent", scopes=("read", "write"), callback_port=9000),
+        None,
+    ]
+    assert servers[1].auth is not None
+    assert servers[1].auth.redirect_uri == "http://127.0.0.1:9000/callback"
+
+
+@pytest.mark.parametrize(
+    ("auth", "message"),
+    [
+        ("basic", r"mcpServers\.a\.auth: expected \"oauth\" or an object"),
+        ({"client": "x"}, r"mcpServers\.a\.auth: unknown key 'client'"),
+        ({"callback_port": 70000}, r"mcpServers\.a\.auth: callback_port must be a TCP port"),
+        ({"client_secret": "s"}, r"mcpServers\.a\.auth: client_secret needs the client_id"),
+        ({"scopes": [1]}, r"mcpServers\.a\.auth\.scopes: expected a list of strings"),
+    ],
+)
+def test_bad_auth_config_is_refused_with_where_and_why(auth: object, message: str) -> None:
+    with pytest.raises(MCPConfigError, match=message):
+        parse_config({"mcpServers": {"a": {"url": "https://a.example/mcp", "auth": auth}}})
+
+
+def test_oauth_is_for_http_servers() -> None:
+    with pytest.raises(MCPConfigError, match=r"OAuth .* is for servers reached over HTTP"):
+        MCPServer.stdio("server", auth=MCPOAuth())
