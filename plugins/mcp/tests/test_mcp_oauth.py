@@ -5,6 +5,7 @@ file, its reuse, a refresh, a revoked token, and the configuration."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from agentloop_mcp import (
 from agentloop_mcp.auth import TOKENS_ENV_VAR, login, token_path
 
 OAUTH_SERVER = Path(__file__).with_name("oauth_server.py")
+BROWSER = Path(__file__).with_name("oauth_browser.py")
 
 
 class OAuthServer:
@@ -184,6 +186,46 @@ async def test_a_revoked_token_fails_clearly_and_a_new_login_mends_it(
     await login_in_browser(server)
     assert await whoami(server) == "signed in"
     assert await oauth_server.counts() == {"registrations": 1, "authorizations": 2, "refreshes": 0}
+
+
+async def test_the_login_command_opens_the_browser_and_runs_use_its_tokens(
+    oauth_server: OAuthServer, tmp_path: Path, tokens: Path
+) -> None:
+    config = tmp_path / "mcp.json"
+    entry = {"url": f"{oauth_server.base}/mcp", "auth": {"callback_port": free_port()}}
+    config.write_text(json.dumps({"mcpServers": {"secured": entry}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
+    env.update(
+        AGENTLOOP_MCP_TOKENS=str(tokens),
+        AGENTLOOP_MCP_PROTOCOL_CACHE=str(tmp_path / "protocols.json"),
+        BROWSER=f"{sys.executable} {BROWSER} %s",
+    )
+
+    async def agentloop(*words: str) -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", "agentloop", *words, "--mcp-config", str(config)]
+        return await anyio.run_process(command, env=env, check=False)
+
+    logged_in = await agentloop("mcp", "login", "secured")
+    assert logged_in.returncode == 0, logged_in.stderr.decode()
+    assert f"{oauth_server.base}/authorize?" in logged_in.stderr.decode()
+    assert logged_in.stdout.decode() == (
+        f"Logged in to 'secured'; tokens kept in {tokens / 'secured.json'}\n"
+    )
+    listed = await agentloop("tools", "--mcp-strict")
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert "whoami" in listed.stdout.decode()
+
+    forgot = await agentloop("mcp", "logout", "secured")
+    assert forgot.stdout.decode() == "Forgot OAuth tokens for 'secured'\n"
+    refused = await agentloop("tools", "--mcp-strict")
+    assert refused.returncode == 2
+    errors = refused.stderr.decode()
+    assert errors.count("\n") == 1, errors  # one line, no traceback
+    assert (
+        "it needs an OAuth login (no usable token is stored): run `agentloop mcp login secured`"
+        in errors
+    )
+    assert await oauth_server.counts() == {"registrations": 2, "authorizations": 1, "refreshes": 0}
 
 
 def test_auth_in_a_config_file() -> None:
