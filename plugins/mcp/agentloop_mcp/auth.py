@@ -143,9 +143,13 @@ class TokenFile:
             )
         found = self._read().get("client_info")
         try:
-            return None if found is None else OAuthClientInformationFull.model_validate(found)
+            client = None if found is None else OAuthClientInformationFull.model_validate(found)
         except ValidationError:
             return None
+        redirects = [str(uri) for uri in (client.redirect_uris or [])] if client else []
+        if self._client.redirect_uri not in redirects:
+            return None  # registered for another callback port: register again
+        return client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         """Keep the client registration made with the authorization server."""

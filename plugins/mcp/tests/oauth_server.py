@@ -4,7 +4,8 @@ Run as `python oauth_server.py PORT`: the MCP endpoint is `/mcp`, and the mcp SD
 routes (metadata, `/register`, `/authorize`, `/token`, `/revoke`) are served on the same
 port by an in-memory provider that approves every authorization at once (the browser
 step a test drives is one GET that redirects to the client's callback). `/test/...` lets
-a test look at and change the server's state: counts, expire or revoke every token.
+a test look at and change the server's state: counts, expire or revoke every token, or
+refuse every token while still refreshing them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class AutoApprove:
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.counts = {"registrations": 0, "authorizations": 0, "refreshes": 0}
+        self.refuse_all = False  # the MCP endpoint takes no token (refreshes still work)
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -90,7 +92,11 @@ class AutoApprove:
 
     async def load_access_token(self, token: str) -> AccessToken | None:
         found = self.access.get(token)
-        if found is None or (found.expires_at is not None and found.expires_at < time.time()):
+        if (
+            found is None
+            or self.refuse_all
+            or (found.expires_at is not None and found.expires_at < time.time())
+        ):
             return None
         return found
 
@@ -141,6 +147,11 @@ def build(port: int) -> SDKServer:
         for token in provider.access.values():
             token.expires_at = int(time.time()) - 1
         return JSONResponse({"expired": len(provider.access)})
+
+    @server.custom_route("/test/refuse", methods=["POST"])
+    async def refuse(request: Request) -> Response:
+        provider.refuse_all = True
+        return JSONResponse({"refusing": True})
 
     @server.custom_route("/test/revoke", methods=["POST"])
     async def revoke(request: Request) -> Response:

@@ -173,6 +173,21 @@ async def test_an_expired_access_token_is_refreshed_and_the_new_one_kept(
     assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 1}
 
 
+async def test_a_refreshed_token_the_server_still_refuses_fails_clearly(
+    oauth_server: OAuthServer,
+) -> None:
+    server = oauth_server.declare()
+    await login_in_browser(server)
+    path = token_path(server)
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "expires_at": stored["expires_at"] - 3601}))
+    await oauth_server.post("refuse")
+
+    with pytest.raises(MCPConnectError, match=r"run `agentloop mcp login secured`$"):
+        await whoami(server)
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 1}
+
+
 async def test_a_revoked_token_fails_clearly_and_a_new_login_mends_it(
     oauth_server: OAuthServer,
 ) -> None:
@@ -180,12 +195,21 @@ async def test_a_revoked_token_fails_clearly_and_a_new_login_mends_it(
     await login_in_browser(server)
     await oauth_server.post("revoke")
 
-    with pytest.raises(MCPConnectError, match=r"run `agentloop mcp login secured`"):
+    with pytest.raises(MCPConnectError, match=r"run `agentloop mcp login secured`$"):
         await whoami(server)
 
     await login_in_browser(server)
     assert await whoami(server) == "signed in"
     assert await oauth_server.counts() == {"registrations": 1, "authorizations": 2, "refreshes": 0}
+
+    # The callback port changed in the config: the client registered for the old one is
+    # replaced (the authorization server would refuse the new redirect URI).
+    moved = oauth_server.declare()
+    assert moved.auth != server.auth
+    await oauth_server.post("revoke")
+    await login_in_browser(moved)
+    assert await whoami(moved) == "signed in"
+    assert await oauth_server.counts() == {"registrations": 2, "authorizations": 3, "refreshes": 0}
 
 
 async def test_the_login_command_opens_the_browser_and_runs_use_its_tokens(
