@@ -4,8 +4,8 @@ Run as `python oauth_server.py PORT`: the MCP endpoint is `/mcp`, and the mcp SD
 routes (metadata, `/register`, `/authorize`, `/token`, `/revoke`) are served on the same
 port by an in-memory provider that approves every authorization at once (the browser
 step a test drives is one GET that redirects to the client's callback). `/test/...` lets
-a test look at and change the server's state: counts, expire or revoke every token, or
-refuse every token while still refreshing them.
+a test look at and change the server's state: counts, expire or revoke every token,
+refuse every token while still refreshing them, or start afresh.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ class AutoApprove:
     """An authorization server in memory that says yes to every client and request."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every client, code and token, as a fresh server would."""
         self.clients: dict[str, OAuthClientInformationFull] = {}
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
@@ -147,6 +151,11 @@ def build(port: int) -> SDKServer:
         for token in provider.access.values():
             token.expires_at = int(time.time()) - 1
         return JSONResponse({"expired": len(provider.access)})
+
+    @server.custom_route("/test/reset", methods=["POST"])
+    async def reset(request: Request) -> Response:
+        provider.reset()
+        return JSONResponse({"reset": True})
 
     @server.custom_route("/test/refuse", methods=["POST"])
     async def refuse(request: Request) -> Response:

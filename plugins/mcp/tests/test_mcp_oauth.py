@@ -9,14 +9,14 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import anyio.abc
 import httpx2
 import pytest
-from _mcp_support import free_port, wait_until
+from _mcp_support import free_port
 
 from agentloop_mcp import (
     MCPConfigError,
@@ -38,29 +38,24 @@ class OAuthServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.process: anyio.abc.Process | None = None
-
-    async def start(self) -> None:
-        self.process = await anyio.open_process(
-            [sys.executable, str(OAUTH_SERVER), str(self.port)],
-            stdin=subprocess.DEVNULL,
-            stdout=None,
-            stderr=None,
+        self.process = subprocess.Popen(
+            [sys.executable, str(OAUTH_SERVER), str(self.port)], stdin=subprocess.DEVNULL
         )
-        await wait_until(self._answers, f"the OAuth test server on port {self.port}")
+        deadline = time.monotonic() + 60
+        while not self._answers():
+            assert time.monotonic() < deadline, "the OAuth test server did not start"
+            time.sleep(0.05)  # polling another process's port; there is no event to wait on
 
     def _answers(self) -> bool:
-        assert self.process is not None and self.process.returncode is None, "server exited"
+        assert self.process.poll() is None, "the OAuth test server exited"
         try:
             return httpx2.get(f"{self.base}/test/counts").status_code == 200
         except httpx2.TransportError:
             return False
 
-    async def stop(self) -> None:
-        assert self.process is not None
+    def stop(self) -> None:
         self.process.kill()
-        await self.process.wait()
-        await self.process.aclose()
+        self.process.wait()
 
     def declare(self, name: str = "secured", **auth: object) -> MCPServer:
         # A callback port of the test's own: tests in parallel must not share one.
@@ -78,14 +73,20 @@ class OAuthServer:
         assert response.status_code == 200
 
 
-@pytest.fixture
-async def oauth_server() -> AsyncIterator[OAuthServer]:
+@pytest.fixture(scope="module")
+def oauth_process() -> Iterator[OAuthServer]:
+    """One server process for the module (it takes seconds to start); reset for each test."""
     server = OAuthServer()
-    await server.start()
     try:
         yield server
     finally:
-        await server.stop()
+        server.stop()
+
+
+@pytest.fixture
+def oauth_server(oauth_process: OAuthServer) -> OAuthServer:
+    assert httpx2.post(f"{oauth_process.base}/test/reset").status_code == 200
+    return oauth_process
 
 
 @pytest.fixture(autouse=True)
