@@ -50,6 +50,9 @@ TOKENS_ENV_VAR = "AGENTLOOP_MCP_TOKENS"
 LOGIN_TIMEOUT = 300.0
 """Seconds `login` waits for the browser to come back with the authorization code."""
 
+_EARLY = 60.0
+"""Seconds before a stored access token expires that it is refreshed instead of sent."""
+
 Browser = Callable[[str], Awaitable[None]]
 """Shows a person the authorization URL (a terminal prints it and opens a browser)."""
 
@@ -94,9 +97,9 @@ class TokenFile:
     def _read(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
+        except (FileNotFoundError, ValueError):
+            return {}  # none yet, or not JSON (cut short, edited): a login writes it afresh
+        except OSError as exc:
             raise MCPAuthError(f"cannot read the OAuth tokens in {self.path}: {exc}") from exc
         if not isinstance(data, dict) or data.get("server_url") != self._url:
             return {}
@@ -181,7 +184,9 @@ def oauth_provider(server: MCPServer, callback: _Callback | None = None) -> OAut
     )
     # The provider loads the tokens itself but not when they expire, which only this file
     # knows across processes: without it an expired token is sent rather than refreshed.
-    provider.context.token_expiry_time = storage.expires_at()
+    # A token about to expire is refreshed now, rather than refused mid-way.
+    expires = storage.expires_at()
+    provider.context.token_expiry_time = None if expires is None else expires - _EARLY
     return provider
 
 

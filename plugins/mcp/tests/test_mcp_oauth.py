@@ -17,6 +17,7 @@ import anyio
 import httpx2
 import pytest
 from _mcp_support import free_port
+from mcp.shared.auth import OAuthToken
 
 from agentloop_mcp import (
     MCPConfigError,
@@ -26,7 +27,7 @@ from agentloop_mcp import (
     MCPToolSource,
     parse_config,
 )
-from agentloop_mcp.auth import TOKENS_ENV_VAR, login, token_path
+from agentloop_mcp.auth import TOKENS_ENV_VAR, TokenFile, login, token_path
 
 OAUTH_SERVER = Path(__file__).with_name("oauth_server.py")
 BROWSER = Path(__file__).with_name("oauth_browser.py")
@@ -251,6 +252,30 @@ async def test_the_login_command_opens_the_browser_and_runs_use_its_tokens(
         in errors
     )
     assert await oauth_server.counts() == {"registrations": 2, "authorizations": 1, "refreshes": 0}
+
+
+async def test_the_token_file_is_created_private_and_a_garbled_one_is_replaced(
+    tokens: Path,
+) -> None:
+    server = MCPServer.http("https://a.example/mcp", name="a", auth=MCPOAuth())
+    storage = TokenFile(token_path(server), "https://a.example/mcp", MCPOAuth())
+    storage.path.parent.mkdir()
+    storage.path.write_text('{"server_url": "https://a.example/mcp", "tok')  # cut short
+    storage.path.chmod(0o644)
+    assert await storage.get_tokens() is None
+
+    await storage.set_tokens(OAuthToken(access_token="a1", expires_in=60, refresh_token="r1"))
+    assert stat.S_IMODE(storage.path.stat().st_mode) == 0o600
+    assert await storage.get_tokens() == OAuthToken(
+        access_token="a1", expires_in=60, refresh_token="r1"
+    )
+    assert storage.path.parent == tokens
+    assert [p.name for p in storage.path.parent.iterdir()] == [
+        "a.json"
+    ]  # no file left half-written
+    # Another URL under the same name: its tokens are not these.
+    elsewhere = TokenFile(storage.path, "https://b.example/mcp", MCPOAuth())
+    assert await elsewhere.get_tokens() is None
 
 
 def test_auth_in_a_config_file() -> None:
