@@ -31,7 +31,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from pydantic import ValidationError
 
 from .config import MCPOAuth, MCPServer, _safe_name
-from .transport import MCPAuthError
+from .transport import MCPAuthError, describe
 
 __all__ = (
     "LOGIN_TIMEOUT",
@@ -219,21 +219,30 @@ async def login(server: MCPServer, browser: Browser | None = None) -> None:
         },
     }
     headers = {"Accept": "application/json, text/event-stream", **server.headers}
+    # The legacy SSE transport's endpoint is its event stream: a GET, left once answered.
+    method, body = ("GET", None) if server.transport == "sse" else ("POST", hello)
     callback = _Callback(server.auth.callback_port, browser or _terminal_browser)
     try:
         async with (
             callback.listening(),
             httpx2.AsyncClient(auth=oauth_provider(server, callback), timeout=30.0) as http,
-            http.stream("POST", str(server.url), json=hello, headers=headers) as response,
+            http.stream(method, str(server.url), json=body, headers=headers) as response,
         ):
             status = response.status_code
     except MCPAuthError:
         raise
     except Exception as exc:
-        raise MCPAuthError(f"OAuth login to MCP server '{server.name}' failed: {exc}") from exc
+        raise MCPAuthError(
+            f"OAuth login to MCP server '{server.name}' failed: {describe(exc)}"
+        ) from exc
     if status in (401, 403):
         raise MCPAuthError(
             f"MCP server '{server.name}' still refuses the new token (HTTP {status})"
+        )
+    if status >= 400:
+        raise MCPAuthError(
+            f"OAuth login to MCP server '{server.name}' failed: it answered HTTP {status} "
+            f"to {method} {server.url}"
         )
 
 

@@ -1,6 +1,7 @@
 """An MCP server over streamable HTTP that wants OAuth, with its own authorization server.
 
-Run as `python oauth_server.py PORT`: the MCP endpoint is `/mcp`, and the mcp SDK's auth
+Run as `python oauth_server.py PORT [--sse]`: the MCP endpoint is `/mcp` (streamable HTTP)
+or `/sse` (the legacy SSE transport), and the mcp SDK's auth
 routes (metadata, `/register`, `/authorize`, `/token`, `/revoke`) are served on the same
 port by an in-memory provider that approves every authorization at once (the browser
 step a test drives is one GET that redirects to the client's callback). `/test/...` lets
@@ -119,7 +120,7 @@ class AutoApprove:
         )
 
 
-def build(port: int) -> SDKServer:
+def build(port: int, endpoint: str = "/mcp") -> SDKServer:
     base = f"http://127.0.0.1:{port}"
     provider = AutoApprove()
     server = SDKServer(
@@ -127,7 +128,7 @@ def build(port: int) -> SDKServer:
         auth_server_provider=provider,
         auth=AuthSettings(
             issuer_url=base,  # type: ignore[arg-type]
-            resource_server_url=f"{base}/mcp",  # type: ignore[arg-type]
+            resource_server_url=f"{base}{endpoint}",  # type: ignore[arg-type]
             validate_token_resource=False,
             client_registration_options=ClientRegistrationOptions(
                 enabled=True, valid_scopes=["tools"], default_scopes=["tools"]
@@ -173,4 +174,7 @@ def build(port: int) -> SDKServer:
 
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    build(port).run("streamable-http", host="127.0.0.1", port=port)
+    if sys.argv[2:] == ["--sse"]:
+        build(port, "/sse").run("sse", host="127.0.0.1", port=port)
+    else:
+        build(port).run("streamable-http", host="127.0.0.1", port=port)

@@ -36,11 +36,13 @@ BROWSER = Path(__file__).with_name("oauth_browser.py")
 class OAuthServer:
     """tests/oauth_server.py in a subprocess on 127.0.0.1, and its test-only endpoints."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sse: bool = False) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/{'sse' if sse else 'mcp'}"
         self.process = subprocess.Popen(
-            [sys.executable, str(OAUTH_SERVER), str(self.port)], stdin=subprocess.DEVNULL
+            [sys.executable, str(OAUTH_SERVER), str(self.port), *(["--sse"] if sse else [])],
+            stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while not self._answers():
@@ -61,7 +63,7 @@ class OAuthServer:
     def declare(self, name: str = "secured", **auth: object) -> MCPServer:
         # A callback port of the test's own: tests in parallel must not share one.
         oauth = MCPOAuth(callback_port=free_port(), **auth)  # type: ignore[arg-type]
-        return MCPServer.http(f"{self.base}/mcp", name=name, auth=oauth)
+        return MCPServer.http(self.url, name=name, auth=oauth)
 
     async def counts(self) -> dict[str, int]:
         async with httpx2.AsyncClient() as http:
@@ -252,6 +254,20 @@ async def test_the_login_command_opens_the_browser_and_runs_use_its_tokens(
         in errors
     )
     assert await oauth_server.counts() == {"registrations": 2, "authorizations": 1, "refreshes": 0}
+
+
+async def test_oauth_over_the_legacy_sse_transport() -> None:
+    sse = OAuthServer(sse=True)
+    try:
+        server = sse.declare("old")
+        assert server.transport == "sse"
+        with pytest.raises(MCPConnectError, match=r"run `agentloop mcp login old`$"):
+            await whoami(server)
+        await login_in_browser(server)
+        assert await whoami(server) == "signed in"
+        assert await sse.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 0}
+    finally:
+        sse.stop()
 
 
 async def test_the_token_file_is_created_private_and_a_garbled_one_is_replaced(
