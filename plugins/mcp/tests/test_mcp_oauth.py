@@ -256,6 +256,35 @@ async def test_the_login_command_opens_the_browser_and_runs_use_its_tokens(
     assert await oauth_server.counts() == {"registrations": 2, "authorizations": 1, "refreshes": 0}
 
 
+async def test_a_client_registered_beforehand_logs_in_with_its_id_and_secret(
+    oauth_server: OAuthServer,
+) -> None:
+    port = free_port()
+    async with httpx2.AsyncClient() as http:
+        registered = await http.post(
+            f"{oauth_server.base}/register",
+            json={
+                "redirect_uris": [f"http://127.0.0.1:{port}/callback"],
+                "token_endpoint_auth_method": "client_secret_post",
+                "grant_types": ["authorization_code", "refresh_token"],
+            },
+        )
+    client = registered.json()
+    server = MCPServer.http(
+        oauth_server.url,
+        name="mine",
+        auth=MCPOAuth(
+            client_id=client["client_id"],
+            client_secret=client["client_secret"],
+            callback_port=port,
+        ),
+    )
+    await login_in_browser(server)
+    assert await whoami(server) == "signed in"
+    assert "client_info" not in json.loads(token_path(server).read_text())
+    assert await oauth_server.counts() == {"registrations": 1, "authorizations": 1, "refreshes": 0}
+
+
 async def test_oauth_over_the_legacy_sse_transport() -> None:
     sse = OAuthServer(sse=True)
     try:
