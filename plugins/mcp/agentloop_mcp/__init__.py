@@ -17,6 +17,7 @@ if typing.TYPE_CHECKING:
     from .capabilities import ElicitationHandler as ElicitationHandler
     from .capabilities import terminal_elicitation as terminal_elicitation
     from .config import MCPConfigError as MCPConfigError
+    from .config import MCPOAuth as MCPOAuth
     from .config import MCPServer as MCPServer
     from .config import load_config as load_config
     from .config import parse_config as parse_config
@@ -27,6 +28,7 @@ if typing.TYPE_CHECKING:
     from .source import MCPProblem as MCPProblem
     from .source import MCPToolSource as MCPToolSource
     from .tools import MCPTool as MCPTool
+    from .transport import MCPAuthError as MCPAuthError
 
 __version__ = "0.1.0"
 
@@ -34,8 +36,10 @@ __version__ = "0.1.0"
 _MODULES = {
     "BackgroundToolSource": "background",
     "ElicitationHandler": "capabilities",
+    "MCPAuthError": "transport",
     "MCPConfigError": "config",
     "MCPConnectError": "connection",
+    "MCPOAuth": "config",
     "MCPProblem": "source",
     "MCPRequestError": "connection",
     "MCPSampling": "sampling",

@@ -5,6 +5,8 @@
     agentloop mcp read SERVER URI             one resource's contents
     agentloop mcp prompts SERVER              the prompts it lists, with their arguments
     agentloop mcp prompt SERVER NAME [K=V..]  one prompt, filled in
+    agentloop mcp login SERVER                log in with OAuth (opens the browser)
+    agentloop mcp logout SERVER               forget its OAuth tokens
 
 The server comes from `--mcp-config FILE` (or `AGENTLOOP_MCP_CONFIG`); only that server
 is started, and it stops when the command ends. Its arguments are added by
@@ -21,7 +23,7 @@ import anyio
 import mcp.types as mcp_types
 from agentloop import ConfigurationError
 
-from .config import load_config
+from .config import MCPServer, load_config
 from .source import MCPToolSource
 
 __all__ = ("mcp_command",)
@@ -43,6 +45,8 @@ def mcp_command(args: argparse.Namespace) -> int:
     if args.action in ("read", "prompt") and not args.item:
         what = "a resource URI" if args.action == "read" else "a prompt name"
         raise ConfigurationError(f"agentloop mcp {args.action} needs {what}")
+    if args.action in ("login", "logout"):
+        return _account(servers[args.server], args.action)
     lines = anyio.run(_answer, servers[args.server], args)
     print("\n".join(lines))
     return 0
@@ -62,6 +66,23 @@ async def _answer(server: Any, args: argparse.Namespace) -> list[str]:
             return [_prompt(p) for p in await source.list_prompts(name)] or ["(none)"]
         filled = await source.get_prompt(name, args.item, _pairs(args.arguments))
         return [f"{m.role}: {_text(m.content)}" for m in filled.messages]
+
+
+def _account(server: MCPServer, action: str) -> int:
+    """`login` or `logout`: the OAuth tokens of `server` (see `agentloop_mcp.auth`)."""
+    from .auth import login, logout, token_path
+
+    if server.auth is None:
+        raise ConfigurationError(
+            f'MCP server {server.name!r} does not use OAuth: add "auth": "oauth" to its entry'
+        )
+    if action == "logout":
+        forgot = logout(server)
+        print(f"{'Forgot' if forgot else 'There were no'} OAuth tokens for {server.name!r}")
+        return 0
+    anyio.run(login, server)
+    print(f"Logged in to {server.name!r}; tokens kept in {token_path(server)}")
+    return 0
 
 
 def _pairs(words: list[str]) -> dict[str, str]:

@@ -22,7 +22,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSI
 
 from .content import DEFAULT_MAX_RESULT_CHARS
 
-__all__ = ("MCPConfigError", "MCPServer", "load_config", "parse_config")
+__all__ = ("MCPConfigError", "MCPOAuth", "MCPServer", "load_config", "parse_config")
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _PROMPTED = re.compile(r"\$\{input:[^}]*\}")
@@ -31,6 +31,41 @@ _PROMPTED = re.compile(r"\$\{input:[^}]*\}")
 
 class MCPConfigError(ConfigurationError):
     """An MCP server declaration or config file that cannot be used; the message says why."""
+
+
+DEFAULT_CALLBACK_PORT = 33418
+"""The port of the local page the browser is sent back to after an OAuth login."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCPOAuth:
+    """How to log in to an HTTP server that wants OAuth (see `agentloop_mcp.auth`).
+
+    With the defaults, the server's authorization server is discovered from its metadata
+    and agentloop registers itself as a client there (dynamic client registration).
+    """
+
+    client_id: str | None = None
+    """A client registered beforehand with the authorization server; None registers one."""
+    client_secret: str | None = None
+    """That client's secret, when it has one."""
+    scopes: tuple[str, ...] = ()
+    """Scopes to ask for; the server's advertised ones when empty."""
+    callback_port: int = DEFAULT_CALLBACK_PORT
+    """The port on 127.0.0.1 where the browser is sent back with the authorization code."""
+    client_name: str = "agentloop"
+    """The name the authorization server shows on its consent page."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.callback_port < 65536:
+            raise MCPConfigError(f"callback_port must be a TCP port, got {self.callback_port!r}")
+        if self.client_secret is not None and self.client_id is None:
+            raise MCPConfigError("client_secret needs the client_id it belongs to")
+
+    @property
+    def redirect_uri(self) -> str:
+        """Where the authorization server sends the browser back to."""
+        return f"http://127.0.0.1:{self.callback_port}/callback"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +146,9 @@ class MCPServer:
     resources_tool: bool = False
     """Offer the model a tool `<prefix or name>_read_resource` that reads this server's
     resources by URI (its description lists them)."""
+    auth: MCPOAuth | None = None
+    """Log in with OAuth (http, sse): tokens come from `agentloop mcp login` and are kept
+    on disk (see `agentloop_mcp.auth`); None sends only `headers`."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -127,6 +165,8 @@ class MCPServer:
                 )
         else:
             raise MCPConfigError(f"{where}: transport must be 'stdio', 'http' or 'sse'")
+        if self.auth is not None and self.transport == "stdio":
+            raise MCPConfigError(f"{where}: OAuth (auth) is for servers reached over HTTP")
         if self.prefix is not None and not _safe_name(self.prefix, ""):
             raise MCPConfigError(f"{where}: prefix {self.prefix!r} has no usable character")
         if self.idle_timeout is not None and not self.idle_timeout > 0:
@@ -278,8 +318,9 @@ def load_config(path: str | os.PathLike[str]) -> list[MCPServer]:
     options of `MCPServer` are understood too: `prefix`, `timeout`, `connect_timeout`,
     `protocol`, `include`, `exclude`, `instructions`, `max_result_chars`, `roots`,
     `progress`, `idle_timeout`, `elicitation`, `sampling`, `sampling_model`,
-    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`, `require_approval`;
-    `disabled: true`
+    `sampling_max_requests`, `sampling_max_tokens`, `resources_tool`, `require_approval`,
+    and `auth` (`"oauth"`, or an object with `client_id`, `client_secret`, `scopes`,
+    `callback_port`, `client_name`: see `MCPOAuth`); `disabled: true`
     leaves an entry out, and other keys are ignored (they belong to other clients).
     `${VAR}` and `${VAR:-default}` in strings are replaced with environment variables, so
     secrets need not be written in the file.
@@ -373,6 +414,8 @@ def _parse_entry(name: str, entry: Any, where: str) -> MCPServer | None:
     if kind not in (None, "stdio") and not has_url:
         raise MCPConfigError(f"{where}: type {kind!r} needs a 'url'")
     options = _options(entry, where)
+    if entry.get("auth") is not None:
+        options["auth"] = _oauth(entry["auth"], f"{where}.auth")
     try:
         if has_command:
             return MCPServer.stdio(
@@ -424,6 +467,41 @@ def _options(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
             value = _expand(value, f"{where}.{key}")
         options[key] = value
     return options
+
+
+def _oauth(value: Any, where: str) -> MCPOAuth:
+    """`"auth": "oauth"`, or an object of `MCPOAuth` fields."""
+    if value == "oauth":
+        return MCPOAuth()
+    if not isinstance(value, Mapping):
+        raise MCPConfigError(f'{where}: expected "oauth" or an object (client_id, scopes, ...)')
+    unknown = sorted(
+        set(value)
+        - {"type", "client_id", "client_secret", "scopes", "callback_port", "client_name"}
+    )
+    if unknown or value.get("type", "oauth") != "oauth":
+        what = f"unknown key {unknown[0]!r}" if unknown else "type must be 'oauth'"
+        raise MCPConfigError(f"{where}: {what}")
+    scopes = value.get("scopes", [])
+    if isinstance(scopes, str):
+        scopes = scopes.split()
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise MCPConfigError(f"{where}.scopes: expected a list of strings")
+    port = value.get("callback_port", DEFAULT_CALLBACK_PORT)
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise MCPConfigError(f"{where}.callback_port: expected a port number")
+    try:
+        return MCPOAuth(
+            client_id=_optional_string(value, "client_id", where),
+            client_secret=_optional_string(value, "client_secret", where),
+            scopes=tuple(_expand(s, f"{where}.scopes") for s in scopes),
+            callback_port=port,
+            client_name=_optional_string(value, "client_name", where) or "agentloop",
+        )
+    except MCPConfigError as exc:
+        if str(exc).startswith(where):
+            raise
+        raise MCPConfigError(f"{where}: {exc}") from exc
 
 
 def _string(entry: Mapping[str, Any], key: str, where: str) -> str:

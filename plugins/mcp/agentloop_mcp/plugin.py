@@ -37,8 +37,9 @@ __all__ = (
 CONFIG_ENV_VAR = "AGENTLOOP_MCP_CONFIG"
 """Path of the `mcpServers` config file whose servers' tools the plugin registers."""
 
-ACTIONS = ("resources", "templates", "read", "prompts", "prompt")
-"""What `agentloop mcp` shows: a server's resources, one of them, its prompts, one of them."""
+ACTIONS = ("resources", "templates", "read", "prompts", "prompt", "login", "logout")
+"""What `agentloop mcp` does: show a server's resources, one of them, its prompts, one of
+them; log in to a server that wants OAuth, or forget its tokens."""
 
 _cli: dict[str, Any] = {}
 """What the command line chose: `config` (the `--mcp-config` file, which wins over the
@@ -50,7 +51,9 @@ _warned: set[str] = set()
 def agentloop_register_commands(register: Callable[..., argparse.ArgumentParser]) -> None:
     """Add `agentloop mcp`: a configured server's resources and prompts."""
     parser = register(
-        "mcp", help="list and read an MCP server's resources and prompts", handler=_mcp_command
+        "mcp",
+        help="list and read an MCP server's resources and prompts; log in with OAuth",
+        handler=_mcp_command,
     )
     parser.add_argument("action", choices=ACTIONS, help="what to show")
     parser.add_argument("server", help="the server's name in the config file")

@@ -33,6 +33,7 @@ from .config import MCPServer
 
 __all__ = (
     "NOT_DELIVERED",
+    "MCPAuthError",
     "MCPConnectError",
     "MCPRequestError",
     "connection_lost",
@@ -67,6 +68,10 @@ class MCPRequestError(AgentloopError):
     """A request to a server other than a tool call (resources, prompts) failed."""
 
 
+class MCPAuthError(AgentloopError):
+    """An OAuth login is needed, or failed (see `agentloop_mcp.auth`): says what to do."""
+
+
 class MCPConnectError(AgentloopError):
     """An MCP server could not be started or reached when the tool source opened."""
 
@@ -97,16 +102,29 @@ async def transport(
         async with stdio_client(params, errlog=_errlog()) as (read, write):
             yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
     elif server.transport == "sse":
-        async with sse_client(str(server.url), headers=dict(server.headers)) as (read, write):
+        async with sse_client(
+            str(server.url), headers=dict(server.headers), auth=_auth(server)
+        ) as (read, write):
             yield _WatchedStream(read, lost, garbage, server.name), write
     else:
         async with (
             _HTTPClient(
-                headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=dict(server.headers),
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                auth=_auth(server),
             ) as http,
             streamable_http_client(str(server.url), http_client=http) as (read, write),
         ):
             yield _WatchedStream(read, lost, garbage, server.name), write  # type: ignore[misc]
+
+
+def _auth(server: MCPServer) -> httpx2.Auth | None:
+    """The OAuth provider of a server with `auth`, reading its stored tokens."""
+    if server.auth is None:
+        return None
+    from .auth import oauth_provider  # the OAuth machinery only for servers that use it
+
+    return oauth_provider(server)
 
 
 def garbled(garbage: list[str]) -> str | None:
@@ -320,5 +338,7 @@ def describe(exc: BaseException) -> str:
         return describe(inner[0])
     if isinstance(exc, MCPError):
         return exc.error.message
+    if isinstance(exc, MCPAuthError):
+        return str(exc)  # written to be read as it is
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
