@@ -20,7 +20,7 @@ from typing_extensions import TypeVar
 
 from .effects import DIRECT, Effects
 from .limits import Meter
-from .progress import report_event
+from .progress import emit_event
 from .result import Usage
 
 if TYPE_CHECKING:
@@ -120,8 +120,8 @@ class RunContext(Generic[DepsT]):
         tool's content for the user only (`ToolUserContent`), a log message of the
         service it calls (`ToolLog`). Await it on the run's event loop. In a context
         without `events` (made by hand, or in a durable run), the event goes where this
-        task's progress reports go, if anywhere (`agentloop.progress.report_event`): a
-        durable run's step publishes it with the call.
+        task's events go, if anywhere (`agentloop.progress.emit_event`): a durable run's
+        step publishes it with the call.
 
         Args:
             event: The event, naming this call (`round`, `tool_use_id`, `tool_name`).
@@ -129,7 +129,7 @@ class RunContext(Generic[DepsT]):
         if self.events is not None:
             await self.events(event)
         else:
-            report_event(event)
+            await emit_event(event)
 
     @property
     def usage(self) -> Usage:
