@@ -4,8 +4,10 @@
 and returns the AG-UI events (protocol 1.0, wire-form dicts) that show them: text and
 reasoning messages, each tool call with its own id (parallel calls interleave), results,
 state snapshots with the usage and cost so far and the typed output as it grows, and
-`RUN_FINISHED` with an interrupt per call waiting for approval. `agentloop.ui.endpoints`
-serves it over HTTP; a service with its own server calls it directly.
+`RUN_FINISHED` with an interrupt per call waiting for approval; progress, a tool's
+content for the user, a tool's log and a request's retry are `CUSTOM` events.
+`agentloop.ui.endpoints` serves it over HTTP; a service with its own server calls it
+directly.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from agentloop.events import (
     ModelStreamEvent,
     OutputReady,
     PartialOutput,
+    RequestRetry,
     ResponseReplaced,
     RoundFinished,
     RunFinished,
@@ -33,8 +36,10 @@ from agentloop.events import (
     ToolCallReady,
     ToolCallStarted,
     ToolInputDelta,
+    ToolLog,
     ToolProgress,
     ToolResultEvent,
+    ToolUserContent,
 )
 from agentloop.messages import ToolUseBlock
 from agentloop.pricing import add_costs, cost_of
@@ -145,8 +150,8 @@ class AGUIEvents:
             for block in event.response.content:
                 if isinstance(block, ToolUseBlock):
                     out += self._call(event.round, block.id, block.name, block.input)
-        elif isinstance(event, ToolProgress):
-            out.append(_custom("tool_progress", to_jsonable_python(event)))
+        elif isinstance(event, ToolProgress | ToolUserContent | ToolLog | RequestRetry):
+            out.append(_custom(_CUSTOM[type(event)], to_jsonable_python(event)))
         elif isinstance(event, ToolResultEvent):
             out += self._close_tool(event.tool_use_id)
             out.append(
@@ -344,6 +349,15 @@ def _approval_json(event: ApprovalRequested) -> dict[str, Any]:
         "input": to_jsonable_python(event.input, fallback=str),
         "reason": event.reason,
     }
+
+
+_CUSTOM = {
+    ToolProgress: "tool_progress",
+    ToolUserContent: "tool_user_content",
+    ToolLog: "tool_log",
+    RequestRetry: "request_retry",
+}
+"""The events shown as `CUSTOM` ones named `agentloop.<name>`, their fields the value."""
 
 
 def _custom(name: str, value: Any) -> _AGUIEvent:

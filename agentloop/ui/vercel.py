@@ -4,7 +4,9 @@
 chunks (`text-start`, `tool-input-delta`, `tool-approval-request`, `finish`, ...) of the
 UI message stream protocol (`x-vercel-ai-ui-message-stream: v1`) that `useChat` from the
 `ai` package reads. A round is a step; usage and cost ride in the message metadata; the
-typed output is a `data-output` part, replaced as it grows. `agentloop.ui.endpoints`
+typed output is a `data-output` part, replaced as it grows; a tool's content for the user
+is a `data-tool-user-content` part, a tool's log and a request's retry transient data
+parts (`data-tool-log`, `data-request-retry`). `agentloop.ui.endpoints`
 serves it; a service with its own server calls it directly.
 """
 
@@ -22,6 +24,7 @@ from agentloop.events import (
     ModelStreamEvent,
     OutputReady,
     PartialOutput,
+    RequestRetry,
     RequestStarted,
     ResponseReplaced,
     RoundFinished,
@@ -31,7 +34,9 @@ from agentloop.events import (
     ToolCallReady,
     ToolCallStarted,
     ToolInputDelta,
+    ToolLog,
     ToolResultEvent,
+    ToolUserContent,
 )
 from agentloop.messages import ToolUseBlock
 from agentloop.pricing import add_costs, cost_of
@@ -167,6 +172,13 @@ class UIMessageChunks:
         elif isinstance(event, PartialOutput | OutputReady):
             data = to_jsonable_python(event.output, fallback=str)
             out.append({"type": "data-output", "id": "output", "data": data})
+        elif isinstance(event, ToolUserContent):
+            data = to_jsonable_python(event)
+            out.append({"type": "data-tool-user-content", "id": event.tool_use_id, "data": data})
+        elif isinstance(event, ToolLog | RequestRetry):
+            # A notice of the moment, not part of the message kept in the chat.
+            kind = "data-tool-log" if isinstance(event, ToolLog) else "data-request-retry"
+            out.append({"type": kind, "data": to_jsonable_python(event), "transient": True})
         elif isinstance(event, RunFinished):
             out += self.finish(event.result)
         return out

@@ -12,8 +12,10 @@ import httpx2
 from _ui import served
 from pydantic import BaseModel
 
-from agentloop import Agent
-from agentloop.testing import MessagesServer, ScriptedProvider, reply
+from agentloop import Agent, RunContext, tool
+from agentloop.events import ToolLog, ToolUserContent
+from agentloop.messages import TextBlock
+from agentloop.testing import Fault, MessagesServer, ScriptedProvider, reply, tool_call
 from agentloop.ui import UIMessageChunks, VercelAIEndpoint
 
 
@@ -82,3 +84,42 @@ async def test_thinking_is_reasoning_in_both_protocols() -> None:
     assert types.index("REASONING_END") < types.index("TEXT_MESSAGE_START")
     thought_text = "".join(e["delta"] for e in agui if e["type"] == "REASONING_MESSAGE_CONTENT")
     assert thought_text == "The user wants a greeting."
+
+
+async def test_a_tools_user_content_its_log_and_a_retry_reach_both_protocols() -> None:
+    from agentloop.ui import AGUIEvents
+
+    @tool
+    async def chart(ctx: RunContext[None]) -> str:
+        """Draw the chart."""
+        assert ctx.tool_use_id is not None and ctx.tool_name is not None
+        call = (ctx.round, ctx.tool_use_id, ctx.tool_name)
+        await ctx.emit(ToolUserContent(*call, (TextBlock(type="text", text="Chart: ▁▃▇"),)))
+        await ctx.emit(ToolLog(*call, level="warning", data="slow disk"))
+        return "drawn"
+
+    script = [
+        Fault.overloaded(retry_after=0.01),
+        reply(tool_call("chart", {}, id="toolu_chart")),
+        reply("Here it is."),
+    ]
+    chunks, events = UIMessageChunks(), AGUIEvents("t", "r")
+    vercel, agui = chunks.start(), events.start()
+    async with MessagesServer(script) as server:
+        agent = Agent(client=server.client(max_retries=1), tools=[chart])
+        async with agent.start("Chart it") as run:
+            async for event in run:
+                vercel += chunks(event)
+                agui += events(event)
+    assert run.result.text == "Here it is."
+    parts = {c["type"]: c for c in vercel if c["type"].startswith("data-")}
+    shown = parts["data-tool-user-content"]
+    assert shown["id"] == "toolu_chart"
+    assert shown["data"]["content"] == [{"type": "text", "text": "Chart: ▁▃▇"}]
+    assert parts["data-tool-log"]["data"]["data"] == "slow disk"
+    assert parts["data-tool-log"]["transient"] is True
+    assert parts["data-request-retry"]["data"]["reason"] == "529 overloaded"
+    custom = {e["name"]: e["value"] for e in agui if e["type"] == "CUSTOM"}
+    assert custom["agentloop.tool_user_content"]["content"][0]["text"] == "Chart: ▁▃▇"
+    assert custom["agentloop.tool_log"]["level"] == "warning"
+    assert custom["agentloop.request_retry"]["attempt"] == 1
