@@ -261,8 +261,6 @@ class Writer:
         Its attempt is the workflow's: how many times it was executed (recovered) so far.
         """
         if self._attempt is None:
-            workflow_id = DBOS.workflow_id
-            assert workflow_id is not None  # called in a step
             status = await status_row()
             self._attempt = (status.recovery_attempts if status is not None else None) or 1
         return StepPublisher(self, round_, step, self._attempt)
