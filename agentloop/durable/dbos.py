@@ -16,7 +16,8 @@ parallel calls keep their numbers on every replay.
 `DurableAgent.cancel` asks the run to stop rather than cancelling its workflow: DBOS
 refuses to record a step that ends after its workflow was cancelled, so a call under way
 would do its work and still be answered as cancelled. The steps look at the request
-themselves (a workflow attribute) and record where the run stopped; the workflow then
+themselves (a workflow attribute: the model step before its request, the calls of a turn
+once for them all) and record where the run stopped; the workflow then
 ends with `stop_reason="cancelled"` as its recorded result.
 """
 
@@ -47,6 +48,7 @@ from agentloop.durable.dbos_workflow import (
     Replay,
     Steps,
     Stop,
+    StopCheck,
     Writer,
     no_workflow_id,
     results_topic,
@@ -184,8 +186,10 @@ class DurableAgent(Generic[OutputT]):
             writer: Writer | None,
             call: ToolCall,
             unknown: bool,
+            check: StopCheck,
         ) -> dict[str, Any]:
-            stopped = await stop_requested()  # then the run stops before its next request
+            # The calls of a turn share one read; stopped, the run ends before its next request.
+            stopped = await check.stopped()
             if unknown and not stopped:
                 # The response calling it was recorded by a process whose agent had the
                 # tool: the agent changed between a crash and this recovery.

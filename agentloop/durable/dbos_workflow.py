@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn, Protocol
 
 import anyio
-from dbos import DBOS
+from dbos import DBOS, WorkflowStatus
 
 from agentloop.agent import Agent
 from agentloop.calls import ToolCall, ToolDefinition, ToolResult
@@ -59,6 +59,7 @@ class DurableAgent(Protocol):
         writer: Writer | None,
         call: ToolCall,
         unknown: bool,
+        check: StopCheck,
     ) -> Awaitable[dict[str, Any]]: ...
 
     def _output_type(self, output_type: Any) -> Any: ...
@@ -86,12 +87,47 @@ def waiting_event(run_id: str) -> str:
     return f"agentloop.waiting:{run_id}"
 
 
-async def stop_requested() -> bool:
-    """Whether `DurableAgent.cancel` asked the run of this step's workflow to stop."""
+async def status_row() -> WorkflowStatus | None:
+    """The status of this step's workflow, without its input or output.
+
+    `DBOS.get_workflow_status` also loads and unpickles the workflow's input (the history
+    the run started with) and output: a step reads neither.
+    """
     workflow_id = DBOS.workflow_id
     assert workflow_id is not None  # called in a step
-    status = await DBOS.get_workflow_status_async(workflow_id)
+    found = await DBOS.list_workflows_async(
+        workflow_ids=[workflow_id], load_input=False, load_output=False
+    )
+    return found[0] if found else None
+
+
+async def stop_requested() -> bool:
+    """Whether `DurableAgent.cancel` asked the run of this step's workflow to stop."""
+    status = await status_row()
     return status is not None and bool((status.attributes or {}).get(STOP_ATTRIBUTE))
+
+
+class StopCheck:
+    """One `stop_requested` read, shared by the steps that ask for it before it starts.
+
+    The calls of a turn are dispatched one after the other before any of their steps
+    runs, so they all join one check, which reads after the last of them was dispatched:
+    it sees every request to stop that a read of each call's own would see.
+    """
+
+    def __init__(self) -> None:
+        self.started = False
+        """Whether a step asked for the answer: a call dispatched later needs a new check."""
+        self._lock = anyio.Lock()
+        self._stopped: bool | None = None
+
+    async def stopped(self) -> bool:
+        """Whether the run was asked to stop, read once for every step of this check."""
+        self.started = True
+        async with self._lock:
+            if self._stopped is None:  # a read that failed is made again by the next step
+                self._stopped = await stop_requested()
+            return self._stopped
 
 
 class Stop:
@@ -149,6 +185,8 @@ class Steps:
         """The tools offered with the latest request."""
         self.recorded = False
         """Whether the latest response is a recorded one (this run is being recovered)."""
+        self.check: StopCheck | None = None
+        """The check for a stop the calls dispatched since its start share."""
 
     async def model(
         self,
@@ -180,8 +218,10 @@ class Steps:
             and call.name not in self.offered
             and call.name not in self.durable.agent.registry
         )
+        if self.check is None or self.check.started:
+            self.check = StopCheck()
         # Calling the step takes its number at once, in the order the calls arrive.
-        step = self.durable._tool_step(run, round_, self.writer, call, unknown)
+        step = self.durable._tool_step(run, round_, self.writer, call, unknown, self.check)
         return ToolResult.from_json(await step)
 
 
@@ -221,9 +261,7 @@ class Writer:
         Its attempt is the workflow's: how many times it was executed (recovered) so far.
         """
         if self._attempt is None:
-            workflow_id = DBOS.workflow_id
-            assert workflow_id is not None  # called in a step
-            status = await DBOS.get_workflow_status_async(workflow_id)
+            status = await status_row()
             self._attempt = (status.recovery_attempts if status is not None else None) or 1
         return StepPublisher(self, round_, step, self._attempt)
 
