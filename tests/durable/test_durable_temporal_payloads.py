@@ -61,6 +61,37 @@ async def test_each_model_activity_gets_what_is_new_and_the_run_ends_as_a_plain_
     assert max(sizes[1:]) < 8_000 < len(json.dumps(plain.messages)) // 10
 
 
+async def test_a_continued_workflow_run_builds_its_first_request_on_the_carried_messages(
+    temporal_address: str,
+) -> None:
+    rounds = 16
+    plain = await agent(rounds).run("Read every page.")
+    client = await Client.connect(temporal_address)
+    durable = TemporalAgent(agent(rounds), name="pages", max_history_bytes=60_000)
+    queue, run_id = f"q-{uuid.uuid4().hex}", f"run-{uuid.uuid4().hex}"
+    async with durable.worker(client, task_queue=queue):
+        result = await durable.run(client, "Read every page.", run_id=run_id, task_queue=queue)
+    assert (result.messages, result.usage, result.text) == (plain.messages, plain.usage, plain.text)
+    firsts = []  # the input of each workflow run's first model activity, from the last run
+    run: str | None = (await client.get_workflow_handle(run_id).describe()).run_id
+    while run:
+        events = [
+            e async for e in client.get_workflow_handle(run_id, run_id=run).fetch_history_events()
+        ]
+        scheduled = [
+            e.activity_task_scheduled_event_attributes
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+        firsts.append(
+            next(s.input.ByteSize() for s in scheduled if s.activity_id.startswith("model:"))
+        )
+        run = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+    # Continued runs carry 30 kB or more of messages; their first requests send what is new.
+    assert len(firsts) > 2
+    assert max(firsts) < 8_000
+
+
 async def test_a_workflow_recorded_with_whole_requests_replays() -> None:
     history = WorkflowHistory.from_json("recorded-before-deltas", RECORDED.read_text())
     durable = TemporalAgent(agent(3), name="pages")

@@ -2,11 +2,13 @@
 
 Temporal records every activity's input, so sending each request whole (the conversation
 so far) would make a workflow run's history grow with the square of its rounds. The
-workflow (`TemporalEffects.model`) sends the first request of a workflow run whole, and
-each later one as a `delta`: how many messages it shares with the request before it, and
-the messages after those. The activity (`send_request`) rebuilds the request from its
-workflow run's own record, the inputs of the model activities scheduled before it, read
-from Temporal: any worker can, and no worker keeps anything between activities.
+workflow (`TemporalEffects.model`) sends each request as a `delta`: how many messages it
+shares with the request before it (for a workflow run's first, with the messages the run
+carried in when it continued as new), and the messages after those; only the first
+request of a workflow's first run goes whole. The activity (`send_request`) rebuilds the
+request from its workflow run's own record, the run's input and the inputs of the model
+activities scheduled before it, read from Temporal: any worker can, and no worker keeps
+anything between activities.
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ from temporalio import activity
 
 from agentloop.errors import HistoryError
 
-__all__ = ("SentRequest", "full_request", "request_input")
+__all__ = ("CARRIED", "SentRequest", "carried_request", "full_request", "request_input")
 
 SentRequest = tuple[str, list[Any]]
 """The activity id of a workflow run's last model request and that request's messages."""
+
+CARRIED = "carried"
+"""What a workflow run's first request builds on: the messages its input carried."""
+
+
+def carried_request(data: dict[str, Any]) -> SentRequest | None:
+    """What the first request of the workflow run whose input is `data` builds on, if any."""
+    carry = data.get("carry")
+    return None if carry is None else (CARRIED, carry["messages"])
 
 
 def request_input(request: dict[str, Any], before: SentRequest | None) -> dict[str, Any]:
@@ -68,8 +79,9 @@ async def full_request(data: dict[str, Any]) -> dict[str, Any]:
 async def _messages_sent(until: str) -> list[Any]:
     """The messages of the model request `until` of this activity's workflow run.
 
-    Rebuilt from the inputs of the run's model activities as Temporal recorded them, in
-    the order they were scheduled: each delta builds on the request just before it.
+    Rebuilt from the run's input (the messages it carried in) and the inputs of its model
+    activities as Temporal recorded them, in the order they were scheduled: each delta
+    builds on the request just before it.
     """
     info = activity.info()
     client = activity.client()
@@ -77,6 +89,15 @@ async def _messages_sent(until: str) -> list[Any]:
     messages: list[Any] | None = None
     last: str | None = None
     async for event in handle.fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
+            started = event.workflow_execution_started_event_attributes
+            [data] = await client.data_converter.decode(started.input.payloads)
+            carried = carried_request(data)
+            if carried is not None:
+                last, messages = carried
+                if last == until:
+                    return messages
+            continue
         if not event.HasField("activity_task_scheduled_event_attributes"):
             continue
         scheduled = event.activity_task_scheduled_event_attributes

@@ -29,7 +29,7 @@ from agentloop.calls import ToolCall, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher
 from agentloop.durable.temporal.carry import carried_calls, carried_result, restored_calls
-from agentloop.durable.temporal.requests import SentRequest, request_input
+from agentloop.durable.temporal.requests import SentRequest, carried_request, request_input
 from agentloop.durable.temporal.results import ERROR_FIELDS, error_of
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError
@@ -91,15 +91,20 @@ async def run_workflow(
     if data.get("stream"):
         emit = flow.publisher(output_type, continued="carry" in data)
     begin = _beginning(data, run_id)
+    # Each model request builds on the workflow run's last one, the first on the messages
+    # the run carried in, across the waits for answers too (see `requests`).
+    sent = carried_request(data)
     run: Run[Any] | None = None
     try:
         while True:
+            effects = durable.effects(emit)
+            effects.sent = sent
             run = durable.agent.start(
                 **begin,
                 deps=durable.deps,
                 stream=emit is not None,
                 on_event=emit,
-                effects=durable.effects(emit),
+                effects=effects,
                 run_id=run_id,
             )
             try:
@@ -113,6 +118,7 @@ async def run_workflow(
                     | {"stream": data.get("stream", False), "stream_state": stream}
                 )
             result = run.result
+            sent = effects.sent
             wait = data.get("wait_for_external")
             if result.state is None or not wait:
                 return _returned(result, output_type)
