@@ -40,10 +40,11 @@ def request_input(request: dict[str, Any], before: SentRequest | None) -> dict[s
 
     Args:
         request: The request to send.
-        before: The workflow run's previous model request, if it sent one.
+        before: The workflow run's previous model request, or the messages it carried
+            in (`carried_request`); None for the first request of a workflow.
 
     Returns:
-        `{"request": request}` for the first request of a workflow run, else `{"delta":
+        `{"request": request}` when nothing is before it, else `{"delta":
         {"after": activity id, "keep": shared messages, "request": with the rest}}`.
         Only the messages are cut: a capability may change any message of a request
         (a cache marker that moves on), so what is shared is counted, not assumed.
