@@ -113,7 +113,9 @@ def main() -> None:
             "what it added to the conversation (the tool activity's result, then the next "
             "request's new messages), whatever the run's length; past "
             "`max_history_bytes` (4 MB) the run continues as a new workflow run, which "
-            "starts with the run's state.\n" + (kept and "\n" + kept)
+            "starts with the run's state. The last workflow run also records the run's "
+            "result, the conversation once more, so it may pass `max_history_bytes`.\n"
+            + (kept and "\n" + kept)
         )
 
 
