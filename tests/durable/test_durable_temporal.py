@@ -888,7 +888,7 @@ async def test_a_long_run_continues_as_new_and_ends_as_a_plain_run(
         provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50
     ).run("Read.")
     agent = Agent(provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50)
-    durable = TemporalAgent(agent, name="long", max_history_bytes=2_000_000)
+    durable = TemporalAgent(agent, name="long", max_history_bytes=600_000)
     id_ = run_id()
     async with durable.worker(client, task_queue=queue):
         result = await durable.run(client, "Read.", run_id=id_, task_queue=queue)
@@ -903,7 +903,7 @@ async def test_a_long_run_continues_as_new_and_ends_as_a_plain_run(
         run = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
     assert len(sizes) > 3
     print(sizes, sum(sizes), len(json.dumps(result.messages)))
-    assert max(sizes) < 5_000_000 < sum(sizes)
+    assert max(sizes) < 2_500_000 < sum(sizes)
 
 
 # -- streamed runs
@@ -1013,7 +1013,7 @@ async def test_a_streamed_long_run_keeps_its_reader_across_continuations(
 ) -> None:
     rounds = 30
     agent = Agent(provider=ScriptedProvider(long_script(rounds)), tools=[page], max_rounds=50)
-    durable = TemporalAgent(agent, name="long_streamed", max_history_bytes=2_000_000)
+    durable = TemporalAgent(agent, name="long_streamed", max_history_bytes=1_000_000)
     id_ = run_id()
     async with durable.worker(client, task_queue=queue):
         async with durable.run_stream(client, "Read.", run_id=id_, task_queue=queue) as stream:

@@ -29,9 +29,10 @@ from agentloop.calls import ToolCall, ToolResult, sendable
 from agentloop.capabilities.base import Chain
 from agentloop.context import RunContext, counted_apart
 from agentloop.durable.streams import StepPublisher
+from agentloop.durable.temporal.requests import full_request
 from agentloop.durable.temporal.results import ERROR_FIELDS
 from agentloop.durable.temporal.workflow import TOPIC
-from agentloop.errors import AgentloopError, ProviderError
+from agentloop.errors import AgentloopError, HistoryError, ProviderError
 from agentloop.events import ToolResultEvent
 from agentloop.progress import events_to
 from agentloop.providers import without_sdk_retries
@@ -72,11 +73,14 @@ RETRIED = (
 
 
 async def send_request(durable: ActivityOwner, data: dict[str, Any]) -> dict[str, Any]:
-    """Activity: send one request (`ModelRequest.to_dict`), return the response's JSON.
+    """Activity: send one request (`request_input`), return the response's JSON.
 
     In a streamed run, the response's events go to the workflow's stream as they come.
     """
-    request = ModelRequest.from_dict(data["request"])
+    try:
+        request = ModelRequest.from_dict(await full_request(data))
+    except HistoryError as exc:
+        raise _run_ended(exc) from exc
     context = _context(durable, data)
     capabilities = Chain(durable.agent.config.capabilities, context)
 

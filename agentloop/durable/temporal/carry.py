@@ -1,10 +1,11 @@
-"""The tool-call log a Temporal run carries into the workflow run it continues as.
+"""The tool-call log a Temporal run carries into the workflow run it continues as, or returns.
 
 A run that continues as new (`max_history_bytes`) hands its state to the next workflow
-run as that run's input, which must fit Temporal's payload limit (2 MB by default). The
-log's `input` and `output` of a call repeat its `tool_use` input and its `tool_result`
-content, already in the carried messages: a call's entry leaves out what the messages
-give back exactly, so the carried state is about the size of the conversation, not twice it.
+run as that run's input, and a run that ends returns its result as the workflow's; each
+must fit Temporal's payload limit (2 MB by default). The log's `input` and `output` of a
+call repeat its `tool_use` input and its `tool_result` content, already in the messages
+beside it: a call's entry leaves out what the messages give back exactly, so the carried
+state and the result are about the size of the conversation, not twice it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from agentloop.result import ToolCallRecord
 
-__all__ = ("carried_calls", "restored_calls")
+__all__ = ("carried_calls", "carried_result", "restored_calls", "restored_result")
 
 _FROM_MESSAGES = {"from_messages": True}
 """Stands for a value the carried messages hold (a call's input or output)."""
@@ -80,3 +81,15 @@ def restored_calls(
             values["output"] = outputs[values["tool_use_id"]]
         restored.append(ToolCallRecord(**values))
     return restored
+
+
+def carried_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's result (`result_to_json`) with its log's entries as `carried_calls` writes them."""
+    calls = [ToolCallRecord(**record) for record in result["tool_calls"]]
+    return result | {"tool_calls": carried_calls(result["messages"], calls)}
+
+
+def restored_result(result: dict[str, Any]) -> dict[str, Any]:
+    """The result `carried_result` carried, whole again (one carried whole stays as it is)."""
+    calls = restored_calls(result["messages"], result["tool_calls"])
+    return result | {"tool_calls": [asdict(call) for call in calls]}

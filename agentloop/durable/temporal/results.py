@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop import errors
 from agentloop.durable.records import result_from_json
+from agentloop.durable.temporal.carry import restored_result
 from agentloop.errors import AgentloopError
 from agentloop.result import RunResult
 
@@ -40,9 +41,11 @@ async def result_of(handle: WorkflowHandle[Any, Any], output_type: Any = str) ->
             raise
         details = cause.details[0] if cause.details else {}
         partial = details.get("result") if isinstance(details, dict) else None
-        error.result = None if partial is None else result_from_json(partial, output_type)
+        error.result = (
+            None if partial is None else result_from_json(restored_result(partial), output_type)
+        )
         raise error from exc
-    return result_from_json(data, output_type)
+    return result_from_json(restored_result(data), output_type)
 
 
 def error_of(failure: ApplicationError) -> AgentloopError | None:

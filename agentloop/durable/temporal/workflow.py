@@ -28,7 +28,8 @@ from agentloop.approval import Approve, Decision, Deny
 from agentloop.calls import ToolCall, ToolResult
 from agentloop.durable.records import result_to_json
 from agentloop.durable.streams import RunPublisher
-from agentloop.durable.temporal.carry import carried_calls, restored_calls
+from agentloop.durable.temporal.carry import carried_calls, carried_result, restored_calls
+from agentloop.durable.temporal.requests import SentRequest, carried_request, request_input
 from agentloop.durable.temporal.results import ERROR_FIELDS, error_of
 from agentloop.effects import OnEvent, Send
 from agentloop.errors import AgentloopError, ProviderError
@@ -90,15 +91,20 @@ async def run_workflow(
     if data.get("stream"):
         emit = flow.publisher(output_type, continued="carry" in data)
     begin = _beginning(data, run_id)
+    # Each model request builds on the workflow run's last one, the first on the messages
+    # the run carried in, across the waits for answers too (see `requests`).
+    sent = carried_request(data)
     run: Run[Any] | None = None
     try:
         while True:
+            effects = durable.effects(emit)
+            effects.sent = sent
             run = durable.agent.start(
                 **begin,
                 deps=durable.deps,
                 stream=emit is not None,
                 on_event=emit,
-                effects=durable.effects(emit),
+                effects=effects,
                 run_id=run_id,
             )
             try:
@@ -112,9 +118,10 @@ async def run_workflow(
                     | {"stream": data.get("stream", False), "stream_state": stream}
                 )
             result = run.result
+            sent = effects.sent
             wait = data.get("wait_for_external")
             if result.state is None or not wait:
-                return result_to_json(result, output_type)
+                return _returned(result, output_type)
             state.pending = {p["id"] for p in result.pending} | {
                 a.tool_use_id for a in result.approvals
             }
@@ -126,7 +133,7 @@ async def run_workflow(
                     lambda: state.answers is not None, timeout=timedelta(seconds=wait)
                 )
             except asyncio.TimeoutError:
-                return result_to_json(result, output_type)
+                return _returned(result, output_type)
             state.pending = state.waiting = None
             assert state.answers is not None
             results, decisions = state.answers
@@ -137,9 +144,9 @@ async def run_workflow(
         # Cancelled mid-turn (its calls answered as cancelled), or while it waited for
         # answers: then it ends as it paused, its state kept for `Agent.resume`.
         cancelled = replace(run.result, stop_reason="cancelled")
-        return result_to_json(cancelled, output_type)
+        return _returned(cancelled, output_type)
     except AgentloopError as exc:
-        partial = None if exc.result is None else result_to_json(exc.result, output_type)
+        partial = None if exc.result is None else _returned(exc.result, output_type)
         fields = {name: getattr(exc, name) for name in ERROR_FIELDS if hasattr(exc, name)}
         raise ApplicationError(
             str(exc),
@@ -189,6 +196,8 @@ class TemporalEffects:
         self.publisher = publisher
         self.requests = 0
         """Model requests made through these effects (in this workflow run)."""
+        self.sent: SentRequest | None = None
+        """The last of them, which the next one's input builds on (`request_input`)."""
 
     async def model(
         self,
@@ -208,10 +217,12 @@ class TemporalEffects:
             # The activity streams to the run's stream, never to the turn: its calls start
             # after the response, as they do when the recorded response is replayed.
             streams = stream is not None and self.publisher is not None
+            whole = request.to_dict()
+            given = request_input(whole, self.sent)
+            self.sent = (f"model:{round_}", whole["messages"])
             data = await workflow.execute_activity(
                 durable.model_activity_name,
-                {"run_id": workflow.info().workflow_id, "round": round_}
-                | {"request": request.to_dict(), "stream": streams},
+                {"run_id": workflow.info().workflow_id, "round": round_, "stream": streams} | given,
                 activity_id=f"model:{round_}",
                 start_to_close_timeout=durable.model_timeout,
                 heartbeat_timeout=durable.heartbeat_timeout,
@@ -456,6 +467,11 @@ def workflow_class(durable: WorkflowOwner) -> type[AgentWorkflow]:
     return workflow.defn(name=durable.workflow_name, sandboxed=False)(
         type(name, (AgentWorkflow,), namespace)
     )
+
+
+def _returned(result: RunResult[Any], output_type: Any) -> dict[str, Any]:
+    """The workflow's result for the run's `result` (`result_of` reads it back)."""
+    return carried_result(result_to_json(result, output_type))
 
 
 def _carry(result: RunResult[Any], data: dict[str, Any]) -> dict[str, Any]:
