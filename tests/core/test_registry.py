@@ -415,14 +415,15 @@ def test_a_tool_that_must_not_be_abandoned_holds_up_a_cancelled_run(backend: str
             provider=SteppedProvider([reply(tool_call("append", {"item": "x"})), reply("no")]),
             tools=[append],
         )
-        async with agent.run_stream("go") as stream:
-            async for _ in stream:
-                if started.is_set():
-                    stream.cancel()
-                    break
+        async def cancel_once_started() -> None:
             await started.wait()
             stream.cancel()
             cancelled.set()
+
+        async with agent.run_stream("go") as stream, anyio.create_task_group() as group:
+            group.start_soon(cancel_once_started)
+            async for _ in stream:
+                pass
         return stream.result
 
     result = anyio.run(main, backend=backend)
