@@ -415,6 +415,7 @@ def test_a_tool_that_must_not_be_abandoned_holds_up_a_cancelled_run(backend: str
             provider=SteppedProvider([reply(tool_call("append", {"item": "x"})), reply("no")]),
             tools=[append],
         )
+
         async def cancel_once_started() -> None:
             await started.wait()
             stream.cancel()
