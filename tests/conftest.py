@@ -24,7 +24,7 @@ ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
 # "quick" by default (the whole of tests/core/test_contract.py well under a minute), "long"
 # for a local hunt (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
 settings.register_profile(
-    "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "quick", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
