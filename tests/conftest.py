@@ -6,6 +6,7 @@ its own for its fixtures; this one imports nothing beyond the base install.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 from collections.abc import AsyncIterator, Callable, Generator
@@ -23,7 +24,7 @@ ANTHROPIC = [pytest.param("json", id="json"), pytest.param("sse", id="sse")]
 # "quick" by default (the whole of tests/core/test_contract.py well under a minute), "long"
 # for a local hunt (`AGENTLOOP_HYPOTHESIS_PROFILE=long`, see docs/testing.md).
 settings.register_profile(
-    "quick", max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "quick", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -53,6 +54,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "both_formats: run the test's `http_agent` on the Chat Completions path too "
         "(OpenAIChatProvider over ChatCompletionsServer), besides the Messages API",
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what imports and collection made (the SDKs' types, the tests themselves) out of
+    the garbage collector's sight: every full collection, the automatic ones and a test's
+    own `gc.collect()`, would otherwise walk those objects again, for nothing to free."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

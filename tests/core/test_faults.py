@@ -153,14 +153,14 @@ async def test_several_faults_in_a_row_are_all_retried(make: Make) -> None:
 
 
 async def test_retry_after_is_honoured(make: Make) -> None:
-    # 0.3 s is well above the first backoff these agents wait (FAST) when told nothing.
+    # 0.15 s is well above the first backoff these agents wait (FAST) when told nothing.
     agent, server, _ = make(
-        [calls("a"), Fault.rate_limited(retry_after=0.3), reply("ok")], retries=2
+        [calls("a"), Fault.rate_limited(retry_after=0.15), reply("ok")], retries=2
     )
     result = await agent.run("go")
     assert result.text == "ok"
     times = server.request_times
-    assert 0.28 <= times[2] - times[1] < 3.0
+    assert 0.14 <= times[2] - times[1] < 3.0
 
 
 async def test_a_mid_stream_overload_before_any_block_is_retried(make: Make) -> None:

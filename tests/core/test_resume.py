@@ -1,7 +1,8 @@
 """Resuming a paused run from its JSON state: decisions, external results, bad answers.
 
 Every run talks to `MessagesServer` through the real SDK. A resumed run is driven by a
-fresh `Agent` (and once by a fresh process), as a service's other replica would.
+fresh `Agent`, as a service's other replica would (a fresh process resumes one such run
+in test_subagent_resume.py, together with a team's).
 """
 
 from __future__ import annotations
@@ -9,10 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,7 +45,6 @@ from agentloop.state import STATE_VERSION
 from agentloop.testing import MessagesServer, ScriptedProvider, reply, tool_call
 
 FORMATS = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
-TESTS = Path(__file__).parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -277,44 +274,6 @@ async def test_a_state_of_version_1_still_resumes(serve: Callable[..., MessagesS
     old = forged(paused.state, version=1, pending=pending, tool_calls=calls)
     final = await make_agent(server.client()).resume(old, decisions={big["id"]: Approve()})
     assert final.text == "Refunded." and ran == [("refund", {"order": "B2", "amount": 500})]
-
-
-async def test_resume_in_a_fresh_process_from_json(
-    serve: Callable[..., MessagesServer], tmp_path: Path
-) -> None:
-    big = tool_call("refund", {"order": "B2", "amount": 500})
-    theirs = tool_call("client_search", {"q": "B2"})
-    server = serve([reply(big, theirs), reply("Refunded B2.")])
-    paused = await make_agent(server.client()).run("Refund B2", external_tools=[CLIENT_TOOL])
-    saved = tmp_path / "state.json"
-    saved.write_text(json.dumps(paused.state))
-    script = f"""
-import json, anyio, anthropic
-from _approval import make_agent, ran
-from agentloop import Approve
-
-async def main():
-    client = anthropic.AsyncAnthropic(base_url={server.base_url!r}, api_key="k", max_retries=0)
-    state = json.loads(open({str(saved)!r}).read())
-    result = await make_agent(client).resume(
-        state, decisions={{{big["id"]!r}: Approve()}}, results={{{theirs["id"]!r}: "found"}}
-    )
-    print(json.dumps({{"text": result.text, "ran": ran, "run_id": result.run_id,
-                      "rounds": result.rounds, "messages": result.messages}}))
-
-anyio.run(main)
-"""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    done = await anyio.run_process([sys.executable, "-c", script], env=env, check=False)
-    assert done.returncode == 0, done.stderr.decode()
-    out = json.loads(done.stdout)
-    assert out["text"] == "Refunded B2." and out["ran"] == [
-        ["refund", {"order": "B2", "amount": 500}]
-    ]
-    assert (out["run_id"], out["rounds"]) == (paused.run_id, 2)
-    assert ran == []  # nothing ran in this process
-    lint_history(parse_history(out["messages"]))
-    assert [b["tool_use_id"] for b in sent_results(server)] == [big["id"], theirs["id"]]
 
 
 # --------------------------------------------------------------------------- bad answers

@@ -90,13 +90,13 @@ async def test_a_failure_it_does_not_retry_is_raised_at_once(
 
 async def test_retry_after_is_waited_for_and_a_longer_one_is_raised(http_agent: Any) -> None:
     agent, _ = http_agent(
-        [Fault.rate_limited(retry_after=0.2), reply("ok")],
+        [Fault.rate_limited(retry_after=0.1), reply("ok")],
         capabilities=[Retries(2, **QUICK)],
     )
     with capture_logs() as logs:
         assert (await agent.run("hi")).text == "ok"
     waits = [e["wait"] for e in logs if e["event"] == "model.retry"]
-    assert len(waits) == 1 and waits[0] >= 0.2
+    assert len(waits) == 1 and waits[0] >= 0.1
     too_long, _ = http_agent(
         [Fault.rate_limited(retry_after=30), reply("ok")],
         capabilities=[Retries(2, max_wait=5.0, **QUICK)],

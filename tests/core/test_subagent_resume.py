@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _approval import CLIENT_TOOL, forged, make_team, ran
+from _approval import CLIENT_TOOL, forged, make_agent, make_team, ran
 
 from agentloop import (
     Agent,
@@ -183,26 +183,49 @@ async def test_a_denied_call_inside_a_sub_agent_is_the_sub_models_to_act_on(
     assert ("refund", BIG) not in ran
 
 
-async def test_resume_in_a_fresh_process_from_json(serve: Serve, tmp_path: Path) -> None:
+async def test_a_run_and_a_team_resume_in_a_fresh_process_from_json(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Another replica resumes from the JSON text alone: one interpreter (the SDK's import is
+    most of its cost) resumes both a single agent's paused run and a team's."""
+    big = tool_call("refund", BIG)
+    theirs = tool_call("client_search", {"q": "B2"})
+    single = serve([reply(big, theirs), reply("Refunded B2.")])
+    single_paused = await make_agent(single.client()).run("Refund B2", external_tools=[CLIENT_TOOL])
     s = Scripts()
     parent_server, sub_server = serve(s.parent()), serve(s.sub())
-    paused = await make_team(parent_server.client(), sub_server.client()).run("Refund")
-    saved = tmp_path / "state.json"
-    saved.write_text(json.dumps(paused.state))
+    team_paused = await make_team(parent_server.client(), sub_server.client()).run("Refund")
+    assert sorted(ran, key=str) == FIRST_RAN
+    saved = {"single": tmp_path / "single.json", "team": tmp_path / "team.json"}
+    saved["single"].write_text(json.dumps(single_paused.state))
+    saved["team"].write_text(json.dumps(team_paused.state))
     script = f"""
 import json, anyio, anthropic
-from _approval import make_team, ran
+from _approval import make_agent, make_team, ran
 from agentloop import Approve
 
+def client(url):
+    return anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
+
+def load(path):
+    return json.loads(open(path).read())
+
+def outcome(result, ran):
+    return {{"text": result.text, "ran": list(ran), "run_id": result.run_id,
+            "rounds": result.rounds, "requests": result.usage.requests,
+            "messages": result.messages}}
+
 async def main():
-    clients = [
-        anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
-        for url in ({parent_server.base_url!r}, {sub_server.base_url!r})
-    ]
-    state = json.loads(open({str(saved)!r}).read())
-    result = await make_team(*clients).resume(state, decisions={{{s.big["id"]!r}: Approve()}})
-    print(json.dumps({{"text": result.text, "ran": ran, "run_id": result.run_id,
-                      "requests": result.usage.requests, "messages": result.messages}}))
+    single = await make_agent(client({single.base_url!r})).resume(
+        load({str(saved["single"])!r}),
+        decisions={{{big["id"]!r}: Approve()}}, results={{{theirs["id"]!r}: "found"}},
+    )
+    single_ran = list(ran)
+    ran.clear()
+    team = await make_team(client({parent_server.base_url!r}), client({sub_server.base_url!r})).resume(
+        load({str(saved["team"])!r}), decisions={{{s.big["id"]!r}: Approve()}}
+    )
+    print(json.dumps({{"single": outcome(single, single_ran), "team": outcome(team, ran)}}))
 
 anyio.run(main)
 """
@@ -210,10 +233,18 @@ anyio.run(main)
     done = await anyio.run_process([sys.executable, "-c", script], env=env, check=False)
     assert done.returncode == 0, done.stderr.decode()
     out = json.loads(done.stdout)
-    assert out["text"] == "All done." and out["ran"] == [["refund", BIG]]
-    assert (out["run_id"], out["requests"]) == (paused.run_id, 4)
-    assert sorted(ran, key=str) == FIRST_RAN  # and nothing more in this process
-    lint_history(parse_history(out["messages"]))
+    assert sorted(ran, key=str) == FIRST_RAN  # nothing more ran in this process
+
+    one = out["single"]
+    assert one["text"] == "Refunded B2." and one["ran"] == [["refund", BIG]]
+    assert (one["run_id"], one["rounds"]) == (single_paused.run_id, 2)
+    lint_history(parse_history(one["messages"]))
+    assert [b["tool_use_id"] for b in sent_results(single)] == [big["id"], theirs["id"]]
+
+    team = out["team"]
+    assert team["text"] == "All done." and team["ran"] == [["refund", BIG]]
+    assert (team["run_id"], team["requests"]) == (team_paused.run_id, 4)
+    lint_history(parse_history(team["messages"]))
     assert sent_results(sub_server)[1]["content"] == "refunded 500 on B2"
 
 
