@@ -41,13 +41,14 @@ from test_durable_chaos import reference
 
 from agentloop.testing import MessagesServer
 
-pytestmark = [pytest.mark.durable, pytest.mark.timeout(300)]
+RUNS = int(os.environ.get("AGENTLOOP_FLEET_RUNS", "10"))
+KILLS = max(3, RUNS // 10)
+
+pytestmark = [pytest.mark.durable, pytest.mark.timeout(150 + 15 * RUNS)]
 
 pytest.importorskip("dbos", reason="dbos is not installed (pip install 'agentloop-runner[dbos]')")
 
 CHILD = Path(__file__).parent / "_fleet_child.py"
-RUNS = int(os.environ.get("AGENTLOOP_FLEET_RUNS", "10"))
-KILLS = max(3, RUNS // 10)
 LEASE_SECONDS = 2.0
 """Short, so a dead process is taken over quickly; a live one renews every third of it."""
 
@@ -128,7 +129,7 @@ async def _play(
             return (folder / "held").exists()
 
         # The held call's effect is in the ledger, and its process waits: it dies now.
-        await until(holding, 120)
+        await until(holding, 60 + 5 * len(seeds))
         pid = int((folder / "held").read_text())
         (holder,) = [m for m in members if m.process.pid == pid]
         holder.held = True
@@ -151,7 +152,7 @@ async def _play(
                 break
             await kill(rng.choice([m for m in members if m.executor and not m.killed]))
 
-        await until(finished, 180)
+        await until(finished, 130 + 5 * len(seeds))
         (folder / "stop").touch()
         with anyio.fail_after(60):
             for member in members:
@@ -186,18 +187,28 @@ def test_a_fleet_of_three_finishes_every_run_once_whatever_process_is_killed(
     seeds = list(range(500, 500 + RUNS))
     expected = {seed: reference(seed, False, tmp_path / "reference" / str(seed)) for seed in seeds}
 
+    began = time.monotonic()
     members = anyio.run(_fleet, url, folder, seeds, random.Random(RUNS))
 
     killed = {m.executor for m in members if m.killed}
+    statuses = _statuses(url)
+    keyed = [e for e in read_lines(folder / "ledger.jsonl") if e["tool"] in KEYED]
+    taken = {dead for m in members for dead in m.takeovers}
+    report = {
+        "runs": RUNS,
+        "finished": sum(statuses[f"fleet-{seed}"][0] == "SUCCESS" for seed in seeds),
+        "effects_twice": sum(n > 1 for n in effects_by_key(keyed).values()),
+        "kills": len(killed),
+        "taken_over": len(taken),
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    print("durable fleet report:", json.dumps(report))
     assert len(killed) >= 1, "no process was killed: the test proved nothing"
     for seed in seeds:
         found: dict[str, Any] = json.loads((folder / f"result-{seed}.json").read_text())
         assert found == expected[seed], f"run {seed} differs from an uninterrupted run"
-    statuses = _statuses(url)
     assert {statuses[f"fleet-{seed}"][0] for seed in seeds} == {"SUCCESS"}
-    keyed = [e for e in read_lines(folder / "ledger.jsonl") if e["tool"] in KEYED]
     assert set(effects_by_key(keyed).values()) == {1}
-    taken = {dead for m in members for dead in m.takeovers}
     assert taken and taken <= killed, f"took over {taken - killed}, which lived"
     # The held run died in flight with its process; a live process took it over and
     # finished it, and the held call's effect (made before the kill) is there once.
