@@ -44,7 +44,7 @@ from agentloop.testing import reply, tool_call
 pytestmark = [pytest.mark.timeout(900), pytest.mark.durable, pytest.mark.slow]
 
 FLEET_CONVERSATIONS = int(os.environ.get("AGENTLOOP_FLEET_CONVERSATIONS", "20"))
-FLEET_KILLS = int(os.environ.get("AGENTLOOP_FLEET_KILLS", "2"))
+FLEET_KILLS = max(1, int(os.environ.get("AGENTLOOP_FLEET_KILLS", "2")))  # the first: a takeover
 SEED = int(os.environ.get("AGENTLOOP_FLEET_SEED", "7"))
 REPLICAS = 3
 AT_ONCE = 4
