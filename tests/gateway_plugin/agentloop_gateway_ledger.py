@@ -16,10 +16,11 @@ async def ledger(entry: str, port: int, ctx: agentloop.RunContext) -> str:
     """Write `entry` to the ledger (once per call), then wait on `port` until the test says go.
 
     The effect is recorded with the call's idempotency key and skipped when that key is
-    already there, so a call that runs again changes nothing twice.
+    already there, so a call that runs again changes nothing twice. The test is told the
+    entry and this process's id (`started ENTRY PID`): which gateway runs the call.
     """
     await anyio.to_thread.run_sync(write_once, ctx.idempotency_key, entry)
-    await rendezvous(port)
+    await rendezvous(port, f"{entry} {os.getpid()}")
     return f"wrote {entry}"
 
 

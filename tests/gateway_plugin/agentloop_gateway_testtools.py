@@ -15,10 +15,10 @@ def lookup(key: str) -> str:
     return f"value-of-{key}"
 
 
-async def rendezvous(port: int) -> str:
-    """Tell the test on `port` that the call is running, then wait until it says go."""
+async def rendezvous(port: int, who: str = "") -> str:
+    """Tell the test on `port` that the call (`who`, if given) is running; wait for go."""
     async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-        await stream.send(b"started\n")
+        await stream.send(f"started {who}".rstrip().encode() + b"\n")
         received = b""
         while not received.endswith(b"go\n"):
             received += await stream.receive()
