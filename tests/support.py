@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -237,3 +238,10 @@ def mypy_strict(files: list[Path], cwd: Path, env: dict[str, str] | None = None)
     )
     assert done.returncode in (0, 1), done.stdout + done.stderr  # 2: mypy itself failed
     return done.stdout
+
+
+def with_ctrl_c() -> None:
+    """`preexec_fn` for a child that Ctrl-C must reach, as it reaches a terminal's
+    foreground command: a shell's background job (CI started with `&`) ignores SIGINT,
+    and a child inherits that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

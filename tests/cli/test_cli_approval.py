@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import with_ctrl_c
 
 from agentloop.cli.approve import NOT_ASKED, REFUSED
 from agentloop.plugins import ENV_VAR
@@ -84,7 +85,9 @@ class Terminal:
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.fd, child = os.openpty()
-        self.process = subprocess.Popen(args, stdin=child, stdout=child, stderr=child, env=env)
+        self.process = subprocess.Popen(
+            args, stdin=child, stdout=child, stderr=child, env=env, preexec_fn=with_ctrl_c
+        )
         os.close(child)
         self.seen = b""
         self.read = 0  # where the next read_until starts looking

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from support import with_ctrl_c
 
 from agentloop.plugins import ENV_VAR
 
@@ -42,7 +43,12 @@ def imported_by(words: list[str], plugins: str | None) -> list[str]:
     if plugins is not None:
         env[ENV_VAR] = plugins
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=with_ctrl_c,
     )
     assert done.returncode == 0, done.stderr
     found: list[str] = json.loads(done.stdout)
@@ -74,7 +80,12 @@ def test_ctrl_c_while_the_command_starts_is_one_line() -> None:
     )
     env = {**os.environ, ENV_VAR: ""}
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=with_ctrl_c,
     )
     assert (done.returncode, done.stdout) == (130, "")
     assert done.stderr == "agentloop: error: interrupted\n"
