@@ -43,12 +43,7 @@ def imported_by(words: list[str], plugins: str | None) -> list[str]:
     if plugins is not None:
         env[ENV_VAR] = plugins
     done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        preexec_fn=with_ctrl_c,
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0, done.stderr
     found: list[str] = json.loads(done.stdout)
