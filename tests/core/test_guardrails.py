@@ -519,7 +519,7 @@ async def test_a_tool_guardrail_that_trips_after_replaces_the_result(
     assert withheld.is_error and withheld.output == "The result held a secret; it was withheld."
     assert looked.output == "value of a"
     sent = server.requests[1]["messages"][-1]["content"]
-    assert "1234" not in str(sent)
+    assert not any("1234" in str(block["content"]) for block in sent)  # ids are random hex
     assert sorted(seen) == [("lookup", "value of a"), ("secret", "the secret k is 1234-5678")]
     valid(result)
 
