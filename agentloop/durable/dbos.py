@@ -52,6 +52,7 @@ from agentloop.durable.dbos_workflow import (
     Writer,
     no_workflow_id,
     results_topic,
+    status_row,
     stop_requested,
     stream_key,
     waiting_event,
@@ -402,7 +403,7 @@ class DurableAgent(Generic[OutputT]):
         of a run DBOS recovered (through its queue) makes DBOS warn that the run is in
         another queue, once per attached run.
         """
-        status = await DBOS.get_workflow_status_async(run_id)
+        status = await status_row(run_id)
         if status is None:
             return None
         check_version(run_id, status)
@@ -527,8 +528,7 @@ class DurableAgent(Generic[OutputT]):
         Raises:
             ConfigurationError: there is no run `run_id`.
         """
-        status = await DBOS.get_workflow_status_async(run_id)
-        if status is None:
+        if await status_row(run_id) is None:
             raise ConfigurationError(f"there is no run {run_id!r}")
         await DBOS.update_workflow_attributes_async(run_id, {STOP_ATTRIBUTE: True}, merge=True)
         await DBOS.send_async(run_id, STOP_MESSAGE, topic=results_topic(run_id))

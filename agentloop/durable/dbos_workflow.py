@@ -87,14 +87,15 @@ def waiting_event(run_id: str) -> str:
     return f"agentloop.waiting:{run_id}"
 
 
-async def status_row() -> WorkflowStatus | None:
-    """The status of this step's workflow, without its input or output.
+async def status_row(workflow_id: str | None = None) -> WorkflowStatus | None:
+    """The status of the workflow `workflow_id` (this step's by default), or None.
 
-    `DBOS.get_workflow_status` also loads and unpickles the workflow's input (the history
-    the run started with) and output: a step reads neither.
+    Read without the workflow's input (the history the run started with) or its output,
+    which `DBOS.get_workflow_status` also loads and unpickles: a step needs neither, nor
+    does a caller asking whether a run exists.
     """
-    workflow_id = DBOS.workflow_id
-    assert workflow_id is not None  # called in a step
+    workflow_id = workflow_id or DBOS.workflow_id
+    assert workflow_id is not None  # called in a step, or given
     found = await DBOS.list_workflows_async(
         workflow_ids=[workflow_id], load_input=False, load_output=False
     )

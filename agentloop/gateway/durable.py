@@ -464,9 +464,11 @@ class DBOSRequests:
         """`run_id`, or the id of the attempt after the last one that failed; if it exists."""
         from dbos import DBOS
 
+        from agentloop.durable.dbos_workflow import status_row
+
         for number in range(1, _MAX_ATTEMPTS + 1):
             attempt = run_id if number == 1 else f"{run_id}-{number}"
-            status = await DBOS.get_workflow_status_async(attempt)
+            status = await status_row(attempt)  # without its input: the whole conversation
             if status is None:
                 return attempt, False
             if status.status in _FAILED:

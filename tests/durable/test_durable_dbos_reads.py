@@ -69,8 +69,9 @@ async def test_the_calls_of_a_turn_share_one_read_of_the_status_row_alone(
     # The first read is the caller's, before the run starts: is there a run of that id?
     in_steps = reads[1:]
     assert len(in_steps) == 5, in_steps
-    # Neither the run's input (here a long history) nor its output is read by a step.
-    assert not [r for r in in_steps if "workflow_input" in r or "workflow_output" in r]
+    # Neither the run's input (here a long history) nor its output is read by a step,
+    # nor by the caller's question.
+    assert not [r for r in reads if "workflow_input" in r or "workflow_output" in r]
 
 
 async def test_the_calls_of_a_later_turn_read_again_and_see_a_cancel(
