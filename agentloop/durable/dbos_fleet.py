@@ -10,6 +10,7 @@ nothing of which processes live, so a dead process's runs would wait for a proce
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 import uuid
@@ -265,7 +266,7 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
         ConfigurationError: no `system_database_url`, a bad `lease_seconds`, or an
             executor id whose lease a live process keeps renewing.
     """
-    if type(lease_seconds) not in (int, float) or not lease_seconds > 0:
+    if type(lease_seconds) not in (int, float) or not 0 < lease_seconds < math.inf:
         raise ConfigurationError(f"lease_seconds must be a positive number, not {lease_seconds!r}")
     url = config.get("system_database_url")
     if not isinstance(url, str) or not url:

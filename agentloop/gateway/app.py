@@ -134,6 +134,7 @@ class Gateway:
                 deps=config.deps,
                 attach_wait=config.session_ttl,
                 executor_id=config.durable_executor_id,
+                lease_seconds=config.durable_lease,
             )
 
     # ------------------------------------------------------------------ lifecycle

@@ -125,6 +125,8 @@ def serve_command(
     try:
         if args.durable_executor_id is not None and not args.durable:
             raise ConfigurationError("--durable-executor-id needs --durable")
+        if args.durable_lease is not None and not args.durable:
+            raise ConfigurationError("--durable-lease needs --durable")
         if tools is None or capabilities is None:
             manager = default_manager()
             if tools is None:
@@ -149,6 +151,7 @@ def serve_command(
             upstream_timeout=args.upstream_timeout,
             durable=args.durable,
             durable_executor_id=args.durable_executor_id,
+            **({"durable_lease": args.durable_lease} if args.durable_lease else {}),
             **({"retry_wait_limit": args.max_retry_wait} if args.max_retry_wait else {}),
         )
         gateway = Gateway(config)

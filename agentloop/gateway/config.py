@@ -103,6 +103,11 @@ class GatewayConfig:
     when None). At start a gateway recovers the runs that a process of its id left under
     way, so each of several gateways sharing one DBOS database needs an id of its own,
     kept across its restarts (see docs/gateway.md, Durable requests)."""
+    durable_lease: float = 15.0
+    """Seconds a durable gateway's lease in the DBOS database lasts unrenewed (renewed
+    every third of that): a gateway silent that long is taken for dead, and a live one
+    takes over its runs under way. Shorter takes over sooner; longer rides out longer
+    pauses (a stalled host, a slow database) without a takeover."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> GatewayConfig:

@@ -28,6 +28,7 @@ way by another version of the gateway (DBOS recovers only its own version's runs
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import anyio
 
 from agentloop.agent import Agent
 from agentloop.capabilities.base import Capability, NextRequest
+from agentloop.checks import check_seconds
 from agentloop.context import RunContext
 from agentloop.errors import ConfigurationError, ProviderError
 from agentloop.logs import get_logger
@@ -202,6 +204,9 @@ def open_durable(
         ConfigurationError: a bad option, or DBOS is not installed.
     """
     url = dbos_url(option, store)
+    lease = options.get("lease_seconds", 15.0)
+    if math.isinf(check_seconds("durable_lease", lease)):
+        raise ConfigurationError(f"durable_lease must be a finite number of seconds, not {lease}")
     try:
         import dbos  # noqa: F401  (only whether it can be imported)
     except ImportError:
@@ -335,6 +340,7 @@ class DBOSRequests:
         deps: Any = None,
         attach_wait: float = 3600.0,
         executor_id: str | None = None,
+        lease_seconds: float = 15.0,
         capabilities: Sequence[Capability] = (),
     ) -> None:
         """Runs recorded in the DBOS system database at `url`, with the gateway's tools.
@@ -344,11 +350,12 @@ class DBOSRequests:
         the database and the key of its lease (`agentloop.durable.dbos.launch`; new for
         each process when None): at start it recovers the runs a process of its id left
         under way, and while it lives it takes over those of a process whose lease ran
-        out. `capabilities` wrap every run (inside its steps: what they do to a response
-        or a result is recorded with it).
+        out (`lease_seconds` unrenewed). `capabilities` wrap every run (inside its steps:
+        what they do to a response or a result is recorded with it).
         """
         self.url = url
         self.executor_id = executor_id
+        self.lease_seconds = lease_seconds
         self.provider = RequestProvider(attach_wait)
         self.deps = deps
         self.agent: Agent[Any, Any] = Agent(
@@ -381,7 +388,8 @@ class DBOSRequests:
             config["executor_id"] = self.executor_id
         self.durable = DurableAgent(self.agent, name=NAME, deps_factory=lambda _: self.deps)
         self.launched = AsyncExitStack()
-        lease = await self.launched.enter_async_context(launch(config))
+        launching = launch(config, lease_seconds=self.lease_seconds)
+        lease = await self.launched.enter_async_context(launching)
         self.probe = DBOSClient(
             system_database_url=self.url, retry_connection_errors=False, system_database_pool_size=2
         )

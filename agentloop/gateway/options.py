@@ -173,6 +173,14 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         "database needs its own, kept across restarts: a gateway recovers the runs left "
         "under way by a process of its id",
     )
+    serve.add_argument(
+        "--durable-lease",
+        type=finite_seconds,
+        metavar="SECONDS",
+        help="seconds this gateway's lease in the DBOS database lasts unrenewed (renewed "
+        "every third of that); a gateway silent that long is taken for dead and a live "
+        "one takes over its runs under way (default: 15)",
+    )
     serve.set_defaults(handler=_serve)
     return serve
 

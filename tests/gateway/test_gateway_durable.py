@@ -12,12 +12,15 @@ tool again.
 
 from __future__ import annotations
 
+import math
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, closing, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -42,8 +45,9 @@ from _gateway import (
 )
 
 from agentloop import Capability, tool
+from agentloop.durable.dbos_fleet import LEASES_TABLE
 from agentloop.errors import ConfigurationError
-from agentloop.gateway.app import GatewayConfig
+from agentloop.gateway.app import Gateway, GatewayConfig
 from agentloop.gateway.durable import DBOS_FILE, dbos_url
 from agentloop.testing import Fault, MessagesServer, reply, tool_call
 
@@ -634,9 +638,48 @@ def test_without_dbos_installed_serve_says_what_to_install(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_an_executor_id_without_durable_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "error"),
+    [
+        pytest.param(["--durable-executor-id", "gw-a"], "--durable-executor-id", id="executor"),
+        pytest.param(["--durable-lease", "5"], "--durable-lease", id="lease"),
+    ],
+)
+def test_a_durable_option_without_durable_is_a_usage_error(
+    tmp_path: Path, option: list[str], error: str
+) -> None:
     command = [sys.executable, "-m", "agentloop.gateway", "--upstream", "http://127.0.0.1:9"]
-    command += ["--store", "memory://", "--durable-executor-id", "gw-a"]
+    command += ["--store", "memory://", *option]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == "agentloop: error: --durable-executor-id needs --durable"
+    assert done.stderr.strip() == f"agentloop: error: {error} needs --durable"
+
+
+@pytest.mark.parametrize("lease", [0, -1.0, math.inf, math.nan, True])
+def test_a_lease_that_never_ends_or_never_lasts_is_refused(lease: float) -> None:
+    config = GatewayConfig(upstream="http://127.0.0.1:9", durable="dbos", durable_lease=lease)
+    with pytest.raises(ConfigurationError, match="durable_lease must be a"):
+        Gateway(config)
+
+
+async def test_the_gateways_lease_lasts_as_long_as_it_is_told(tmp_path: Path) -> None:
+    # The lease a fleet's gateways judge each other by: 40 s here instead of the default
+    # 15, renewed every third of that, and released when the gateway stops.
+    database = tmp_path / "dbos.sqlite"
+    config = GatewayConfig(
+        upstream="http://127.0.0.1:9",
+        durable=f"dbos:sqlite:///{database}",
+        durable_executor_id="gw-lease",
+        durable_lease=40.0,
+    )
+
+    def leases() -> list[tuple[str, float]]:
+        with closing(sqlite3.connect(database)) as db:
+            rows = db.execute(f"SELECT executor_id, expires_at FROM {LEASES_TABLE}").fetchall()
+        return [(executor, expires - time.time()) for executor, expires in rows]
+
+    async with gateway_on(config):
+        [(executor, left)] = leases()
+    assert executor == "gw-lease" and 30 < left <= 40
+    [(_, left)] = leases()
+    assert left < 0  # stopped: the lease ran out at once, for a live gateway to take over
