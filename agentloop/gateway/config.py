@@ -14,7 +14,7 @@ from agentloop.capabilities.base import Capability
 from agentloop.errors import ConfigurationError
 from agentloop.tools import Tool
 
-from .defaults import DEFAULT_STORE, EXECUTOR_ID_ENV
+from .defaults import DEFAULT_STORE, DURABLE_LEASE, EXECUTOR_ID_ENV
 from .upstream import RETRY_WAIT_LIMIT, Transport
 
 __all__ = (
@@ -103,7 +103,7 @@ class GatewayConfig:
     when None). At start a gateway recovers the runs that a process of its id left under
     way, so each of several gateways sharing one DBOS database needs an id of its own,
     kept across its restarts (see docs/gateway.md, Durable requests)."""
-    durable_lease: float = 15.0
+    durable_lease: float = DURABLE_LEASE
     """Seconds a durable gateway's lease in the DBOS database lasts unrenewed (renewed
     every third of that): a gateway silent that long is taken for dead, and a live one
     takes over its runs under way. Shorter takes over sooner; longer rides out longer

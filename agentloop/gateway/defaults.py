@@ -11,6 +11,7 @@ __all__ = (
     "CONNECTIONS_PER_ADDRESS",
     "DBOS_FILE",
     "DEFAULT_STORE",
+    "DURABLE_LEASE",
     "EXECUTOR_ID_ENV",
     "HEAD_TIMEOUT",
 )
@@ -20,6 +21,9 @@ DEFAULT_STORE = "sqlite:///agentloop-gateway.db"
 
 DBOS_FILE = "agentloop-gateway-dbos.sqlite"
 """The name of the DBOS system database file when `--durable dbos` names no URL."""
+
+DURABLE_LEASE = 15.0
+"""Seconds a durable gateway's lease lasts unrenewed (`GatewayConfig.durable_lease`)."""
 
 EXECUTOR_ID_ENV = "AGENTLOOP_GATEWAY_EXECUTOR_ID"
 """The environment variable of `GatewayConfig.durable_executor_id`, when not given."""

@@ -48,7 +48,7 @@ from agentloop.registry import ToolRegistry
 from agentloop.result import RunResult
 
 from .calls import Call, continued_trace
-from .defaults import DBOS_FILE
+from .defaults import DBOS_FILE, DURABLE_LEASE
 from .errors import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -204,9 +204,6 @@ def open_durable(
         ConfigurationError: a bad option, or DBOS is not installed.
     """
     url = dbos_url(option, store)
-    lease = options.get("lease_seconds", 15.0)
-    if math.isinf(check_seconds("durable_lease", lease)):
-        raise ConfigurationError(f"durable_lease must be a finite number of seconds, not {lease}")
     try:
         import dbos  # noqa: F401  (only whether it can be imported)
     except ImportError:
@@ -340,7 +337,7 @@ class DBOSRequests:
         deps: Any = None,
         attach_wait: float = 3600.0,
         executor_id: str | None = None,
-        lease_seconds: float = 15.0,
+        lease_seconds: float = DURABLE_LEASE,
         capabilities: Sequence[Capability] = (),
     ) -> None:
         """Runs recorded in the DBOS system database at `url`, with the gateway's tools.
@@ -352,7 +349,14 @@ class DBOSRequests:
         under way, and while it lives it takes over those of a process whose lease ran
         out (`lease_seconds` unrenewed). `capabilities` wrap every run (inside its steps:
         what they do to a response or a result is recorded with it).
+
+        Raises:
+            ConfigurationError: `lease_seconds` is not a finite number of seconds > 0.
         """
+        if math.isinf(check_seconds("durable_lease", lease_seconds)):
+            raise ConfigurationError(
+                f"durable_lease must be a finite number of seconds, not {lease_seconds}"
+            )
         self.url = url
         self.executor_id = executor_id
         self.lease_seconds = lease_seconds

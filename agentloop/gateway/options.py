@@ -16,6 +16,7 @@ from .defaults import (
     CONNECTIONS_PER_ADDRESS,
     DBOS_FILE,
     DEFAULT_STORE,
+    DURABLE_LEASE,
     EXECUTOR_ID_ENV,
     HEAD_TIMEOUT,
 )
@@ -179,7 +180,7 @@ def add_serve_command(subparsers: Any, **parser_options: Any) -> argparse.Argume
         metavar="SECONDS",
         help="seconds this gateway's lease in the DBOS database lasts unrenewed (renewed "
         "every third of that); a gateway silent that long is taken for dead and a live "
-        "one takes over its runs under way (default: 15)",
+        f"one takes over its runs under way (default: {DURABLE_LEASE:g})",
     )
     serve.set_defaults(handler=_serve)
     return serve
