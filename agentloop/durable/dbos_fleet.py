@@ -267,7 +267,9 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
             executor id whose lease a live process keeps renewing.
     """
     if type(lease_seconds) not in (int, float) or not 0 < lease_seconds < math.inf:
-        raise ConfigurationError(f"lease_seconds must be a positive number, not {lease_seconds!r}")
+        raise ConfigurationError(
+            f"lease_seconds must be a positive, finite number of seconds, not {lease_seconds!r}"
+        )
     url = config.get("system_database_url")
     if not isinstance(url, str) or not url:
         raise ConfigurationError("launch needs config['system_database_url'] (SQLite or Postgres)")

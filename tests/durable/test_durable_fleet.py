@@ -246,3 +246,18 @@ async def test_launch_refuses_the_executor_id_of_a_live_process(tmp_path: Path) 
     with pytest.raises(ConfigurationError, match="'worker-1' belongs to a live process"):
         async with launch(config, lease_seconds=0.2):
             pytest.fail("launched beside a live process of its executor id")
+
+
+@pytest.mark.parametrize("lease", [0, -1, 0.0, float("inf"), float("nan"), True, "15", None])
+async def test_launch_refuses_a_bad_lease_before_touching_the_database(
+    tmp_path: Path, lease: Any
+) -> None:
+    from agentloop.durable.dbos import launch
+    from agentloop.errors import ConfigurationError
+
+    path = tmp_path / "dbos.sqlite"
+    config = {"name": "fleet", "system_database_url": f"sqlite:///{path}"}
+    with pytest.raises(ConfigurationError, match="lease_seconds must be a positive, finite"):
+        async with launch(config, lease_seconds=lease):
+            pytest.fail(f"launched with lease_seconds={lease!r}")
+    assert not path.exists()
