@@ -88,6 +88,12 @@ _STREAM_POLL_SECONDS = 0.05
 _log = get_logger()
 
 
+def _check_run_id(run_id: object) -> None:
+    """A run id names one workflow: a string, not blank (DBOS refuses one), or None (a new id)."""
+    if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+        raise ConfigurationError(f"run_id must be a string that is not blank, not {run_id!r}")
+
+
 class DurableAgent(Generic[OutputT]):
     """An `Agent` whose runs are DBOS workflows: a crash never loses a run.
 
@@ -279,6 +285,7 @@ class DurableAgent(Generic[OutputT]):
                 as for `Agent.run`, recorded as the workflow's error.
             RecoveryLimitExceeded: DBOS gave up on the run (see `max_recovery_attempts`).
         """
+        _check_run_id(run_id)
         if prompt is None and history is None and run_id is not None:
             return await self.result(run_id, output_type=output_type)
         request = self._request(
@@ -329,6 +336,7 @@ class DurableAgent(Generic[OutputT]):
         """
         if DBOS.workflow_id is not None:
             raise ConfigurationError("run_stream starts a workflow: call it outside one")
+        _check_run_id(run_id)
         if prompt is None and history is None and run_id is not None:
             handle, output_type = await self._existing(run_id, output_type)
         else:

@@ -94,8 +94,9 @@ async def status_row(workflow_id: str | None = None) -> WorkflowStatus | None:
     which `DBOS.get_workflow_status` also loads and unpickles: a step needs neither, nor
     does a caller asking whether a run exists.
     """
-    workflow_id = workflow_id or DBOS.workflow_id
-    assert workflow_id is not None  # called in a step, or given
+    if workflow_id is None:
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None  # called in a step
     found = await DBOS.list_workflows_async(
         workflow_ids=[workflow_id], load_input=False, load_output=False
     )

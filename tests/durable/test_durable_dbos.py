@@ -606,8 +606,24 @@ async def test_cancel_stops_a_run_waiting_for_answers(
     assert result.stop_reason == "cancelled" and result.state is not None
     assert [p["id"] for p in result.pending] == ["toolu_ask"]
     assert await durable.waiting("cancel-4") is None
-    with pytest.raises(ConfigurationError):
-        await durable.cancel("no-such-run")
+    for missing in ("no-such-run", ""):  # "" too: not this process's current run
+        with pytest.raises(ConfigurationError, match="there is no run"):
+            await durable.cancel(missing)
+
+
+@pytest.mark.parametrize("run_id", ["", " \t", 42])
+async def test_a_run_id_that_names_no_workflow_is_refused_before_anything_starts(
+    serve: Callable[..., MessagesServer], launch: Callable[[], None], run_id: Any
+) -> None:
+    server = serve(app.script)
+    durable = DurableAgent(app.make_agent(server))
+    launch()
+    with pytest.raises(ConfigurationError, match="run_id must be a string that is not blank"):
+        await durable.run("Record a.", run_id=run_id)
+    with pytest.raises(ConfigurationError, match="run_id must be a string that is not blank"):
+        async with durable.run_stream("Record a.", run_id=run_id):
+            pytest.fail("a stream of a run with no id")
+    assert await DBOS.list_workflows_async() == [] and server.recorded == []
 
 
 async def test_a_run_waiting_for_approval_goes_on_with_the_decisions(
