@@ -42,7 +42,12 @@ try {
   );
   await fetch(new URL("test/release", url), { method: "POST" });
 
+  // the card waits as soon as the approval is requested; the page waits once the run has
+  // ended on it (its stream closed): a moment later
   await page.waitForSelector('.card[data-status="waiting"] button.approve', { timeout: 20000 });
+  await page.waitForFunction(() => document.getElementById("status").dataset.status !== "running", {
+    timeout: 20000,
+  });
   seen.waiting = await page.$eval('.card[data-status="waiting"]', (card) => ({
     tool: card.dataset.tool,
     reason: card.querySelector(".reason").textContent,
