@@ -26,19 +26,24 @@ def check_count(name: str, value: Any, *, minimum: int = 1) -> int:
     return value
 
 
-def check_seconds(name: str, value: Any) -> float:
+def check_seconds(name: str, value: Any, *, finite: bool = False) -> float:
     """`value` as float if it is a number of seconds > 0; `math.inf` means no limit.
 
+    With `finite`, `math.inf` is refused too: a duration that must end (a lease).
+
     Raises:
-        ConfigurationError: it is not (a bool, NaN, zero or less, not a number).
+        ConfigurationError: it is not (a bool, NaN, zero or less, not a number, or
+            infinite with `finite`).
     """
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or math.isnan(value)
         or value <= 0
+        or (finite and math.isinf(value))
     ):
-        raise ConfigurationError(f"{name} must be a number of seconds > 0, not {value!r}")
+        kind = "a finite number" if finite else "a number"
+        raise ConfigurationError(f"{name} must be {kind} of seconds > 0, not {value!r}")
     return float(value)
 
 

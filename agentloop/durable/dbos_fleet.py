@@ -10,7 +10,6 @@ nothing of which processes live, so a dead process's runs would wait for a proce
 
 from __future__ import annotations
 
-import math
 import socket
 import time
 import uuid
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig, WorkflowStatus
 from dbos import error as dbos_errors
 
+from agentloop.checks import check_seconds
 from agentloop.errors import ConfigurationError, VersionMismatchError
 from agentloop.logs import get_logger
 
@@ -266,10 +266,7 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
         ConfigurationError: no `system_database_url`, a bad `lease_seconds`, or an
             executor id whose lease a live process keeps renewing.
     """
-    if type(lease_seconds) not in (int, float) or not 0 < lease_seconds < math.inf:
-        raise ConfigurationError(
-            f"lease_seconds must be a positive, finite number of seconds, not {lease_seconds!r}"
-        )
+    lease_seconds = check_seconds("lease_seconds", lease_seconds, finite=True)
     url = config.get("system_database_url")
     if not isinstance(url, str) or not url:
         raise ConfigurationError("launch needs config['system_database_url'] (SQLite or Postgres)")
@@ -278,7 +275,7 @@ async def launch(config: Mapping[str, Any], *, lease_seconds: float = 15.0) -> A
         settings["application_version"] = APPLICATION_VERSION
     if settings.get("executor_id") is None:
         settings["executor_id"] = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
-    lease = Lease(settings["executor_id"], settings["application_version"], float(lease_seconds))
+    lease = Lease(settings["executor_id"], settings["application_version"], lease_seconds)
     leases = _Leases(url)
     holder = uuid.uuid4().hex
     try:

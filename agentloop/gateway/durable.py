@@ -28,7 +28,6 @@ way by another version of the gateway (DBOS recovers only its own version's runs
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -353,10 +352,7 @@ class DBOSRequests:
         Raises:
             ConfigurationError: `lease_seconds` is not a finite number of seconds > 0.
         """
-        if math.isinf(check_seconds("durable_lease", lease_seconds)):
-            raise ConfigurationError(
-                f"durable_lease must be a finite number of seconds, not {lease_seconds}"
-            )
+        check_seconds("durable_lease", lease_seconds, finite=True)
         self.url = url
         self.executor_id = executor_id
         self.lease_seconds = lease_seconds

@@ -257,7 +257,9 @@ async def test_launch_refuses_a_bad_lease_before_touching_the_database(
 
     path = tmp_path / "dbos.sqlite"
     config = {"name": "fleet", "system_database_url": f"sqlite:///{path}"}
-    with pytest.raises(ConfigurationError, match="lease_seconds must be a positive, finite"):
+    with pytest.raises(
+        ConfigurationError, match="lease_seconds must be a finite number of seconds > 0"
+    ):
         async with launch(config, lease_seconds=lease):
             pytest.fail(f"launched with lease_seconds={lease!r}")
     assert not path.exists()

@@ -658,7 +658,9 @@ def test_a_durable_option_without_durable_is_a_usage_error(
 @pytest.mark.parametrize("lease", [0, -1.0, math.inf, math.nan, True])
 def test_a_lease_that_never_ends_or_never_lasts_is_refused(lease: float) -> None:
     config = GatewayConfig(upstream="http://127.0.0.1:9", durable="dbos", durable_lease=lease)
-    with pytest.raises(ConfigurationError, match="durable_lease must be a"):
+    with pytest.raises(
+        ConfigurationError, match="durable_lease must be a finite number of seconds > 0"
+    ):
         Gateway(config)
 
 
